@@ -7,9 +7,35 @@
 //!   HIP's API makes, on top of a backend.
 //! - the safe API ([`Device`], [`Stream`], [`Event`], [`DeviceBuffer`]) that
 //!   Rust users write against.
+//!
+//! ```no_run
+//! # fn main() -> hipmem::Result<()> {
+//! let device = hipmem::Device::get(0)?;          // backend from HIPMEM_BACKEND
+//! let stream = device.create_stream()?;
+//! let buf = device.alloc::<i32>(1 << 20)?;       // hipMalloc
+//! stream.iota(&buf, 2)?;                          // data[i] = i * 2
+//! stream.synchronize()?;
+//! assert_eq!(buf.to_vec()?[21], 42);              // hipMemcpy DeviceToHost
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod buffer;
+pub mod device;
 pub mod error;
+pub mod event;
+pub mod runtime;
+pub mod stream;
 
+pub use backend::{
+    BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags,
+    FillValue, HostSpan, MemInfo, StreamFlags,
+};
+pub use buffer::DeviceBuffer;
+pub use bytemuck;
+pub use device::Device;
 pub use error::{Error, Result};
+pub use event::Event;
+pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
+pub use stream::{AsyncScope, FillElement, Stream};

@@ -47,27 +47,24 @@ impl HostSpan {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-
-    /// The start as a pointer (for the backends).
-    pub(crate) fn as_ptr(&self) -> *const u8 {
-        self.addr as *const u8
-    }
-
-    /// The start as a mutable pointer (for the backends).
-    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
-        self.addr as *mut u8
-    }
 }
 
-/// A scope in which host slices can be lent to asynchronous device work.
-/// Created by [`lend_scope`].
-pub struct LendScope<'scope, 'env: 'scope> {
+/// A scope in which host slices can be lent to asynchronous device work,
+/// carrying a context value (the stream the work goes to). Created by
+/// [`lend_scope`].
+pub struct LendScope<'scope, 'env: 'scope, C> {
+    context: C,
     // Invariant in both lifetimes, as std::thread::Scope.
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
 
-impl<'scope, 'env> LendScope<'scope, 'env> {
+impl<'scope, 'env, C> LendScope<'scope, 'env, C> {
+    /// The context value given to [`lend_scope`].
+    pub fn context(&self) -> &C {
+        &self.context
+    }
+
     /// Lends a slice for reading by work queued inside the scope.
     pub fn lend(&'scope self, slice: &'env [u8]) -> HostSpan {
         // SAFETY: `slice` is borrowed for 'env, which outlives the scope, and
@@ -84,15 +81,15 @@ impl<'scope, 'env> LendScope<'scope, 'env> {
     }
 }
 
-/// Runs `body` with a [`LendScope`], then runs `wait` (which must block until
-/// all work that may use the lent spans has completed) before returning, also
-/// if `body` panics.
+/// Runs `body` with a [`LendScope`] holding `context`, then runs `wait` (which
+/// must block until all work that may use the lent spans has completed) before
+/// returning, also if `body` panics.
 ///
 /// Returns `body`'s value, or the error of `wait`.
-pub fn lend_scope<'env, W, F, T>(wait: W, body: F) -> Result<T>
+pub fn lend_scope<'env, C, W, F, T>(context: C, wait: W, body: F) -> Result<T>
 where
     W: FnMut() -> Result<()>,
-    F: for<'scope> FnOnce(&'scope LendScope<'scope, 'env>) -> T,
+    F: for<'scope> FnOnce(&'scope LendScope<'scope, 'env, C>) -> T,
 {
     struct WaitOnDrop<W: FnMut() -> Result<()>> {
         wait: W,
@@ -110,7 +107,7 @@ where
         }
     }
     let mut guard = WaitOnDrop { wait, done: false };
-    let scope = LendScope { _scope: PhantomData, _env: PhantomData };
+    let scope = LendScope { context, _scope: PhantomData, _env: PhantomData };
     let value = body(&scope);
     guard.done = true;
     (guard.wait)()?;

@@ -1,0 +1,521 @@
+//! The runtime layer: a backend plus hipmem's registries and HIP's checks.
+//!
+//! [`Runtime`] owns the backend, the device registry (properties read once),
+//! the registry of every live allocation and the log of errors raised in
+//! `Drop`. Its methods are HIP's functions with HIP's argument rules (size 0,
+//! null pointers, ranges past an allocation's end, unknown copy kinds), on
+//! typed arguments: device memory as [`DevicePtr`], host memory as slices or
+//! [`HostSpan`]s. The safe API and the C ABI are built on it.
+#![forbid(unsafe_code)]
+
+pub mod registry;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crate::backend::host::HostConfig;
+use crate::backend::{
+    self, Backend, BackendChoice, BackendKind, CopyDirection, DeviceProperties, DevicePtr,
+    FillValue, HostSpan, MemInfo, RawStream,
+};
+use crate::error::{DropErrors, Error, Result};
+pub use registry::{Allocation, AllocationRegistry, MemoryKind};
+
+/// `hipMemcpyKind`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemcpyKind {
+    /// `hipMemcpyHostToHost` (0).
+    HostToHost,
+    /// `hipMemcpyHostToDevice` (1).
+    HostToDevice,
+    /// `hipMemcpyDeviceToHost` (2).
+    DeviceToHost,
+    /// `hipMemcpyDeviceToDevice` (3).
+    DeviceToDevice,
+    /// `hipMemcpyDefault` (4): inferred from the pointers.
+    Default,
+}
+
+impl MemcpyKind {
+    /// Parses the numeric kind; anything else is InvalidMemcpyDirection.
+    pub fn from_raw(kind: i32) -> Result<MemcpyKind> {
+        Ok(match kind {
+            0 => MemcpyKind::HostToHost,
+            1 => MemcpyKind::HostToDevice,
+            2 => MemcpyKind::DeviceToHost,
+            3 => MemcpyKind::DeviceToDevice,
+            4 => MemcpyKind::Default,
+            other => {
+                return Err(Error::InvalidMemcpyDirection(format!(
+                    "{other} is not a hipMemcpyKind (0 to 4)"
+                )));
+            }
+        })
+    }
+
+    /// The numeric value.
+    pub fn raw(&self) -> i32 {
+        match self {
+            MemcpyKind::HostToHost => 0,
+            MemcpyKind::HostToDevice => 1,
+            MemcpyKind::DeviceToHost => 2,
+            MemcpyKind::DeviceToDevice => 3,
+            MemcpyKind::Default => 4,
+        }
+    }
+}
+
+/// Where a copy's two sides live, as classified by the registry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ResolvedCopy {
+    /// Both sides are host memory hipmem does not manage: a plain memcpy.
+    HostToHost,
+    /// A backend copy in this direction.
+    Backend(CopyDirection),
+}
+
+/// `hipMemoryType` as `hipPointerGetAttributes` reports it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum MemoryType {
+    /// `hipMemoryTypeUnregistered` (0): memory hipmem knows nothing about.
+    Unregistered,
+    /// `hipMemoryTypeHost` (1): page-locked host memory.
+    Host,
+    /// `hipMemoryTypeDevice` (2): device memory.
+    Device,
+    /// `hipMemoryTypeManaged` (3): managed memory.
+    Managed,
+}
+
+impl MemoryType {
+    /// The numeric `hipMemoryType` value.
+    pub fn raw(&self) -> i32 {
+        match self {
+            MemoryType::Unregistered => 0,
+            MemoryType::Host => 1,
+            MemoryType::Device => 2,
+            MemoryType::Managed => 3,
+        }
+    }
+}
+
+/// What `hipPointerGetAttributes` says of a pointer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PointerAttributes {
+    /// Kind of memory.
+    pub memory_type: MemoryType,
+    /// Device ordinal (-2, `hipInvalidDeviceId`, for unregistered memory).
+    pub device: i32,
+    /// The device-side address (null for unregistered memory).
+    pub device_pointer: DevicePtr,
+    /// The host-side address, where the host can address the memory.
+    pub host_pointer: Option<u64>,
+    /// Whether it is managed memory.
+    pub is_managed: bool,
+    /// Flags the memory was allocated with.
+    pub allocation_flags: u32,
+    /// The allocation that contains the pointer, if hipmem made it.
+    pub allocation: Option<Allocation>,
+}
+
+/// The state shared by every handle of one runtime.
+pub(crate) struct RuntimeInner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) devices: Vec<DeviceProperties>,
+    pub(crate) allocations: AllocationRegistry,
+    pub(crate) drop_errors: DropErrors,
+    pub(crate) streams: Mutex<HashMap<u64, Weak<crate::stream::StreamInner>>>,
+    pub(crate) next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for RuntimeInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", &self.backend.kind())
+            .field("devices", &self.devices.len())
+            .field("live_allocations", &self.allocations.len())
+            .finish()
+    }
+}
+
+/// A backend with hipmem's registries around it. Cheap to clone; every clone
+/// is the same runtime.
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    pub(crate) inner: Arc<RuntimeInner>,
+}
+
+/// Builds a [`Runtime`] with a chosen backend and emulation settings.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeBuilder {
+    choice: Option<BackendChoice>,
+    host: Option<HostConfig>,
+    host_devices: Option<usize>,
+}
+
+impl RuntimeBuilder {
+    /// Uses this backend instead of `HIPMEM_BACKEND`.
+    pub fn backend(mut self, choice: BackendChoice) -> Self {
+        self.choice = Some(choice);
+        self
+    }
+
+    /// Uses this emulation configuration instead of the `HIPMEM_HOST_*` variables.
+    pub fn host_config(mut self, config: HostConfig) -> Self {
+        self.host = Some(config);
+        self
+    }
+
+    /// Emulates this many devices unless `HIPMEM_HOST_DEVICES` says otherwise.
+    pub fn default_host_devices(mut self, devices: usize) -> Self {
+        self.host_devices = Some(devices);
+        self
+    }
+
+    /// Opens the backend and reads the devices.
+    pub fn build(self) -> Result<Runtime> {
+        let choice = match self.choice {
+            Some(c) => c,
+            None => backend_choice_from_env()?,
+        };
+        let host = match self.host {
+            Some(h) => h,
+            None => {
+                let mut h = HostConfig::from_env()?;
+                if let (Some(n), Err(_)) = (self.host_devices, std::env::var("HIPMEM_HOST_DEVICES")) {
+                    h.devices = n;
+                }
+                h
+            }
+        };
+        Runtime::with_backend(backend::open(choice, host)?)
+    }
+}
+
+/// Reads `HIPMEM_BACKEND` (unset means auto).
+pub fn backend_choice_from_env() -> Result<BackendChoice> {
+    match std::env::var("HIPMEM_BACKEND") {
+        Ok(v) => v.parse().map_err(|e: Error| e.context("HIPMEM_BACKEND")),
+        Err(_) => Ok(BackendChoice::Auto),
+    }
+}
+
+static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
+
+impl Runtime {
+    /// A builder.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// Opens the backend `choice` (emulation settings from the environment).
+    pub fn new(choice: BackendChoice) -> Result<Runtime> {
+        Runtime::builder().backend(choice).build()
+    }
+
+    /// Opens the backend named by `HIPMEM_BACKEND` (auto when unset).
+    pub fn from_env() -> Result<Runtime> {
+        Runtime::builder().build()
+    }
+
+    /// The process-wide runtime, opened from the environment on first use
+    /// (what the C ABI and the free functions use).
+    pub fn global() -> Result<Runtime> {
+        GLOBAL.get_or_init(Runtime::from_env).clone()
+    }
+
+    /// Wraps an opened backend.
+    pub fn with_backend(backend: Arc<dyn Backend>) -> Result<Runtime> {
+        let devices = (0..backend.device_count())
+            .map(|d| backend.device_properties(d))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                backend,
+                devices,
+                allocations: AllocationRegistry::default(),
+                drop_errors: DropErrors::default(),
+                streams: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// Which backend this is.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.inner.backend.kind()
+    }
+
+    /// Number of devices (`hipGetDeviceCount`).
+    pub fn device_count(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// Properties of `device` as read when the runtime opened.
+    pub fn device_properties(&self, device: usize) -> Result<&DeviceProperties> {
+        self.inner.devices.get(device).ok_or_else(|| {
+            Error::InvalidDevice(format!(
+                "device {device} does not exist ({} device(s) on the {} backend)",
+                self.inner.devices.len(),
+                self.inner.backend.kind()
+            ))
+        })
+    }
+
+    /// Checks a device ordinal.
+    pub fn check_device(&self, device: usize) -> Result<()> {
+        self.device_properties(device).map(|_| ())
+    }
+
+    /// The device handle for `ordinal`.
+    pub fn device(&self, ordinal: usize) -> Result<crate::Device> {
+        self.check_device(ordinal)?;
+        Ok(crate::Device { rt: self.clone(), ordinal })
+    }
+
+    /// The allocation registry.
+    pub fn allocations(&self) -> &AllocationRegistry {
+        &self.inner.allocations
+    }
+
+    /// Errors recorded in destructors (read and cleared).
+    pub fn take_drop_errors(&self) -> Vec<Error> {
+        self.inner.drop_errors.take()
+    }
+
+    /// Records an error from a destructor (logged, never panicked).
+    pub(crate) fn record_drop_error(&self, what: &str, error: Error) {
+        self.inner.drop_errors.record(what, error);
+    }
+
+    /// A fresh id (never reused within this runtime).
+    pub(crate) fn next_id(&self) -> u64 {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    // ---- explicit memory --------------------------------------------------------
+
+    /// `hipMalloc`: size 0 gives the null pointer; an impossible size is OutOfMemory.
+    pub fn malloc(&self, device: usize, size: u64) -> Result<DevicePtr> {
+        self.check_device(device)?;
+        if size == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        let ptr = self.inner.backend.mem_alloc(device, size)?;
+        self.inner.allocations.insert(Allocation { base: ptr, size, kind: MemoryKind::Device, device });
+        Ok(ptr)
+    }
+
+    /// `hipFree`: null is fine; anything but the start of a live allocation is
+    /// InvalidValue. Synchronizes the device first (HIP's slow path).
+    pub fn free(&self, ptr: DevicePtr) -> Result<()> {
+        if ptr.is_null() {
+            return Ok(());
+        }
+        let a = self
+            .inner
+            .allocations
+            .remove_if(ptr, |a| a.kind == MemoryKind::Device)
+            .ok_or_else(|| self.not_freeable(ptr))?;
+        self.inner.backend.mem_free(a.device, a.base).inspect_err(|_| {
+            // The backend refused: the allocation is still live.
+            self.inner.allocations.insert(a);
+        })
+    }
+
+    fn not_freeable(&self, ptr: DevicePtr) -> Error {
+        match self.inner.allocations.find(ptr.0) {
+            Some(a) if a.base != ptr => Error::InvalidValue(format!(
+                "{ptr} points {} bytes into the allocation at {}, not to its start",
+                ptr.0 - a.base.0,
+                a.base
+            )),
+            Some(a) => Error::InvalidValue(format!("{ptr} is {:?} memory, not freed by hipFree", a.kind)),
+            None => Error::InvalidValue(format!(
+                "{ptr} is not a live hipmem allocation (never allocated, already freed, or host memory)"
+            )),
+        }
+    }
+
+    /// `hipMemGetInfo`.
+    pub fn mem_get_info(&self, device: usize) -> Result<MemInfo> {
+        self.check_device(device)?;
+        self.inner.backend.mem_get_info(device)
+    }
+
+    /// `hipDeviceSynchronize`.
+    pub fn device_synchronize(&self, device: usize) -> Result<()> {
+        self.check_device(device)?;
+        self.inner.backend.device_synchronize(device)
+    }
+
+    /// `hipPointerGetAttributes`: memory hipmem does not know reads as
+    /// `Unregistered` (CUDA 11's rule), not as an error; null is InvalidValue.
+    pub fn pointer_attributes(&self, ptr: u64) -> Result<PointerAttributes> {
+        if ptr == 0 {
+            return Err(Error::InvalidValue("hipPointerGetAttributes of a null pointer".into()));
+        }
+        Ok(match self.inner.allocations.find(ptr) {
+            Some(a) => PointerAttributes {
+                memory_type: match a.kind {
+                    MemoryKind::Device => MemoryType::Device,
+                },
+                device: a.device as i32,
+                device_pointer: DevicePtr(ptr),
+                host_pointer: None,
+                is_managed: false,
+                allocation_flags: 0,
+                allocation: Some(a),
+            },
+            None => PointerAttributes {
+                memory_type: MemoryType::Unregistered,
+                device: -2,
+                device_pointer: DevicePtr::NULL,
+                host_pointer: Some(ptr),
+                is_managed: false,
+                allocation_flags: 0,
+                allocation: None,
+            },
+        })
+    }
+
+    /// Decides how to carry out a `hipMemcpy` of `size` bytes from `src` to
+    /// `dst` with `kind`, checking both ranges: a device side must lie inside
+    /// one live allocation, and an explicit kind must match the pointers.
+    pub fn resolve_copy(&self, dst: u64, src: u64, size: u64, kind: MemcpyKind) -> Result<ResolvedCopy> {
+        if dst == 0 || src == 0 {
+            return Err(Error::InvalidValue(format!(
+                "hipMemcpy: null {} pointer",
+                if dst == 0 { "destination" } else { "source" }
+            )));
+        }
+        let dst_dev = self.inner.allocations.find(dst).filter(|a| a.kind.is_device_accessible());
+        let src_dev = self.inner.allocations.find(src).filter(|a| a.kind.is_device_accessible());
+        let direction = match (kind, dst_dev.is_some(), src_dev.is_some()) {
+            (MemcpyKind::Default, false, false) | (MemcpyKind::HostToHost, false, false) => {
+                return Ok(ResolvedCopy::HostToHost);
+            }
+            (MemcpyKind::Default | MemcpyKind::HostToDevice, true, false) => CopyDirection::HostToDevice,
+            (MemcpyKind::Default | MemcpyKind::DeviceToHost, false, true) => CopyDirection::DeviceToHost,
+            (MemcpyKind::Default | MemcpyKind::DeviceToDevice, true, true) => CopyDirection::DeviceToDevice,
+            (kind, d, s) => {
+                let side = |dev: bool| if dev { "device" } else { "host" };
+                return Err(Error::InvalidValue(format!(
+                    "hipMemcpy kind {kind:?} does not match the pointers: destination is {} memory, source is {} memory",
+                    side(d),
+                    side(s)
+                )));
+            }
+        };
+        if dst_dev.is_some() {
+            self.inner.allocations.check_range(DevicePtr(dst), size, "hipMemcpy destination")?;
+        }
+        if src_dev.is_some() {
+            self.inner.allocations.check_range(DevicePtr(src), size, "hipMemcpy source")?;
+        }
+        Ok(ResolvedCopy::Backend(direction))
+    }
+
+    /// Synchronous copy from a host slice to device memory.
+    pub fn copy_host_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.inner.allocations.check_range(dst, src.len() as u64, "copy destination")?;
+        self.inner.backend.copy_host_to_device(dst, src)
+    }
+
+    /// Synchronous copy from device memory to a host slice.
+    pub fn copy_device_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.inner.allocations.check_range(src, dst.len() as u64, "copy source")?;
+        self.inner.backend.copy_device_to_host(dst, src)
+    }
+
+    /// Synchronous copy between device allocations.
+    pub fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        self.inner.allocations.check_range(dst, size, "copy destination")?;
+        self.inner.allocations.check_range(src, size, "copy source")?;
+        self.inner.backend.copy_device_to_device(dst, src, size)
+    }
+
+    /// Asynchronous copy from lent host memory to device memory on `stream`.
+    pub fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.inner.allocations.check_range(dst, src.len(), "copy destination")?;
+        self.inner.backend.copy_host_to_device_async(dst, src, stream)
+    }
+
+    /// Asynchronous copy from device memory to lent host memory on `stream`.
+    pub fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.inner.allocations.check_range(src, dst.len(), "copy source")?;
+        self.inner.backend.copy_device_to_host_async(dst, src, stream)
+    }
+
+    /// Asynchronous copy between device allocations on `stream`.
+    pub fn copy_device_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        self.inner.allocations.check_range(dst, size, "copy destination")?;
+        self.inner.allocations.check_range(src, size, "copy source")?;
+        self.inner.backend.copy_device_to_device_async(dst, src, size, stream)
+    }
+
+    /// `hipMemsetAsync` generalized to 8-, 16- and 32-bit elements: `count`
+    /// elements of `value` at `dst`. Size 0 succeeds; null, host memory or a
+    /// range past the end is InvalidValue.
+    pub fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let bytes = count
+            .checked_mul(value.element_size())
+            .ok_or_else(|| Error::InvalidValue(format!("hipMemset: {count} elements overflow")))?;
+        self.inner.allocations.check_range(dst, bytes, "hipMemset destination")?;
+        self.inner.backend.memset_async(dst, value, count, stream)
+    }
+
+    /// `hipMemset`: `memset_async` on the null stream, then waits for it.
+    pub fn memset(&self, dst: DevicePtr, value: FillValue, count: u64) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let device = self
+            .inner
+            .allocations
+            .find(dst.0)
+            .map(|a| a.device)
+            .ok_or_else(|| Error::InvalidValue(format!("hipMemset: {dst} is not device memory")))?;
+        let null = RawStream::null(device);
+        self.memset_async(dst, value, count, null)?;
+        self.inner.backend.stream_synchronize(null)
+    }
+
+    /// Checks a kernel's output range (for the built-in kernels).
+    pub(crate) fn check_kernel_range(&self, ptr: DevicePtr, bytes: u64, kernel: &str) -> Result<()> {
+        self.inner.allocations.check_range(ptr, bytes, kernel).map(|_| ())
+    }
+}

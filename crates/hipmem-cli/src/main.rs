@@ -1,1 +1,70 @@
-fn main() {}
+//! The `hipmem` command: device information, the guided tour of HIP's memory
+//! model, and benchmarks against the driver's own paths.
+
+mod info;
+mod report;
+mod tour;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use hipmem::{BackendChoice, Runtime};
+
+/// hipmem: HIP's GPU memory-management model, on CUDA or a CPU emulation.
+#[derive(Parser, Debug)]
+#[command(name = "hipmem", version, about)]
+struct Cli {
+    /// Backend to use: host, cuda or auto (overrides HIPMEM_BACKEND).
+    #[arg(long, global = true, value_name = "BACKEND")]
+    backend: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Backend, devices, memory, capabilities and VMM granularity.
+    Info {
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Walk the seeds' examples end to end on the chosen backend, timing each step.
+    Tour {
+        /// Elements in the example buffers.
+        #[arg(long, default_value_t = 1 << 20)]
+        elements: usize,
+    },
+}
+
+fn open_runtime(backend: Option<&str>) -> hipmem::Result<Runtime> {
+    let mut builder = Runtime::builder();
+    if let Some(name) = backend {
+        builder = builder.backend(name.parse::<BackendChoice>()?);
+    }
+    builder.build()
+}
+
+fn main() -> ExitCode {
+    let level = std::env::var("HIPMEM_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::WARN);
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = open_runtime(cli.backend.as_deref()).and_then(|rt| match cli.command {
+        Command::Info { json } => info::run(&rt, json),
+        Command::Tour { elements } => tour::run(&rt, elements),
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hipmem: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -31,7 +31,10 @@ pub struct Event {
 
 impl std::fmt::Debug for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Event").field("raw", &self.inner.raw).field("flags", &self.inner.flags).finish()
+        f.debug_struct("Event")
+            .field("raw", &self.inner.raw)
+            .field("flags", &self.inner.flags)
+            .finish()
     }
 }
 
@@ -39,7 +42,13 @@ impl Event {
     pub(crate) fn create(rt: &Runtime, device: usize, flags: EventFlags) -> Result<Event> {
         rt.check_device(device)?;
         let raw = rt.backend().event_create(device, flags)?;
-        Ok(Event { inner: Arc::new(EventInner { rt: rt.clone(), raw, flags }) })
+        Ok(Event {
+            inner: Arc::new(EventInner {
+                rt: rt.clone(),
+                raw,
+                flags,
+            }),
+        })
     }
 
     /// The backend handle.
@@ -59,7 +68,10 @@ impl Event {
 
     /// Records the event at the current end of `stream` (`hipEventRecord`).
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.inner.rt.backend().event_record(self.inner.raw, stream.raw())
+        self.inner
+            .rt
+            .backend()
+            .event_record(self.inner.raw, stream.raw())
     }
 
     /// Whether the recorded work has completed (`hipEventQuery`; a never
@@ -76,6 +88,9 @@ impl Event {
     /// Milliseconds from `self`'s completion to `end`'s (`hipEventElapsedTime`).
     /// Both must be recorded and complete (NotReady otherwise) and have timing.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
-        self.inner.rt.backend().event_elapsed_ms(self.inner.raw, end.inner.raw)
+        self.inner
+            .rt
+            .backend()
+            .event_elapsed_ms(self.inner.raw, end.inner.raw)
     }
 }

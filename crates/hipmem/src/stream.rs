@@ -25,8 +25,16 @@ pub(crate) struct StreamInner {
 impl Drop for StreamInner {
     fn drop(&mut self) {
         if self.owned {
-            let mut streams = self.rt.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
-            if streams.get(&self.raw.handle).is_some_and(|w| w.strong_count() == 0) {
+            let mut streams = self
+                .rt
+                .inner
+                .streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if streams
+                .get(&self.raw.handle)
+                .is_some_and(|w| w.strong_count() == 0)
+            {
                 streams.remove(&self.raw.handle);
             }
             drop(streams);
@@ -72,8 +80,19 @@ fill_element!(u8 => U8 as u8, i8 => U8 as u8, u16 => U16 as u16, i16 => U16 as u
               u32 => U32 as u32, i32 => U32 as u32, f32 => U32 as u32);
 
 impl Stream {
-    pub(crate) fn register(rt: &Runtime, raw: RawStream, flags: StreamFlags, owned: bool) -> Stream {
-        let inner = Arc::new(StreamInner { rt: rt.clone(), raw, flags, owned, id: rt.next_id() });
+    pub(crate) fn register(
+        rt: &Runtime,
+        raw: RawStream,
+        flags: StreamFlags,
+        owned: bool,
+    ) -> Stream {
+        let inner = Arc::new(StreamInner {
+            rt: rt.clone(),
+            raw,
+            flags,
+            owned,
+            id: rt.next_id(),
+        });
         if owned {
             rt.inner
                 .streams
@@ -99,7 +118,10 @@ impl Stream {
             .filter(|s| s.raw.device == raw.device)
             .map(|inner| Stream { inner })
             .ok_or_else(|| {
-                Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", raw.handle))
+                Error::InvalidHandle(format!(
+                    "stream {:#x} does not exist or was destroyed",
+                    raw.handle
+                ))
             })
     }
 
@@ -145,7 +167,10 @@ impl Stream {
 
     /// Makes later work on this stream wait for `event` (`hipStreamWaitEvent`).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.inner.rt.backend().stream_wait_event(self.inner.raw, event.raw())
+        self.inner
+            .rt
+            .backend()
+            .stream_wait_event(self.inner.raw, event.raw())
     }
 
     /// Records `event` here (same as `event.record(self)`).
@@ -157,7 +182,10 @@ impl Stream {
     /// (`hipLaunchHostFunc`). `f` must not call back into stream operations
     /// that wait for this stream.
     pub fn launch_host_func<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
-        self.inner.rt.backend().launch_host_func(self.inner.raw, Box::new(f))
+        self.inner
+            .rt
+            .backend()
+            .launch_host_func(self.inner.raw, Box::new(f))
     }
 
     // ---- built-in kernels --------------------------------------------------------
@@ -167,8 +195,15 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.inner.rt.check_kernel_range(buf.device_ptr(), buf.size_bytes(), "fill kernel")?;
-        self.inner.rt.backend().launch_fill(buf.device_ptr(), value.fill_value(), buf.len() as u64, self.inner.raw)
+        self.inner
+            .rt
+            .check_kernel_range(buf.device_ptr(), buf.size_bytes(), "fill kernel")?;
+        self.inner.rt.backend().launch_fill(
+            buf.device_ptr(),
+            value.fill_value(),
+            buf.len() as u64,
+            self.inner.raw,
+        )
     }
 
     /// Iota kernel (the seeds' kernel): `buf[i] = i * k`.
@@ -176,31 +211,57 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.inner.rt.check_kernel_range(buf.device_ptr(), buf.size_bytes(), "iota kernel")?;
-        self.inner.rt.backend().launch_iota(buf.device_ptr(), buf.len() as u64, k, self.inner.raw)
+        self.inner
+            .rt
+            .check_kernel_range(buf.device_ptr(), buf.size_bytes(), "iota kernel")?;
+        self.inner
+            .rt
+            .backend()
+            .launch_iota(buf.device_ptr(), buf.len() as u64, k, self.inner.raw)
     }
 
     /// Delay kernel: occupies the stream for `duration`, then writes `value`
     /// into `flag[0]`. Tests use it to prove stream ordering.
     pub fn delay(&self, duration: Duration, flag: &DeviceBuffer<u32>, value: u32) -> Result<()> {
         if flag.is_empty() {
-            return Err(Error::InvalidValue("the delay kernel's flag buffer is empty".into()));
+            return Err(Error::InvalidValue(
+                "the delay kernel's flag buffer is empty".into(),
+            ));
         }
-        self.inner.rt.check_kernel_range(flag.device_ptr(), 4, "delay kernel flag")?;
-        self.inner.rt.backend().launch_delay(duration, flag.device_ptr(), value, self.inner.raw)
+        self.inner
+            .rt
+            .check_kernel_range(flag.device_ptr(), 4, "delay kernel flag")?;
+        self.inner
+            .rt
+            .backend()
+            .launch_delay(duration, flag.device_ptr(), value, self.inner.raw)
     }
 
     // ---- asynchronous memory operations --------------------------------------------
 
     /// Sets every byte of `buf` to `byte`, in stream order (`hipMemsetAsync`).
     pub fn memset<T: Pod>(&self, buf: &DeviceBuffer<T>, byte: u8) -> Result<()> {
-        self.inner.rt.memset_async(buf.device_ptr(), FillValue::U8(byte), buf.size_bytes(), self.inner.raw)
+        self.inner.rt.memset_async(
+            buf.device_ptr(),
+            FillValue::U8(byte),
+            buf.size_bytes(),
+            self.inner.raw,
+        )
     }
 
     /// Copies `src` into `dst` in stream order; the lengths must match.
-    pub fn copy_device_to_device<T: Pod>(&self, src: &DeviceBuffer<T>, dst: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_device_to_device<T: Pod>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &DeviceBuffer<T>,
+    ) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
-        self.inner.rt.copy_device_to_device_async(dst.device_ptr(), src.device_ptr(), src.size_bytes(), self.inner.raw)
+        self.inner.rt.copy_device_to_device_async(
+            dst.device_ptr(),
+            src.device_ptr(),
+            src.size_bytes(),
+            self.inner.raw,
+        )
     }
 
     /// Runs `body`, in which host slices can be copied to and from the device
@@ -249,19 +310,33 @@ impl<'scope, 'env> LendScope<'scope, 'env, Stream> {
     }
 
     /// Queues a copy of `src` into `dst` (same length) and returns at once.
-    pub fn copy_to_device<T: Pod>(&'scope self, src: &'env [T], dst: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_to_device<T: Pod>(
+        &'scope self,
+        src: &'env [T],
+        dst: &DeviceBuffer<T>,
+    ) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         let span = self.lend(bytemuck::cast_slice(src));
         let stream = self.context();
-        stream.inner.rt.copy_host_to_device_async(dst.device_ptr(), span, stream.raw())
+        stream
+            .inner
+            .rt
+            .copy_host_to_device_async(dst.device_ptr(), span, stream.raw())
     }
 
     /// Queues a copy of `src` into `dst` (same length) and returns at once; `dst`
     /// is readable again after the scope.
-    pub fn copy_to_host<T: Pod>(&'scope self, src: &DeviceBuffer<T>, dst: &'env mut [T]) -> Result<()> {
+    pub fn copy_to_host<T: Pod>(
+        &'scope self,
+        src: &DeviceBuffer<T>,
+        dst: &'env mut [T],
+    ) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         let span = self.lend_mut(bytemuck::cast_slice_mut(dst));
         let stream = self.context();
-        stream.inner.rt.copy_device_to_host_async(span, src.device_ptr(), stream.raw())
+        stream
+            .inner
+            .rt
+            .copy_device_to_host_async(span, src.device_ptr(), stream.raw())
     }
 }

@@ -103,14 +103,22 @@ impl StreamFlags {
     /// Parses HIP's flag bits; unknown bits are InvalidValue.
     pub fn from_bits(bits: u32) -> Result<StreamFlags> {
         if bits & !Self::NON_BLOCKING != 0 {
-            return Err(Error::InvalidValue(format!("unknown stream flag bits {bits:#x}")));
+            return Err(Error::InvalidValue(format!(
+                "unknown stream flag bits {bits:#x}"
+            )));
         }
-        Ok(StreamFlags { non_blocking: bits & Self::NON_BLOCKING != 0 })
+        Ok(StreamFlags {
+            non_blocking: bits & Self::NON_BLOCKING != 0,
+        })
     }
 
     /// HIP's flag bits.
     pub fn bits(&self) -> u32 {
-        if self.non_blocking { Self::NON_BLOCKING } else { Self::DEFAULT }
+        if self.non_blocking {
+            Self::NON_BLOCKING
+        } else {
+            Self::DEFAULT
+        }
     }
 }
 
@@ -138,7 +146,9 @@ impl EventFlags {
     pub fn from_bits(bits: u32) -> Result<EventFlags> {
         let known = Self::BLOCKING_SYNC | Self::DISABLE_TIMING | Self::INTERPROCESS;
         if bits & !known != 0 {
-            return Err(Error::InvalidValue(format!("unknown event flag bits {bits:#x}")));
+            return Err(Error::InvalidValue(format!(
+                "unknown event flag bits {bits:#x}"
+            )));
         }
         let flags = EventFlags {
             blocking_sync: bits & Self::BLOCKING_SYNC != 0,
@@ -155,9 +165,10 @@ impl EventFlags {
 
     /// HIP's flag bits.
     pub fn bits(&self) -> u32 {
-        (self.blocking_sync as u32) * Self::BLOCKING_SYNC
-            | (self.disable_timing as u32) * Self::DISABLE_TIMING
-            | (self.interprocess as u32) * Self::INTERPROCESS
+        let bit = |on: bool, bit: u32| if on { bit } else { 0 };
+        bit(self.blocking_sync, Self::BLOCKING_SYNC)
+            | bit(self.disable_timing, Self::DISABLE_TIMING)
+            | bit(self.interprocess, Self::INTERPROCESS)
     }
 }
 
@@ -344,10 +355,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()>;
 
     /// Enqueues a host-to-device copy on `stream`.
-    fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()>;
+    fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: HostSpan,
+        stream: RawStream,
+    ) -> Result<()>;
 
     /// Enqueues a device-to-host copy on `stream`.
-    fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()>;
+    fn copy_device_to_host_async(
+        &self,
+        dst: HostSpan,
+        src: DevicePtr,
+        stream: RawStream,
+    ) -> Result<()>;
 
     /// Enqueues a device-to-device copy on `stream`.
     fn copy_device_to_device_async(
@@ -359,7 +380,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     ) -> Result<()>;
 
     /// Enqueues a memset of `count` elements of `value` at `dst` on `stream`.
-    fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()>;
+    fn memset_async(
+        &self,
+        dst: DevicePtr,
+        value: FillValue,
+        count: u64,
+        stream: RawStream,
+    ) -> Result<()>;
 
     // ---- streams -----------------------------------------------------------------
 
@@ -405,14 +432,26 @@ pub trait Backend: Send + Sync + fmt::Debug {
     // ---- built-in kernels --------------------------------------------------------
 
     /// Fill kernel: writes `count` elements of `value` at `dst`.
-    fn launch_fill(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()>;
+    fn launch_fill(
+        &self,
+        dst: DevicePtr,
+        value: FillValue,
+        count: u64,
+        stream: RawStream,
+    ) -> Result<()>;
 
     /// Iota kernel (the seeds' kernel): `data[i] = i * k` for `count` 32-bit ints.
     fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()>;
 
     /// Delay kernel: occupies `stream` for `duration`, then writes the 32-bit
     /// value `flag_value` at `flag`.
-    fn launch_delay(&self, duration: Duration, flag: DevicePtr, flag_value: u32, stream: RawStream) -> Result<()>;
+    fn launch_delay(
+        &self,
+        duration: Duration,
+        flag: DevicePtr,
+        flag_value: u32,
+        stream: RawStream,
+    ) -> Result<()>;
 }
 
 /// Opens the backend named by `choice`.

@@ -183,7 +183,8 @@ impl RuntimeBuilder {
             Some(h) => h,
             None => {
                 let mut h = HostConfig::from_env()?;
-                if let (Some(n), Err(_)) = (self.host_devices, std::env::var("HIPMEM_HOST_DEVICES")) {
+                if let (Some(n), Err(_)) = (self.host_devices, std::env::var("HIPMEM_HOST_DEVICES"))
+                {
                     h.devices = n;
                 }
                 h
@@ -276,7 +277,10 @@ impl Runtime {
     /// The device handle for `ordinal`.
     pub fn device(&self, ordinal: usize) -> Result<crate::Device> {
         self.check_device(ordinal)?;
-        Ok(crate::Device { rt: self.clone(), ordinal })
+        Ok(crate::Device {
+            rt: self.clone(),
+            ordinal,
+        })
     }
 
     /// The allocation registry.
@@ -308,7 +312,12 @@ impl Runtime {
             return Ok(DevicePtr::NULL);
         }
         let ptr = self.inner.backend.mem_alloc(device, size)?;
-        self.inner.allocations.insert(Allocation { base: ptr, size, kind: MemoryKind::Device, device });
+        self.inner.allocations.insert(Allocation {
+            base: ptr,
+            size,
+            kind: MemoryKind::Device,
+            device,
+        });
         Ok(ptr)
     }
 
@@ -323,10 +332,13 @@ impl Runtime {
             .allocations
             .remove_if(ptr, |a| a.kind == MemoryKind::Device)
             .ok_or_else(|| self.not_freeable(ptr))?;
-        self.inner.backend.mem_free(a.device, a.base).inspect_err(|_| {
-            // The backend refused: the allocation is still live.
-            self.inner.allocations.insert(a);
-        })
+        self.inner
+            .backend
+            .mem_free(a.device, a.base)
+            .inspect_err(|_| {
+                // The backend refused: the allocation is still live.
+                self.inner.allocations.insert(a);
+            })
     }
 
     fn not_freeable(&self, ptr: DevicePtr) -> Error {
@@ -336,7 +348,10 @@ impl Runtime {
                 ptr.0 - a.base.0,
                 a.base
             )),
-            Some(a) => Error::InvalidValue(format!("{ptr} is {:?} memory, not freed by hipFree", a.kind)),
+            Some(a) => Error::InvalidValue(format!(
+                "{ptr} is {:?} memory, not freed by hipFree",
+                a.kind
+            )),
             None => Error::InvalidValue(format!(
                 "{ptr} is not a live hipmem allocation (never allocated, already freed, or host memory)"
             )),
@@ -359,7 +374,9 @@ impl Runtime {
     /// `Unregistered` (CUDA 11's rule), not as an error; null is InvalidValue.
     pub fn pointer_attributes(&self, ptr: u64) -> Result<PointerAttributes> {
         if ptr == 0 {
-            return Err(Error::InvalidValue("hipPointerGetAttributes of a null pointer".into()));
+            return Err(Error::InvalidValue(
+                "hipPointerGetAttributes of a null pointer".into(),
+            ));
         }
         Ok(match self.inner.allocations.find(ptr) {
             Some(a) => PointerAttributes {
@@ -388,22 +405,42 @@ impl Runtime {
     /// Decides how to carry out a `hipMemcpy` of `size` bytes from `src` to
     /// `dst` with `kind`, checking both ranges: a device side must lie inside
     /// one live allocation, and an explicit kind must match the pointers.
-    pub fn resolve_copy(&self, dst: u64, src: u64, size: u64, kind: MemcpyKind) -> Result<ResolvedCopy> {
+    pub fn resolve_copy(
+        &self,
+        dst: u64,
+        src: u64,
+        size: u64,
+        kind: MemcpyKind,
+    ) -> Result<ResolvedCopy> {
         if dst == 0 || src == 0 {
             return Err(Error::InvalidValue(format!(
                 "hipMemcpy: null {} pointer",
                 if dst == 0 { "destination" } else { "source" }
             )));
         }
-        let dst_dev = self.inner.allocations.find(dst).filter(|a| a.kind.is_device_accessible());
-        let src_dev = self.inner.allocations.find(src).filter(|a| a.kind.is_device_accessible());
+        let dst_dev = self
+            .inner
+            .allocations
+            .find(dst)
+            .filter(|a| a.kind.is_device_accessible());
+        let src_dev = self
+            .inner
+            .allocations
+            .find(src)
+            .filter(|a| a.kind.is_device_accessible());
         let direction = match (kind, dst_dev.is_some(), src_dev.is_some()) {
             (MemcpyKind::Default, false, false) | (MemcpyKind::HostToHost, false, false) => {
                 return Ok(ResolvedCopy::HostToHost);
             }
-            (MemcpyKind::Default | MemcpyKind::HostToDevice, true, false) => CopyDirection::HostToDevice,
-            (MemcpyKind::Default | MemcpyKind::DeviceToHost, false, true) => CopyDirection::DeviceToHost,
-            (MemcpyKind::Default | MemcpyKind::DeviceToDevice, true, true) => CopyDirection::DeviceToDevice,
+            (MemcpyKind::Default | MemcpyKind::HostToDevice, true, false) => {
+                CopyDirection::HostToDevice
+            }
+            (MemcpyKind::Default | MemcpyKind::DeviceToHost, false, true) => {
+                CopyDirection::DeviceToHost
+            }
+            (MemcpyKind::Default | MemcpyKind::DeviceToDevice, true, true) => {
+                CopyDirection::DeviceToDevice
+            }
             (kind, d, s) => {
                 let side = |dev: bool| if dev { "device" } else { "host" };
                 return Err(Error::InvalidValue(format!(
@@ -414,10 +451,14 @@ impl Runtime {
             }
         };
         if dst_dev.is_some() {
-            self.inner.allocations.check_range(DevicePtr(dst), size, "hipMemcpy destination")?;
+            self.inner
+                .allocations
+                .check_range(DevicePtr(dst), size, "hipMemcpy destination")?;
         }
         if src_dev.is_some() {
-            self.inner.allocations.check_range(DevicePtr(src), size, "hipMemcpy source")?;
+            self.inner
+                .allocations
+                .check_range(DevicePtr(src), size, "hipMemcpy source")?;
         }
         Ok(ResolvedCopy::Backend(direction))
     }
@@ -427,7 +468,9 @@ impl Runtime {
         if src.is_empty() {
             return Ok(());
         }
-        self.inner.allocations.check_range(dst, src.len() as u64, "copy destination")?;
+        self.inner
+            .allocations
+            .check_range(dst, src.len() as u64, "copy destination")?;
         self.inner.backend.copy_host_to_device(dst, src)
     }
 
@@ -436,7 +479,9 @@ impl Runtime {
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner.allocations.check_range(src, dst.len() as u64, "copy source")?;
+        self.inner
+            .allocations
+            .check_range(src, dst.len() as u64, "copy source")?;
         self.inner.backend.copy_device_to_host(dst, src)
     }
 
@@ -445,27 +490,49 @@ impl Runtime {
         if size == 0 {
             return Ok(());
         }
-        self.inner.allocations.check_range(dst, size, "copy destination")?;
-        self.inner.allocations.check_range(src, size, "copy source")?;
+        self.inner
+            .allocations
+            .check_range(dst, size, "copy destination")?;
+        self.inner
+            .allocations
+            .check_range(src, size, "copy source")?;
         self.inner.backend.copy_device_to_device(dst, src, size)
     }
 
     /// Asynchronous copy from lent host memory to device memory on `stream`.
-    pub fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()> {
+    pub fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: HostSpan,
+        stream: RawStream,
+    ) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }
-        self.inner.allocations.check_range(dst, src.len(), "copy destination")?;
-        self.inner.backend.copy_host_to_device_async(dst, src, stream)
+        self.inner
+            .allocations
+            .check_range(dst, src.len(), "copy destination")?;
+        self.inner
+            .backend
+            .copy_host_to_device_async(dst, src, stream)
     }
 
     /// Asynchronous copy from device memory to lent host memory on `stream`.
-    pub fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()> {
+    pub fn copy_device_to_host_async(
+        &self,
+        dst: HostSpan,
+        src: DevicePtr,
+        stream: RawStream,
+    ) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner.allocations.check_range(src, dst.len(), "copy source")?;
-        self.inner.backend.copy_device_to_host_async(dst, src, stream)
+        self.inner
+            .allocations
+            .check_range(src, dst.len(), "copy source")?;
+        self.inner
+            .backend
+            .copy_device_to_host_async(dst, src, stream)
     }
 
     /// Asynchronous copy between device allocations on `stream`.
@@ -479,22 +546,36 @@ impl Runtime {
         if size == 0 {
             return Ok(());
         }
-        self.inner.allocations.check_range(dst, size, "copy destination")?;
-        self.inner.allocations.check_range(src, size, "copy source")?;
-        self.inner.backend.copy_device_to_device_async(dst, src, size, stream)
+        self.inner
+            .allocations
+            .check_range(dst, size, "copy destination")?;
+        self.inner
+            .allocations
+            .check_range(src, size, "copy source")?;
+        self.inner
+            .backend
+            .copy_device_to_device_async(dst, src, size, stream)
     }
 
     /// `hipMemsetAsync` generalized to 8-, 16- and 32-bit elements: `count`
     /// elements of `value` at `dst`. Size 0 succeeds; null, host memory or a
     /// range past the end is InvalidValue.
-    pub fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
+    pub fn memset_async(
+        &self,
+        dst: DevicePtr,
+        value: FillValue,
+        count: u64,
+        stream: RawStream,
+    ) -> Result<()> {
         if count == 0 {
             return Ok(());
         }
         let bytes = count
             .checked_mul(value.element_size())
             .ok_or_else(|| Error::InvalidValue(format!("hipMemset: {count} elements overflow")))?;
-        self.inner.allocations.check_range(dst, bytes, "hipMemset destination")?;
+        self.inner
+            .allocations
+            .check_range(dst, bytes, "hipMemset destination")?;
         self.inner.backend.memset_async(dst, value, count, stream)
     }
 
@@ -515,7 +596,15 @@ impl Runtime {
     }
 
     /// Checks a kernel's output range (for the built-in kernels).
-    pub(crate) fn check_kernel_range(&self, ptr: DevicePtr, bytes: u64, kernel: &str) -> Result<()> {
-        self.inner.allocations.check_range(ptr, bytes, kernel).map(|_| ())
+    pub(crate) fn check_kernel_range(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        kernel: &str,
+    ) -> Result<()> {
+        self.inner
+            .allocations
+            .check_range(ptr, bytes, kernel)
+            .map(|_| ())
     }
 }

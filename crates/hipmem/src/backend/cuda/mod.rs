@@ -6,5 +6,7 @@ use crate::error::{Error, Result};
 
 /// Loads libcuda.so.1, initializes the driver and returns the backend.
 pub fn open() -> Result<Arc<dyn Backend>> {
-    Err(Error::NotInitialized("the cuda backend is not built yet".into()))
+    Err(Error::NotInitialized(
+        "the cuda backend is not built yet".into(),
+    ))
 }

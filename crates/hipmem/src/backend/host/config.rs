@@ -19,7 +19,11 @@ pub struct HostConfig {
 
 impl Default for HostConfig {
     fn default() -> Self {
-        HostConfig { devices: 1, memory_per_device: 16 << 30, vmm_granularity: 2 << 20 }
+        HostConfig {
+            devices: 1,
+            memory_per_device: 16 << 30,
+            vmm_granularity: 2 << 20,
+        }
     }
 }
 
@@ -79,13 +83,22 @@ pub fn parse_size(text: &str) -> Result<u64> {
     let number: u64 = number
         .parse()
         .map_err(|_| Error::InvalidValue(format!("{text:?} is not a size like 512M or 16G")))?;
-    let shift = match suffix.trim().to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+    let shift = match suffix
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches('B')
+        .trim_end_matches('I')
+    {
         "" => 0,
         "K" => 10,
         "M" => 20,
         "G" => 30,
         "T" => 40,
-        _ => return Err(Error::InvalidValue(format!("{text:?} has an unknown size suffix"))),
+        _ => {
+            return Err(Error::InvalidValue(format!(
+                "{text:?} has an unknown size suffix"
+            )));
+        }
     };
     number
         .checked_mul(1u64 << shift)
@@ -111,8 +124,29 @@ mod tests {
     fn validation_rejects_nonsense() {
         let ok = HostConfig::default();
         assert!(ok.validate().is_ok());
-        assert!(HostConfig { devices: 0, ..ok.clone() }.validate().is_err());
-        assert!(HostConfig { memory_per_device: 10, ..ok.clone() }.validate().is_err());
-        assert!(HostConfig { vmm_granularity: 3000, ..ok }.validate().is_err());
+        assert!(
+            HostConfig {
+                devices: 0,
+                ..ok.clone()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            HostConfig {
+                memory_per_device: 10,
+                ..ok.clone()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            HostConfig {
+                vmm_granularity: 3000,
+                ..ok
+            }
+            .validate()
+            .is_err()
+        );
     }
 }

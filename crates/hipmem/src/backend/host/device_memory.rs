@@ -55,9 +55,10 @@ impl RegionsRead<'_> {
                 "{what}: {ptr} is not memory of this emulated device"
             )));
         }
-        let want_end = ptr.0.checked_add(len).ok_or_else(|| {
-            Error::InvalidValue(format!("{what}: {ptr} + {len} bytes overflows"))
-        })?;
+        let want_end = ptr
+            .0
+            .checked_add(len)
+            .ok_or_else(|| Error::InvalidValue(format!("{what}: {ptr} + {len} bytes overflows")))?;
         if want_end > end {
             return Err(Error::InvalidValue(format!(
                 "{what}: {len} bytes at {ptr} run {} bytes past the end of the {}-byte allocation at {:#x}",
@@ -73,12 +74,17 @@ impl RegionsRead<'_> {
 impl RegionTable {
     /// Locks the table for validation.
     pub fn read(&self) -> RegionsRead<'_> {
-        RegionsRead { guard: self.regions.read().unwrap_or_else(|p| p.into_inner()) }
+        RegionsRead {
+            guard: self.regions.read().unwrap_or_else(|p| p.into_inner()),
+        }
     }
 
     /// Adds a region.
     pub fn insert(&self, base: u64, region: Region) {
-        self.regions.write().unwrap_or_else(|p| p.into_inner()).insert(base, region);
+        self.regions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(base, region);
     }
 
     /// Removes the region starting exactly at `base` if `matches` accepts it.
@@ -115,7 +121,10 @@ impl AnonymousMapping {
             )
         }
         .map_err(|e| Error::OutOfMemory(format!("mmap of {len} bytes failed: {e}")))?;
-        Ok(AnonymousMapping { addr: ptr as u64, len: len_usize })
+        Ok(AnonymousMapping {
+            addr: ptr as u64,
+            len: len_usize,
+        })
     }
 
     /// The start address.

@@ -1,0 +1,112 @@
+//! `hipmem tour`: the seeds' examples, end to end, on the chosen backend.
+//!
+//! Each section follows one listing of the seeds step by step, prints the HIP
+//! call it stands for, what it did and how long it took, and verifies the
+//! result. A failed verification is an error (non-zero exit).
+
+use std::time::{Duration, Instant};
+
+use hipmem::{Device, Error, Result, Runtime};
+
+use crate::report::{bytes, duration};
+
+/// Prints steps with their times.
+pub struct Tour {
+    section: usize,
+}
+
+impl Tour {
+    fn section(&mut self, title: &str, source: &str) {
+        self.section += 1;
+        println!();
+        println!("== {}. {title}  ({source})", self.section);
+    }
+
+    /// Runs `f`, printing `call`, the detail it returns and its wall time.
+    fn step<T>(&self, call: &str, f: impl FnOnce() -> Result<(T, String)>) -> Result<T> {
+        let start = Instant::now();
+        let (value, detail) = f().map_err(|e| e.context(call))?;
+        let took = start.elapsed();
+        println!("  {call:<52} {detail:<34} {:>10}", duration(took));
+        Ok(value)
+    }
+}
+
+/// Runs every section of the tour.
+pub fn run(rt: &Runtime, elements: usize) -> Result<()> {
+    let device = rt.device(0)?;
+    let p = device.properties();
+    println!("hipmem tour");
+    println!("backend: {}", rt.backend().description());
+    println!("device 0: {} ({} of memory)", p.name, bytes(p.total_memory));
+    let mut tour = Tour { section: 0 };
+    explicit_memory(&mut tour, &device, elements)?;
+    println!();
+    println!("tour complete: every result verified");
+    Ok(())
+}
+
+/// Seed 000, "Explicit memory management": malloc, hipMalloc, hipMemcpy in,
+/// kernel, hipMemcpy out, hipFree.
+fn explicit_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
+    tour.section("Explicit memory management", "seed 000, section 1");
+    let size = n * std::mem::size_of::<i32>();
+    let mut a = tour.step("A = (int *) malloc(N*sizeof(int))", || {
+        let a: Vec<i32> = (0..n as i32).map(|i| -i).collect();
+        Ok((a, format!("N = {n} ({})", bytes(size as u64))))
+    })?;
+    let mut d_a = tour.step("hipMalloc((void**)&d_A, N*sizeof(int))", || {
+        let d = device.alloc::<i32>(n)?;
+        let detail = format!("d_A = {}", d.device_ptr());
+        Ok((d, detail))
+    })?;
+    tour.step("hipMemcpy(d_A, A, ..., hipMemcpyHostToDevice)", || {
+        let t = Instant::now();
+        d_a.copy_from_host(&a)?;
+        Ok(((), rate(size, t.elapsed())))
+    })?;
+    let stream = device.null_stream();
+    tour.step("kernel<<<...>>>(d_A)  // d_A[i] = i * 2", || {
+        let start = device.create_event()?;
+        let end = device.create_event()?;
+        start.record(&stream)?;
+        stream.iota(&d_a, 2)?;
+        end.record(&stream)?;
+        end.synchronize()?;
+        let ms = start.elapsed_ms(&end)?;
+        Ok((
+            (),
+            format!(
+                "device time {}",
+                duration(Duration::from_secs_f64(ms as f64 / 1e3))
+            ),
+        ))
+    })?;
+    tour.step("hipMemcpy(A, d_A, ..., hipMemcpyDeviceToHost)", || {
+        let t = Instant::now();
+        d_a.copy_to_host(&mut a)?;
+        Ok(((), rate(size, t.elapsed())))
+    })?;
+    tour.step("// result is in A", || {
+        match a
+            .iter()
+            .enumerate()
+            .find(|&(i, &v)| v != (i as i32).wrapping_mul(2))
+        {
+            None => Ok(((), format!("A[i] == 2*i for all {n}"))),
+            Some((i, v)) => Err(Error::Unknown(format!("A[{i}] = {v}, expected {}", 2 * i))),
+        }
+    })?;
+    tour.step("hipFree(d_A); free(A)", || {
+        let ptr = d_a.device_ptr();
+        drop(d_a);
+        drop(a);
+        Ok(((), format!("freed {ptr}")))
+    })?;
+    Ok(())
+}
+
+fn rate(bytes: usize, took: Duration) -> String {
+    let gbps = bytes as f64 / took.as_secs_f64().max(1e-9) / 1e9;
+    format!("{gbps:.2} GB/s")
+}

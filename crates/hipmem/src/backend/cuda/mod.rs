@@ -1,12 +1,1206 @@
-//! The `cuda` backend (being written).
-use std::sync::Arc;
+//! The `cuda` backend: the [`Backend`] trait on the CUDA driver API.
+//!
+//! Layers, in the manner of cudarc:
+//! - [`driver`]: the driver's types and constants and a table of function
+//!   pointers loaded from `libcuda.so.1` at run time (nothing links CUDA);
+//! - [`result`]: one short function per driver call that turns `CUresult`
+//!   into [`Result`], with messages that name the call and its arguments;
+//! - this module: [`CudaBackend`], which works in each device's primary
+//!   context and runs hipmem's built-in kernels from hand-written PTX
+//!   (`kernels.ptx`, JIT-compiled by the driver for the device).
+//!
+//! Handles: a stream's handle is its `CUstream` value (0 is the device's
+//! legacy null stream), an event's its `CUevent` value. The backend keeps the
+//! set of streams and events it created, so a stale or foreign handle is an
+//! [`Error::InvalidHandle`] value instead of a dangling pointer handed to the
+//! driver; device addresses are validated by the driver (the runtime layer
+//! above checks them against its own registry first).
+//!
+//! Contexts: every call that needs one makes the device's primary context
+//! current on the calling thread. The context last made current by hipmem is
+//! cached in a thread-local, so the common case makes no driver call; code
+//! that changes the current context behind hipmem's back on the same thread
+//! (without going through hipmem) is not noticed.
 
-use super::Backend;
+pub mod driver;
+pub mod result;
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_void};
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use driver::{CUcontext, CUdevice, CUfunction, CUstream, Driver};
+
+use super::{
+    Backend, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
+    HostCallback, HostSpan, MemInfo, RawEvent, RawStream, StreamFlags,
+};
 use crate::error::{Error, Result};
+
+/// The PTX text of the built-in kernels (see `kernels.ptx`).
+pub const KERNELS_PTX: &str = include_str!("kernels.ptx");
+
+/// Entry names in [`KERNELS_PTX`].
+pub const KERNEL_NAMES: [&str; 5] = [
+    "hipmem_fill_u8",
+    "hipmem_fill_u16",
+    "hipmem_fill_u32",
+    "hipmem_iota_i32",
+    "hipmem_delay",
+];
+
+/// Threads per block of the element kernels.
+const BLOCK: u32 = 256;
+/// At most this many blocks per multiprocessor (the kernels loop over the rest).
+const BLOCKS_PER_SM: u64 = 32;
 
 /// Loads libcuda.so.1, initializes the driver and returns the backend.
 pub fn open() -> Result<Arc<dyn Backend>> {
-    Err(Error::NotInitialized(
-        "the cuda backend is not built yet".into(),
-    ))
+    Ok(Arc::new(CudaBackend::new()?))
+}
+
+/// A driver handle (context, stream, event, module or function) that may be
+/// shared between threads.
+struct Handle<T>(*mut T);
+
+// Written out: derives would require `T: Copy` of the opaque driver types.
+impl<T> Clone for Handle<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Handle<T> {}
+
+// SAFETY: CUDA driver handles are opaque tokens; the driver API is
+// thread-safe and accepts them from any thread.
+unsafe impl<T> Send for Handle<T> {}
+// SAFETY: as above; a shared `Handle` only hands out the pointer value.
+unsafe impl<T> Sync for Handle<T> {}
+
+impl<T> fmt::Debug for Handle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:p}", self.0)
+    }
+}
+
+// ---- the current context, per thread --------------------------------------------------
+
+/// Bumped whenever a backend releases its contexts, which invalidates every
+/// thread's cache (a new backend may get the same context pointers back).
+static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// (context pointer, generation) last made current on this thread by hipmem.
+    static CURRENT_CONTEXT: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Makes `ctx` current on the calling thread unless the cache says it is.
+fn bind_context(d: &Driver, ctx: CUcontext) -> Result<()> {
+    let key = (ctx as usize, CONTEXT_GENERATION.load(Ordering::Acquire));
+    if CURRENT_CONTEXT
+        .try_with(|c| c.get() == key)
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    // SAFETY: `ctx` is a primary context retained by a live backend.
+    unsafe { result::ctx_set_current(d, ctx) }?;
+    let _ = CURRENT_CONTEXT.try_with(|c| c.set(key));
+    Ok(())
+}
+
+// ---- devices, streams, events ---------------------------------------------------------
+
+/// The functions of `kernels.ptx`, loaded into one device's primary context.
+#[derive(Debug)]
+struct Kernels {
+    module: Handle<driver::CUmod_st>,
+    fill_u8: Handle<driver::CUfunc_st>,
+    fill_u16: Handle<driver::CUfunc_st>,
+    fill_u32: Handle<driver::CUfunc_st>,
+    iota_i32: Handle<driver::CUfunc_st>,
+    delay: Handle<driver::CUfunc_st>,
+}
+
+#[derive(Debug)]
+struct Device {
+    ordinal: usize,
+    cu: CUdevice,
+    ctx: Handle<driver::CUctx_st>,
+    multiprocessors: u32,
+    kernels: OnceLock<Kernels>,
+    kernels_init: Mutex<()>,
+}
+
+/// A stream the backend created. Destroyed with the driver when the last
+/// reference goes (normally at once in `stream_destroy`; later if another
+/// thread is using it at that moment).
+#[derive(Debug)]
+struct StreamEntry {
+    driver: &'static Driver,
+    device: usize,
+    ctx: Handle<driver::CUctx_st>,
+    raw: Handle<driver::CUstream_st>,
+}
+
+impl StreamEntry {
+    fn destroy_now(&self) -> Result<()> {
+        bind_context(self.driver, self.ctx.0)?;
+        // SAFETY: `raw` was created by cuStreamCreate and is destroyed only here,
+        // once, when the last reference to the entry goes.
+        let r = unsafe { (self.driver.cuStreamDestroy_v2)(self.raw.0) };
+        result::check(self.driver, r, || {
+            format!("cuStreamDestroy_v2({:p})", self.raw.0)
+        })
+    }
+}
+
+impl Drop for StreamEntry {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_now() {
+            tracing::warn!(target: "hipmem", "destroying a CUDA stream failed in Drop: {e}");
+        }
+    }
+}
+
+/// An event the backend created; destroyed like [`StreamEntry`].
+#[derive(Debug)]
+struct EventEntry {
+    driver: &'static Driver,
+    device: usize,
+    ctx: Handle<driver::CUctx_st>,
+    raw: Handle<driver::CUevent_st>,
+}
+
+impl EventEntry {
+    fn destroy_now(&self) -> Result<()> {
+        bind_context(self.driver, self.ctx.0)?;
+        // SAFETY: `raw` was created by cuEventCreate and is destroyed only here, once.
+        let r = unsafe { (self.driver.cuEventDestroy_v2)(self.raw.0) };
+        result::check(self.driver, r, || {
+            format!("cuEventDestroy_v2({:p})", self.raw.0)
+        })
+    }
+}
+
+impl Drop for EventEntry {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy_now() {
+            tracing::warn!(target: "hipmem", "destroying a CUDA event failed in Drop: {e}");
+        }
+    }
+}
+
+/// Removes `entry`'s handle and destroys it now if nobody else holds it.
+fn destroy_entry<T>(entry: Arc<T>, destroy_now: impl FnOnce(&T) -> Result<()>) -> Result<()> {
+    match Arc::try_unwrap(entry) {
+        Ok(entry) => {
+            let r = destroy_now(&entry);
+            // The driver object is gone (or the error says why not); don't
+            // destroy it a second time in Drop.
+            std::mem::forget(entry);
+            r
+        }
+        // Another thread is in a call with it: its Drop destroys it after.
+        Err(shared) => {
+            drop(shared);
+            Ok(())
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A stream resolved for one call: its device and driver handle, kept alive
+/// until the call returns.
+struct Target<'a> {
+    dev: &'a Device,
+    raw: CUstream,
+    _entry: Option<Arc<StreamEntry>>,
+}
+
+/// The CUDA driver backend.
+pub struct CudaBackend {
+    driver: &'static Driver,
+    version: i32,
+    devices: Vec<Device>,
+    streams: Mutex<HashMap<u64, Arc<StreamEntry>>>,
+    events: Mutex<HashMap<u64, Arc<EventEntry>>>,
+}
+
+impl fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("library", &self.driver.library_name)
+            .field("version", &self.version)
+            .field("devices", &self.devices)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaBackend {
+    /// Loads the driver, initializes it and retains every device's primary context.
+    pub fn new() -> Result<CudaBackend> {
+        let d = Driver::get()?;
+        result::init(d).map_err(|e| Error::NotInitialized(e.message().to_owned()))?;
+        let version = result::driver_version(d)?;
+        let count = result::device_count(d)?;
+        let mut backend = CudaBackend {
+            driver: d,
+            version,
+            devices: Vec::with_capacity(count.max(0) as usize),
+            streams: Mutex::new(HashMap::new()),
+            events: Mutex::new(HashMap::new()),
+        };
+        // On an error below, dropping `backend` releases what was retained.
+        for ordinal in 0..count.max(0) {
+            let cu = result::device_get(d, ordinal)?;
+            let ctx = result::primary_ctx_retain(d, cu)?;
+            backend.devices.push(Device {
+                ordinal: ordinal as usize,
+                cu,
+                ctx: Handle(ctx),
+                multiprocessors: 1,
+                kernels: OnceLock::new(),
+                kernels_init: Mutex::new(()),
+            });
+            let sms =
+                result::device_attribute(d, cu, driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+            if let Some(dev) = backend.devices.last_mut() {
+                dev.multiprocessors = sms.max(1) as u32;
+            }
+        }
+        Ok(backend)
+    }
+
+    /// The driver version as `cuDriverGetVersion` reports it (13000 = 13.0).
+    pub fn driver_version(&self) -> i32 {
+        self.version
+    }
+
+    fn device(&self, device: usize) -> Result<&Device> {
+        self.devices.get(device).ok_or_else(|| {
+            Error::InvalidDevice(format!(
+                "device {device} does not exist (the cuda backend has {})",
+                self.devices.len()
+            ))
+        })
+    }
+
+    /// The device, with its primary context current on this thread.
+    fn bound(&self, device: usize) -> Result<&Device> {
+        let dev = self.device(device)?;
+        bind_context(self.driver, dev.ctx.0)?;
+        Ok(dev)
+    }
+
+    fn check(&self, code: driver::CUresult, what: impl FnOnce() -> String) -> Result<()> {
+        result::check(self.driver, code, what)
+    }
+
+    /// Resolves `stream` and makes its device's context current.
+    fn target(&self, stream: RawStream) -> Result<Target<'_>> {
+        let dev = self.device(stream.device)?;
+        let (raw, entry) = if stream.handle == 0 {
+            (std::ptr::null_mut(), None)
+        } else {
+            let entry = lock(&self.streams).get(&stream.handle).cloned();
+            match entry {
+                Some(e) if e.device == stream.device => (e.raw.0, Some(e)),
+                Some(e) => {
+                    return Err(Error::InvalidHandle(format!(
+                        "stream {:#x} belongs to device {}, not device {}",
+                        stream.handle, e.device, stream.device
+                    )));
+                }
+                None => {
+                    return Err(Error::InvalidHandle(format!(
+                        "stream {:#x} does not exist or was destroyed",
+                        stream.handle
+                    )));
+                }
+            }
+        };
+        bind_context(self.driver, dev.ctx.0)?;
+        Ok(Target {
+            dev,
+            raw,
+            _entry: entry,
+        })
+    }
+
+    fn event(&self, event: RawEvent) -> Result<Arc<EventEntry>> {
+        let found = lock(&self.events).get(&event.handle).cloned();
+        match found {
+            Some(e) if e.device == event.device => Ok(e),
+            _ => Err(Error::InvalidHandle(format!(
+                "event {:#x} of device {} does not exist or was destroyed",
+                event.handle, event.device
+            ))),
+        }
+    }
+
+    /// The device that owns `ptr`, as the driver knows it; `None` where the
+    /// driver does not know the address.
+    fn device_of(&self, ptr: DevicePtr) -> Option<&Device> {
+        // cuPointerGetAttribute wants some context current on the thread: keep
+        // one of ours that already is, else make device 0's current.
+        let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
+        let (current, cached_generation) = CURRENT_CONTEXT.try_with(|c| c.get()).unwrap_or((0, 0));
+        let ours = cached_generation == generation
+            && self.devices.iter().any(|d| d.ctx.0 as usize == current);
+        if !ours {
+            bind_context(self.driver, self.devices.first()?.ctx.0).ok()?;
+        }
+        let ordinal = result::pointer_device_ordinal(self.driver, ptr.0).ok()?;
+        self.devices.iter().find(|d| d.cu == ordinal)
+    }
+
+    /// The device whose context a synchronous copy runs in: the owner of the
+    /// device-side address, else device 0 (the driver then validates it).
+    fn copy_device(&self, ptr: DevicePtr) -> Result<&Device> {
+        let dev = match self.device_of(ptr) {
+            Some(dev) => dev,
+            None => self.device(0)?,
+        };
+        bind_context(self.driver, dev.ctx.0)?;
+        Ok(dev)
+    }
+
+    fn synchronize(&self, dev: &Device) -> Result<()> {
+        bind_context(self.driver, dev.ctx.0)?;
+        // SAFETY: the primary context is retained by `self` and current on this thread.
+        unsafe {
+            result::ctx_synchronize(self.driver, dev.ctx.0, || {
+                format!("cuCtxSynchronize on device {}", dev.ordinal)
+            })
+        }
+    }
+
+    fn kernels<'a>(&self, dev: &'a Device) -> Result<&'a Kernels> {
+        if let Some(k) = dev.kernels.get() {
+            return Ok(k);
+        }
+        let _guard = lock(&dev.kernels_init);
+        if let Some(k) = dev.kernels.get() {
+            return Ok(k);
+        }
+        let d = self.driver;
+        bind_context(d, dev.ctx.0)?;
+        let ptx = CString::new(KERNELS_PTX)
+            .map_err(|_| Error::Unknown("kernels.ptx contains a NUL byte".into()))?;
+        let module = result::module_load_ptx(d, &ptx, || {
+            format!("cuModuleLoadData(kernels.ptx) on device {}", dev.ordinal)
+        })?;
+        let function = |name: &CStr| -> Result<Handle<driver::CUfunc_st>> {
+            // SAFETY: `module` was just loaded and is not unloaded while in use.
+            unsafe { result::module_get_function(d, module, name) }.map(Handle)
+        };
+        let loaded = (|| {
+            Ok(Kernels {
+                module: Handle(module),
+                fill_u8: function(c"hipmem_fill_u8")?,
+                fill_u16: function(c"hipmem_fill_u16")?,
+                fill_u32: function(c"hipmem_fill_u32")?,
+                iota_i32: function(c"hipmem_iota_i32")?,
+                delay: function(c"hipmem_delay")?,
+            })
+        })();
+        match loaded {
+            Ok(k) => Ok(dev.kernels.get_or_init(|| k)),
+            Err(e) => {
+                // SAFETY: no function of the module was handed out.
+                let _ = unsafe { (d.cuModuleUnload)(module) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Launches `f` with `grid` blocks of `block` threads on `target`.
+    fn launch(
+        &self,
+        target: &Target<'_>,
+        f: CUfunction,
+        grid: u32,
+        block: u32,
+        params: &mut [*mut c_void],
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        // SAFETY: `f` is a live function of a module loaded in the target
+        // device's context (current on this thread), `target.raw` a live stream
+        // of that context (or null), and `params` holds one pointer per kernel
+        // parameter, each to a value of the parameter's PTX type; the driver
+        // copies the values before returning.
+        let r = unsafe {
+            (self.driver.cuLaunchKernel)(
+                f,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                target.raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        self.check(r, what)
+    }
+
+    fn grid_for(dev: &Device, count: u64) -> u32 {
+        let wanted = count.div_ceil(u64::from(BLOCK));
+        let cap = BLOCKS_PER_SM * u64::from(dev.multiprocessors.max(1));
+        wanted.min(cap).max(1) as u32
+    }
+
+    fn to_usize(value: u64, what: &str) -> Result<usize> {
+        usize::try_from(value)
+            .map_err(|_| Error::InvalidValue(format!("{what}: {value} does not fit usize")))
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        let d = self.driver;
+        for dev in &self.devices {
+            if let Err(e) = self.synchronize(dev) {
+                tracing::warn!(target: "hipmem", "synchronizing device {} failed in Drop: {e}", dev.ordinal);
+            }
+        }
+        // Streams and events go before their contexts.
+        lock(&self.streams).clear();
+        lock(&self.events).clear();
+        for dev in &self.devices {
+            if let Some(k) = dev.kernels.get() {
+                if bind_context(d, dev.ctx.0).is_ok() {
+                    // SAFETY: the module was loaded in this context; no launch can
+                    // follow, as the backend is being dropped.
+                    let r = unsafe { (d.cuModuleUnload)(k.module.0) };
+                    if let Err(e) = result::check(d, r, || "cuModuleUnload(kernels.ptx)".into()) {
+                        tracing::warn!(target: "hipmem", "{e}");
+                    }
+                }
+            }
+            // SAFETY: balances the retain in `new`; nothing uses the context after.
+            if let Err(e) = unsafe { result::primary_ctx_release(d, dev.cu) } {
+                tracing::warn!(target: "hipmem", "releasing the primary context failed in Drop: {e}");
+            }
+        }
+        CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Runs a [`HostCallback`] that `launch_host_func` handed to the driver.
+unsafe extern "C" fn host_func_trampoline(user_data: *mut c_void) {
+    if user_data.is_null() {
+        return;
+    }
+    // SAFETY: `user_data` is the `Box<HostCallback>` leaked by
+    // `launch_host_func`; the driver calls this function exactly once with it.
+    let callback = unsafe { Box::from_raw(user_data.cast::<HostCallback>()) };
+    // A panic must not unwind into the driver.
+    if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(move || (*callback)())) {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".into());
+        tracing::error!(target: "hipmem", "a host callback panicked: {message}");
+        // Dropping the payload could itself panic.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "cuda: driver {}.{}, {} device(s)",
+            self.version / 1000,
+            (self.version % 1000) / 10,
+            self.devices.len()
+        )
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device_properties(&self, device: usize) -> Result<DeviceProperties> {
+        let dev = self.device(device)?;
+        let d = self.driver;
+        let attr = |a| result::device_attribute(d, dev.cu, a);
+        let flag = |a| attr(a).map(|v| v != 0);
+        let virtual_memory = flag(driver::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)?;
+        let (vmm_granularity, vmm_recommended_granularity) = if virtual_memory {
+            let prop = driver::CUmemAllocationProp::pinned_on_device(dev.cu);
+            let g = |option| result::allocation_granularity(d, &prop, option).unwrap_or(0);
+            (
+                g(driver::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                g(driver::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+            )
+        } else {
+            (0, 0)
+        };
+        Ok(DeviceProperties {
+            ordinal: device,
+            name: result::device_name(d, dev.cu)?,
+            total_memory: result::device_total_mem(d, dev.cu)?,
+            compute_capability: (
+                attr(driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?.max(0) as u32,
+                attr(driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?.max(0) as u32,
+            ),
+            multiprocessor_count: attr(driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0)
+                as u32,
+            capabilities: DeviceCapabilities {
+                memory_pools: flag(driver::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?,
+                virtual_memory,
+                managed_memory: flag(driver::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)?,
+                concurrent_managed_access: flag(
+                    driver::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
+                )?,
+                can_map_host_memory: flag(driver::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)?,
+                unified_addressing: flag(driver::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?,
+                vmm_granularity,
+                vmm_recommended_granularity,
+            },
+        })
+    }
+
+    fn mem_get_info(&self, device: usize) -> Result<MemInfo> {
+        self.bound(device)?;
+        let (free, total) = result::mem_get_info(self.driver)
+            .map_err(|e| e.context(format_args!("device {device}")))?;
+        Ok(MemInfo { free, total })
+    }
+
+    fn device_synchronize(&self, device: usize) -> Result<()> {
+        let dev = self.device(device)?;
+        self.synchronize(dev)
+    }
+
+    fn mem_alloc(&self, device: usize, size: u64) -> Result<DevicePtr> {
+        self.bound(device)?;
+        if size == 0 {
+            return Err(Error::InvalidValue("cannot allocate 0 bytes".into()));
+        }
+        let bytes = Self::to_usize(size, "allocation size")?;
+        let p = result::mem_alloc(self.driver, bytes, || {
+            format!("cuMemAlloc_v2({size} bytes) on device {device}")
+        })?;
+        Ok(DevicePtr(p))
+    }
+
+    fn mem_free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+        let dev = self.bound(device)?;
+        match result::pointer_device_ordinal(self.driver, ptr.0) {
+            Ok(owner) if owner != dev.cu => {
+                return Err(Error::InvalidValue(format!(
+                    "{ptr} belongs to device {owner}, not device {device}"
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Error::InvalidValue(format!(
+                    "{ptr} is not a live allocation on device {device}: {}",
+                    e.message()
+                )));
+            }
+        }
+        // No queued work of the device may touch the memory once it is freed.
+        self.synchronize(dev)?;
+        // SAFETY: the device's work has drained (above).
+        unsafe {
+            result::mem_free(self.driver, ptr.0, || {
+                format!("cuMemFree_v2({ptr}) on device {device}")
+            })
+        }
+    }
+
+    fn copy_host_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let dev = self.copy_device(dst)?;
+        // SAFETY: `src` is a live slice of `src.len()` readable bytes for the
+        // whole (synchronous) call; the driver validates `dst`.
+        let r = unsafe { (self.driver.cuMemcpyHtoD_v2)(dst.0, src.as_ptr().cast(), src.len()) };
+        self.check(r, || {
+            format!(
+                "cuMemcpyHtoD_v2({dst}, {} bytes) on device {}",
+                src.len(),
+                dev.ordinal
+            )
+        })
+    }
+
+    fn copy_device_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let dev = self.copy_device(src)?;
+        let len = dst.len();
+        // SAFETY: `dst` is a live, exclusively borrowed slice of `len` writable
+        // bytes for the whole (synchronous) call; the driver validates `src`.
+        let r = unsafe { (self.driver.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), src.0, len) };
+        self.check(r, || {
+            format!(
+                "cuMemcpyDtoH_v2({src}, {len} bytes) on device {}",
+                dev.ordinal
+            )
+        })
+    }
+
+    fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let bytes = Self::to_usize(size, "copy size")?;
+        let dev = self.copy_device(dst)?;
+        // SAFETY: device addresses only; the driver validates them.
+        let r = unsafe { (self.driver.cuMemcpyDtoD_v2)(dst.0, src.0, bytes) };
+        self.check(r, || {
+            format!(
+                "cuMemcpyDtoD_v2({dst} <- {src}, {size} bytes) on device {}",
+                dev.ordinal
+            )
+        })?;
+        // A device-to-device copy is asynchronous to the host: wait for it on
+        // the legacy null stream it was queued on.
+        // SAFETY: the null stream of the current context.
+        let r = unsafe { (self.driver.cuStreamSynchronize)(std::ptr::null_mut()) };
+        self.check(r, || {
+            format!("cuStreamSynchronize(null stream) on device {}", dev.ordinal)
+        })
+    }
+
+    fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: HostSpan,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.target(stream)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let len = Self::to_usize(src.len(), "copy size")?;
+        // SAFETY: `HostSpan`'s contract keeps the host memory readable until the
+        // queued copy has completed; the driver validates `dst` and the stream
+        // is live for the call (held by `t`).
+        let r =
+            unsafe { (self.driver.cuMemcpyHtoDAsync_v2)(dst.0, src.as_ptr().cast(), len, t.raw) };
+        self.check(r, || {
+            format!(
+                "cuMemcpyHtoDAsync_v2({dst}, {len} bytes) on device {}",
+                t.dev.ordinal
+            )
+        })
+    }
+
+    fn copy_device_to_host_async(
+        &self,
+        dst: HostSpan,
+        src: DevicePtr,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.target(stream)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let len = Self::to_usize(dst.len(), "copy size")?;
+        // SAFETY: `HostSpan`'s contract keeps the host memory writable and
+        // unaliased until the queued copy has completed; the driver validates
+        // `src`.
+        let r = unsafe {
+            (self.driver.cuMemcpyDtoHAsync_v2)(dst.as_mut_ptr().cast(), src.0, len, t.raw)
+        };
+        self.check(r, || {
+            format!(
+                "cuMemcpyDtoHAsync_v2({src}, {len} bytes) on device {}",
+                t.dev.ordinal
+            )
+        })
+    }
+
+    fn copy_device_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.target(stream)?;
+        if size == 0 {
+            return Ok(());
+        }
+        let bytes = Self::to_usize(size, "copy size")?;
+        // SAFETY: device addresses only (validated by the driver); live stream.
+        let r = unsafe { (self.driver.cuMemcpyDtoDAsync_v2)(dst.0, src.0, bytes, t.raw) };
+        self.check(r, || {
+            format!(
+                "cuMemcpyDtoDAsync_v2({dst} <- {src}, {size} bytes) on device {}",
+                t.dev.ordinal
+            )
+        })
+    }
+
+    fn memset_async(
+        &self,
+        dst: DevicePtr,
+        value: FillValue,
+        count: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.target(stream)?;
+        count
+            .checked_mul(value.element_size())
+            .ok_or_else(|| Error::InvalidValue(format!("memset: {count} elements overflow")))?;
+        if count == 0 {
+            return Ok(());
+        }
+        let n = Self::to_usize(count, "memset count")?;
+        let d = self.driver;
+        // SAFETY: device addresses only (validated by the driver); live stream.
+        let (r, name) = unsafe {
+            match value {
+                FillValue::U8(v) => ((d.cuMemsetD8Async)(dst.0, v, n, t.raw), "cuMemsetD8Async"),
+                FillValue::U16(v) => ((d.cuMemsetD16Async)(dst.0, v, n, t.raw), "cuMemsetD16Async"),
+                FillValue::U32(v) => ((d.cuMemsetD32Async)(dst.0, v, n, t.raw), "cuMemsetD32Async"),
+            }
+        };
+        self.check(r, || {
+            format!(
+                "{name}({dst}, {count} elements) on device {}",
+                t.dev.ordinal
+            )
+        })
+    }
+
+    fn stream_create(&self, device: usize, flags: StreamFlags) -> Result<RawStream> {
+        let dev = self.bound(device)?;
+        let cu_flags = if flags.non_blocking {
+            driver::CU_STREAM_NON_BLOCKING
+        } else {
+            driver::CU_STREAM_DEFAULT
+        };
+        let raw = result::stream_create(self.driver, cu_flags, || {
+            format!("cuStreamCreate(flags {cu_flags}) on device {device}")
+        })?;
+        let handle = raw as u64;
+        let entry = StreamEntry {
+            driver: self.driver,
+            device,
+            ctx: dev.ctx,
+            raw: Handle(raw),
+        };
+        lock(&self.streams).insert(handle, Arc::new(entry));
+        Ok(RawStream { device, handle })
+    }
+
+    fn stream_destroy(&self, stream: RawStream) -> Result<()> {
+        if stream.handle == 0 {
+            return Err(Error::InvalidHandle(
+                "the null stream cannot be destroyed".into(),
+            ));
+        }
+        self.device(stream.device)?;
+        let mut streams = lock(&self.streams);
+        let entry = match streams.get(&stream.handle) {
+            Some(e) if e.device == stream.device => streams.remove(&stream.handle),
+            Some(e) => {
+                return Err(Error::InvalidHandle(format!(
+                    "stream {:#x} belongs to device {}, not device {}",
+                    stream.handle, e.device, stream.device
+                )));
+            }
+            None => None,
+        };
+        drop(streams);
+        let entry = entry.ok_or_else(|| {
+            Error::InvalidHandle(format!(
+                "stream {:#x} does not exist or was destroyed",
+                stream.handle
+            ))
+        })?;
+        destroy_entry(entry, StreamEntry::destroy_now)
+    }
+
+    fn stream_synchronize(&self, stream: RawStream) -> Result<()> {
+        let t = self.target(stream)?;
+        // SAFETY: live stream of the current context (or its null stream).
+        let r = unsafe { (self.driver.cuStreamSynchronize)(t.raw) };
+        self.check(r, || {
+            format!(
+                "cuStreamSynchronize({:#x}) on device {}",
+                stream.handle, t.dev.ordinal
+            )
+        })
+    }
+
+    fn stream_query(&self, stream: RawStream) -> Result<bool> {
+        let t = self.target(stream)?;
+        // SAFETY: live stream of the current context (or its null stream).
+        let r = unsafe { (self.driver.cuStreamQuery)(t.raw) };
+        result::check_ready(self.driver, r, || {
+            format!(
+                "cuStreamQuery({:#x}) on device {}",
+                stream.handle, t.dev.ordinal
+            )
+        })
+    }
+
+    fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()> {
+        let e = self.event(event)?;
+        let t = self.target(stream)?;
+        // SAFETY: live stream and live event (both held for the call).
+        let r = unsafe {
+            (self.driver.cuStreamWaitEvent)(t.raw, e.raw.0, driver::CU_EVENT_WAIT_DEFAULT)
+        };
+        self.check(r, || {
+            format!(
+                "cuStreamWaitEvent(stream {:#x}, event {:#x}) on device {}",
+                stream.handle, event.handle, t.dev.ordinal
+            )
+        })
+    }
+
+    fn launch_host_func(&self, stream: RawStream, callback: HostCallback) -> Result<()> {
+        let t = self.target(stream)?;
+        let user_data = Box::into_raw(Box::new(callback)).cast::<c_void>();
+        // SAFETY: live stream; the trampoline takes back ownership of
+        // `user_data` when the driver runs it, exactly once.
+        let r =
+            unsafe { (self.driver.cuLaunchHostFunc)(t.raw, Some(host_func_trampoline), user_data) };
+        if r != driver::CUDA_SUCCESS {
+            // The driver did not take the callback: free it here.
+            // SAFETY: `user_data` came from Box::into_raw above and was not handed over.
+            drop(unsafe { Box::from_raw(user_data.cast::<HostCallback>()) });
+        }
+        self.check(r, || {
+            format!(
+                "cuLaunchHostFunc({:#x}) on device {}",
+                stream.handle, t.dev.ordinal
+            )
+        })
+    }
+
+    fn event_create(&self, device: usize, flags: EventFlags) -> Result<RawEvent> {
+        let dev = self.bound(device)?;
+        let mut cu_flags = driver::CU_EVENT_DEFAULT;
+        if flags.blocking_sync {
+            cu_flags |= driver::CU_EVENT_BLOCKING_SYNC;
+        }
+        if flags.disable_timing {
+            cu_flags |= driver::CU_EVENT_DISABLE_TIMING;
+        }
+        if flags.interprocess {
+            cu_flags |= driver::CU_EVENT_INTERPROCESS;
+        }
+        let raw = result::event_create(self.driver, cu_flags, || {
+            format!("cuEventCreate(flags {cu_flags}) on device {device}")
+        })?;
+        let handle = raw as u64;
+        let entry = EventEntry {
+            driver: self.driver,
+            device,
+            ctx: dev.ctx,
+            raw: Handle(raw),
+        };
+        lock(&self.events).insert(handle, Arc::new(entry));
+        Ok(RawEvent { device, handle })
+    }
+
+    fn event_destroy(&self, event: RawEvent) -> Result<()> {
+        let mut events = lock(&self.events);
+        let entry = match events.get(&event.handle) {
+            Some(e) if e.device == event.device => events.remove(&event.handle),
+            _ => None,
+        };
+        drop(events);
+        let entry = entry.ok_or_else(|| {
+            Error::InvalidHandle(format!(
+                "event {:#x} of device {} does not exist or was destroyed",
+                event.handle, event.device
+            ))
+        })?;
+        destroy_entry(entry, EventEntry::destroy_now)
+    }
+
+    fn event_record(&self, event: RawEvent, stream: RawStream) -> Result<()> {
+        let e = self.event(event)?;
+        let t = self.target(stream)?;
+        if e.device != stream.device {
+            return Err(Error::InvalidHandle(format!(
+                "event of device {} cannot be recorded on a stream of device {}",
+                e.device, stream.device
+            )));
+        }
+        // SAFETY: live event and stream of the current context.
+        let r = unsafe { (self.driver.cuEventRecord)(e.raw.0, t.raw) };
+        self.check(r, || {
+            format!(
+                "cuEventRecord(event {:#x}, stream {:#x}) on device {}",
+                event.handle, stream.handle, t.dev.ordinal
+            )
+        })
+    }
+
+    fn event_query(&self, event: RawEvent) -> Result<bool> {
+        let e = self.event(event)?;
+        bind_context(self.driver, e.ctx.0)?;
+        // SAFETY: live event (held for the call).
+        let r = unsafe { (self.driver.cuEventQuery)(e.raw.0) };
+        result::check_ready(self.driver, r, || {
+            format!("cuEventQuery({:#x})", event.handle)
+        })
+    }
+
+    fn event_synchronize(&self, event: RawEvent) -> Result<()> {
+        let e = self.event(event)?;
+        bind_context(self.driver, e.ctx.0)?;
+        // SAFETY: live event (held for the call).
+        let r = unsafe { (self.driver.cuEventSynchronize)(e.raw.0) };
+        self.check(r, || format!("cuEventSynchronize({:#x})", event.handle))
+    }
+
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32> {
+        let (s, e) = (self.event(start)?, self.event(end)?);
+        bind_context(self.driver, s.ctx.0)?;
+        let mut ms = 0f32;
+        // SAFETY: live events (held for the call); `ms` is a valid out-pointer.
+        let r = unsafe { (self.driver.cuEventElapsedTime)(&mut ms, s.raw.0, e.raw.0) };
+        self.check(r, || {
+            format!(
+                "{}({:#x}, {:#x})",
+                self.driver.event_elapsed_time_symbol, start.handle, end.handle
+            )
+        })?;
+        Ok(ms)
+    }
+
+    fn launch_fill(
+        &self,
+        dst: DevicePtr,
+        value: FillValue,
+        count: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.target(stream)?;
+        count.checked_mul(value.element_size()).ok_or_else(|| {
+            Error::InvalidValue(format!("fill kernel: {count} elements overflow"))
+        })?;
+        if count == 0 {
+            return Ok(());
+        }
+        if dst.is_null() {
+            return Err(Error::InvalidValue("fill kernel: null destination".into()));
+        }
+        let k = self.kernels(t.dev)?;
+        let (f, name, mut v) = match value {
+            FillValue::U8(v) => (k.fill_u8, "hipmem_fill_u8", u32::from(v)),
+            FillValue::U16(v) => (k.fill_u16, "hipmem_fill_u16", u32::from(v)),
+            FillValue::U32(v) => (k.fill_u32, "hipmem_fill_u32", v),
+        };
+        let (mut p, mut n) = (dst.0, count);
+        let mut params = [
+            (&mut p as *mut u64).cast::<c_void>(),
+            (&mut v as *mut u32).cast::<c_void>(),
+            (&mut n as *mut u64).cast::<c_void>(),
+        ];
+        let grid = Self::grid_for(t.dev, count);
+        self.launch(&t, f.0, grid, BLOCK, &mut params, || {
+            format!(
+                "cuLaunchKernel({name}, {dst}, {count} elements) on device {}",
+                t.dev.ordinal
+            )
+        })
+    }
+
+    fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()> {
+        let t = self.target(stream)?;
+        count.checked_mul(4).ok_or_else(|| {
+            Error::InvalidValue(format!("iota kernel: {count} elements overflow"))
+        })?;
+        if count == 0 {
+            return Ok(());
+        }
+        if dst.is_null() {
+            return Err(Error::InvalidValue("iota kernel: null destination".into()));
+        }
+        let kernels = self.kernels(t.dev)?;
+        let (mut p, mut n, mut factor) = (dst.0, count, k);
+        let mut params = [
+            (&mut p as *mut u64).cast::<c_void>(),
+            (&mut n as *mut u64).cast::<c_void>(),
+            (&mut factor as *mut i32).cast::<c_void>(),
+        ];
+        let grid = Self::grid_for(t.dev, count);
+        self.launch(&t, kernels.iota_i32.0, grid, BLOCK, &mut params, || {
+            format!(
+                "cuLaunchKernel(hipmem_iota_i32, {dst}, {count} elements, k {k}) on device {}",
+                t.dev.ordinal
+            )
+        })
+    }
+
+    fn launch_delay(
+        &self,
+        duration: Duration,
+        flag: DevicePtr,
+        flag_value: u32,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.target(stream)?;
+        if flag.is_null() {
+            return Err(Error::InvalidValue(
+                "delay kernel: null flag address".into(),
+            ));
+        }
+        let kernels = self.kernels(t.dev)?;
+        let mut ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let (mut p, mut v) = (flag.0, flag_value);
+        let mut params = [
+            (&mut ns as *mut u64).cast::<c_void>(),
+            (&mut p as *mut u64).cast::<c_void>(),
+            (&mut v as *mut u32).cast::<c_void>(),
+        ];
+        self.launch(&t, kernels.delay.0, 1, 1, &mut params, || {
+            format!(
+                "cuLaunchKernel(hipmem_delay, {duration:?}, flag {flag}) on device {}",
+                t.dev.ordinal
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_without_a_driver_is_an_error_value() {
+        // On a machine without libcuda this must be NotInitialized, never a
+        // panic; on a GPU machine it opens.
+        match open() {
+            Ok(backend) => assert_eq!(backend.kind(), BackendKind::Cuda),
+            Err(e) => assert!(
+                matches!(e, Error::NotInitialized(_)),
+                "unexpected error {e:?}"
+            ),
+        }
+    }
+
+    #[test]
+    fn a_missing_library_is_not_initialized() {
+        let err = driver::load(&["libhipmem-no-such-library.so.1"]).expect_err("must fail");
+        assert!(matches!(err, Error::NotInitialized(_)), "{err:?}");
+        assert!(
+            err.message().contains("libhipmem-no-such-library.so.1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_library_without_the_symbols_is_not_initialized() {
+        // libc loads everywhere but has no CUDA entry points.
+        let err = driver::load(&["libc.so.6"]).expect_err("must fail");
+        assert!(matches!(err, Error::NotInitialized(_)), "{err:?}");
+        assert!(err.message().contains("has no symbol cu"), "{err}");
+    }
+
+    #[test]
+    fn cuda_results_map_onto_hip_errors() {
+        use driver::*;
+        let cases: [(CUresult, i32); 12] = [
+            (CUDA_ERROR_INVALID_VALUE, 1),
+            (CUDA_ERROR_OUT_OF_MEMORY, 2),
+            (CUDA_ERROR_NOT_INITIALIZED, 3),
+            (CUDA_ERROR_DEINITIALIZED, 3),
+            (CUDA_ERROR_INVALID_DEVICE, 101),
+            (CUDA_ERROR_INVALID_HANDLE, 400),
+            (CUDA_ERROR_NOT_READY, 600),
+            (CUDA_ERROR_CONTEXT_IS_DESTROYED, 709),
+            (CUDA_ERROR_NOT_SUPPORTED, 801),
+            (CUDA_ERROR_NO_DEVICE, 999),
+            (700, 999),
+            (12345, 999),
+        ];
+        for (code, hip) in cases {
+            let e = result::error_from_code(code, "m".into());
+            assert_eq!(e.code(), hip, "CUresult {code}");
+            assert_eq!(e.message(), "m");
+        }
+    }
+
+    #[test]
+    fn error_messages_name_the_call_and_the_driver_text() {
+        let m = result::error_message(
+            "cuMemAlloc_v2(1099511627776 bytes) on device 0",
+            2,
+            Some("CUDA_ERROR_OUT_OF_MEMORY"),
+            Some("out of memory"),
+        );
+        assert_eq!(
+            m,
+            "cuMemAlloc_v2(1099511627776 bytes) on device 0: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
+        );
+        assert_eq!(
+            result::error_message("cuInit(0)", 77, None, None),
+            "cuInit(0): CUresult 77"
+        );
+    }
+
+    #[test]
+    fn the_ptx_has_every_kernel() {
+        assert!(KERNELS_PTX.contains(".address_size 64"));
+        assert!(!KERNELS_PTX.contains('\0'));
+        for name in KERNEL_NAMES {
+            assert!(
+                KERNELS_PTX.contains(&format!(".visible .entry {name}(")),
+                "{name} missing"
+            );
+        }
+    }
+
+    #[test]
+    fn grids_are_bounded_and_never_empty() {
+        let dev = Device {
+            ordinal: 0,
+            cu: 0,
+            ctx: Handle(std::ptr::null_mut()),
+            multiprocessors: 132,
+            kernels: OnceLock::new(),
+            kernels_init: Mutex::new(()),
+        };
+        assert_eq!(CudaBackend::grid_for(&dev, 0), 1);
+        assert_eq!(CudaBackend::grid_for(&dev, 1), 1);
+        assert_eq!(CudaBackend::grid_for(&dev, 257), 2);
+        assert_eq!(CudaBackend::grid_for(&dev, u64::MAX), 32 * 132);
+    }
+
+    #[test]
+    fn host_callback_panics_stay_on_the_host_side() {
+        use std::sync::atomic::AtomicBool;
+        static RAN: AtomicBool = AtomicBool::new(false);
+        let ok: HostCallback = Box::new(|| RAN.store(true, Ordering::SeqCst));
+        // SAFETY: hands the trampoline a leaked Box<HostCallback>, as the driver would.
+        unsafe { host_func_trampoline(Box::into_raw(Box::new(ok)).cast()) };
+        assert!(RAN.load(Ordering::SeqCst));
+        let bad: HostCallback = Box::new(|| panic!("boom"));
+        // SAFETY: as above; the panic is caught inside.
+        unsafe { host_func_trampoline(Box::into_raw(Box::new(bad)).cast()) };
+    }
 }

@@ -50,6 +50,16 @@ impl HostSpan {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The start as a pointer (for the backends).
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.addr as *const u8
+    }
+
+    /// The start as a mutable pointer (for the backends).
+    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
 }
 
 /// A scope in which host slices can be lent to asynchronous device work,

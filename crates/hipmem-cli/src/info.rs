@@ -23,16 +23,9 @@ struct InfoReport<'a> {
 pub fn run(rt: &Runtime, json: bool) -> hipmem::Result<()> {
     let mut devices = Vec::new();
     for d in 0..rt.device_count() {
-        devices.push(DeviceReport {
-            properties: rt.device_properties(d)?,
-            memory: rt.mem_get_info(d)?,
-        });
+        devices.push(DeviceReport { properties: rt.device_properties(d)?, memory: rt.mem_get_info(d)? });
     }
-    let report = InfoReport {
-        backend: rt.backend_kind(),
-        description: rt.backend().description(),
-        devices,
-    };
+    let report = InfoReport { backend: rt.backend_kind(), description: rt.backend().description(), devices };
     if json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| hipmem::Error::Unknown(format!("cannot write JSON: {e}")))?;
@@ -46,24 +39,14 @@ pub fn run(rt: &Runtime, json: bool) -> hipmem::Result<()> {
         let c = &p.capabilities;
         println!();
         println!("device {}: {}", p.ordinal, p.name);
-        println!(
-            "  memory:              {} total, {} free",
-            bytes(d.memory.total),
-            bytes(d.memory.free)
-        );
-        println!(
-            "  compute capability:  {}.{}",
-            p.compute_capability.0, p.compute_capability.1
-        );
+        println!("  memory:              {} total, {} free", bytes(d.memory.total), bytes(d.memory.free));
+        println!("  compute capability:  {}.{}", p.compute_capability.0, p.compute_capability.1);
         println!("  multiprocessors:     {}", p.multiprocessor_count);
         let yes = |b: bool| if b { "yes" } else { "no" };
         println!("  memory pools:        {}", yes(c.memory_pools));
         println!("  virtual memory:      {}", yes(c.virtual_memory));
         println!("  managed memory:      {}", yes(c.managed_memory));
-        println!(
-            "  concurrent managed:  {}",
-            yes(c.concurrent_managed_access)
-        );
+        println!("  concurrent managed:  {}", yes(c.concurrent_managed_access));
         println!("  map host memory:     {}", yes(c.can_map_host_memory));
         println!("  unified addressing:  {}", yes(c.unified_addressing));
         println!(

@@ -51,10 +51,7 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|l| l.parse::<tracing::Level>().ok())
         .unwrap_or(tracing::Level::WARN);
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .init();
+    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     let cli = Cli::parse();
     let result = open_runtime(cli.backend.as_deref()).and_then(|rt| match cli.command {
         Command::Info { json } => info::run(&rt, json),

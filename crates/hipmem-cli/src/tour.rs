@@ -74,13 +74,7 @@ fn explicit_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
         end.record(&stream)?;
         end.synchronize()?;
         let ms = start.elapsed_ms(&end)?;
-        Ok((
-            (),
-            format!(
-                "device time {}",
-                duration(Duration::from_secs_f64(ms as f64 / 1e3))
-            ),
-        ))
+        Ok(((), format!("device time {}", duration(Duration::from_secs_f64(ms as f64 / 1e3)))))
     })?;
     tour.step("hipMemcpy(A, d_A, ..., hipMemcpyDeviceToHost)", || {
         let t = Instant::now();
@@ -88,11 +82,7 @@ fn explicit_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
         Ok(((), rate(size, t.elapsed())))
     })?;
     tour.step("// result is in A", || {
-        match a
-            .iter()
-            .enumerate()
-            .find(|&(i, &v)| v != (i as i32).wrapping_mul(2))
-        {
+        match a.iter().enumerate().find(|&(i, &v)| v != (i as i32).wrapping_mul(2)) {
             None => Ok(((), format!("A[i] == 2*i for all {n}"))),
             Some((i, v)) => Err(Error::Unknown(format!("A[{i}] = {v}, expected {}", 2 * i))),
         }

@@ -36,22 +36,14 @@ impl<T: Pod> std::fmt::Debug for DeviceBuffer<T> {
 
 impl<T: Pod> DeviceBuffer<T> {
     pub(crate) fn uninit(device: &Device, len: usize) -> Result<DeviceBuffer<T>> {
-        let bytes = (len as u64)
-            .checked_mul(std::mem::size_of::<T>() as u64)
-            .ok_or_else(|| {
-                Error::OutOfMemory(format!(
-                    "{len} elements of {} bytes overflow the address space",
-                    std::mem::size_of::<T>()
-                ))
-            })?;
+        let bytes = (len as u64).checked_mul(std::mem::size_of::<T>() as u64).ok_or_else(|| {
+            Error::OutOfMemory(format!(
+                "{len} elements of {} bytes overflow the address space",
+                std::mem::size_of::<T>()
+            ))
+        })?;
         let ptr = device.rt.malloc(device.ordinal, bytes)?;
-        Ok(DeviceBuffer {
-            rt: device.rt.clone(),
-            ptr,
-            len,
-            device: device.ordinal,
-            _elements: PhantomData,
-        })
+        Ok(DeviceBuffer { rt: device.rt.clone(), ptr, len, device: device.ordinal, _elements: PhantomData })
     }
 
     /// Number of elements.
@@ -87,15 +79,13 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Copies `src` (same length) into the buffer; returns when done.
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         self.check_len(src.len())?;
-        self.rt
-            .copy_host_to_device(self.ptr, bytemuck::cast_slice(src))
+        self.rt.copy_host_to_device(self.ptr, bytemuck::cast_slice(src))
     }
 
     /// Copies the buffer into `dst` (same length); returns when done.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len())?;
-        self.rt
-            .copy_device_to_host(bytemuck::cast_slice_mut(dst), self.ptr)
+        self.rt.copy_device_to_host(bytemuck::cast_slice_mut(dst), self.ptr)
     }
 
     /// The contents as a vector.
@@ -108,14 +98,12 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Copies another buffer (same length) into this one; returns when done.
     pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
         self.check_len(src.len)?;
-        self.rt
-            .copy_device_to_device(self.ptr, src.ptr, self.size_bytes())
+        self.rt.copy_device_to_device(self.ptr, src.ptr, self.size_bytes())
     }
 
     /// Sets every byte to `byte` (`hipMemset`); returns when done.
     pub fn memset(&self, byte: u8) -> Result<()> {
-        self.rt
-            .memset(self.ptr, FillValue::U8(byte), self.size_bytes())
+        self.rt.memset(self.ptr, FillValue::U8(byte), self.size_bytes())
     }
 
     fn check_len(&self, other: usize) -> Result<()> {

@@ -62,12 +62,7 @@ impl Device {
     /// The device's legacy null stream (`0`): work on it waits for all blocking
     /// streams of the device, and they wait for it.
     pub fn null_stream(&self) -> Stream {
-        Stream::register(
-            &self.rt,
-            RawStream::null(self.ordinal),
-            StreamFlags::default(),
-            false,
-        )
+        Stream::register(&self.rt, RawStream::null(self.ordinal), StreamFlags::default(), false)
     }
 
     /// A new event (`hipEventCreate`).

@@ -1,17 +1,20 @@
 //! Events: markers recorded in streams, for waiting, querying and timing.
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::backend::{EventFlags, RawEvent};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runtime::Runtime;
+use crate::runtime::ordering::OrderPoint;
 use crate::stream::Stream;
 
 pub(crate) struct EventInner {
     pub(crate) rt: Runtime,
     pub(crate) raw: RawEvent,
     pub(crate) flags: EventFlags,
+    /// The point in its stream's order of the latest record.
+    pub(crate) point: Mutex<Option<OrderPoint>>,
 }
 
 impl Drop for EventInner {
@@ -31,24 +34,32 @@ pub struct Event {
 
 impl std::fmt::Debug for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Event")
-            .field("raw", &self.inner.raw)
-            .field("flags", &self.inner.flags)
-            .finish()
+        f.debug_struct("Event").field("raw", &self.inner.raw).field("flags", &self.inner.flags).finish()
     }
 }
 
 impl Event {
     pub(crate) fn create(rt: &Runtime, device: usize, flags: EventFlags) -> Result<Event> {
         rt.check_device(device)?;
+        if flags.interprocess && !flags.disable_timing {
+            return Err(Error::InvalidValue("hipEventInterprocess requires hipEventDisableTiming".into()));
+        }
         let raw = rt.backend().event_create(device, flags)?;
-        Ok(Event {
-            inner: Arc::new(EventInner {
-                rt: rt.clone(),
-                raw,
-                flags,
-            }),
-        })
+        Ok(Event { inner: Arc::new(EventInner { rt: rt.clone(), raw, flags, point: Mutex::new(None) }) })
+    }
+
+    /// The point of the latest record, if any.
+    pub(crate) fn point(&self) -> Option<OrderPoint> {
+        self.inner.point.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn completed(&self) {
+        if let Some(point) = self.point() {
+            point.clock.mark_completed(point.tag);
+            let rt = &self.inner.rt.inner;
+            rt.recycle_events(self.device(), point.clock.retire_completed_markers());
+            rt.after_stream_synchronized(self.device(), point.clock.stream_id);
+        }
     }
 
     /// The backend handle.
@@ -68,29 +79,35 @@ impl Event {
 
     /// Records the event at the current end of `stream` (`hipEventRecord`).
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.inner
-            .rt
-            .backend()
-            .event_record(self.inner.raw, stream.raw())
+        let point = stream.clock().point();
+        self.inner.rt.backend().event_record(self.inner.raw, stream.raw())?;
+        *self.inner.point.lock().unwrap_or_else(|p| p.into_inner()) = Some(point);
+        Ok(())
     }
 
     /// Whether the recorded work has completed (`hipEventQuery`; a never
     /// recorded event counts as complete).
     pub fn query(&self) -> Result<bool> {
-        self.inner.rt.backend().event_query(self.inner.raw)
+        let done = self.inner.rt.backend().event_query(self.inner.raw)?;
+        if done {
+            if let Some(point) = self.point() {
+                point.clock.mark_completed(point.tag);
+            }
+        }
+        Ok(done)
     }
 
-    /// Waits for the recorded work (`hipEventSynchronize`).
+    /// Waits for the recorded work (`hipEventSynchronize`); frees made on the
+    /// recorded stream before the record are then complete.
     pub fn synchronize(&self) -> Result<()> {
-        self.inner.rt.backend().event_synchronize(self.inner.raw)
+        self.inner.rt.backend().event_synchronize(self.inner.raw)?;
+        self.completed();
+        Ok(())
     }
 
     /// Milliseconds from `self`'s completion to `end`'s (`hipEventElapsedTime`).
     /// Both must be recorded and complete (NotReady otherwise) and have timing.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
-        self.inner
-            .rt
-            .backend()
-            .event_elapsed_ms(self.inner.raw, end.inner.raw)
+        self.inner.rt.backend().event_elapsed_ms(self.inner.raw, end.inner.raw)
     }
 }

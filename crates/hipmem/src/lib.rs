@@ -25,17 +25,19 @@ pub mod buffer;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod pool;
 pub mod runtime;
 pub mod stream;
 
 pub use backend::{
-    BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags,
-    FillValue, HostSpan, MemInfo, StreamFlags,
+    BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
+    HostSpan, MemInfo, StreamFlags,
 };
 pub use buffer::DeviceBuffer;
 pub use bytemuck;
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::Event;
+pub use pool::{AccessFlags, MemPool, PoolAttribute, PoolBuffer, PoolProps, PoolStats};
 pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use stream::{AsyncScope, FillElement, Stream};

@@ -13,28 +13,26 @@ use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::runtime::Runtime;
+use crate::runtime::ordering::StreamClock;
 
 pub(crate) struct StreamInner {
     pub(crate) rt: Runtime,
     pub(crate) raw: RawStream,
     pub(crate) flags: StreamFlags,
     pub(crate) owned: bool,
-    pub(crate) id: u64,
+    pub(crate) clock: Arc<StreamClock>,
 }
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
         if self.owned {
-            let mut streams = self
-                .rt
-                .inner
-                .streams
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            if streams
-                .get(&self.raw.handle)
-                .is_some_and(|w| w.strong_count() == 0)
-            {
+            // Pools hand this stream's cached and pending frees over (with a
+            // marker that tells when they complete) before the stream goes.
+            for pool in self.rt.inner.pools.hipmem_pools_of(self.raw.device) {
+                pool.retire_stream(&self.rt.inner, self.clock.stream_id);
+            }
+            let mut streams = self.rt.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
+            if streams.get(&self.raw.handle).is_some_and(|w| w.strong_count() == 0) {
                 streams.remove(&self.raw.handle);
             }
             drop(streams);
@@ -80,19 +78,13 @@ fill_element!(u8 => U8 as u8, i8 => U8 as u8, u16 => U16 as u16, i16 => U16 as u
               u32 => U32 as u32, i32 => U32 as u32, f32 => U32 as u32);
 
 impl Stream {
-    pub(crate) fn register(
-        rt: &Runtime,
-        raw: RawStream,
-        flags: StreamFlags,
-        owned: bool,
-    ) -> Stream {
-        let inner = Arc::new(StreamInner {
-            rt: rt.clone(),
-            raw,
-            flags,
-            owned,
-            id: rt.next_id(),
-        });
+    pub(crate) fn register(rt: &Runtime, raw: RawStream, flags: StreamFlags, owned: bool) -> Stream {
+        let clock = if owned {
+            Arc::new(StreamClock::new(rt.next_id()))
+        } else {
+            Arc::clone(&rt.inner.null_clocks[raw.device])
+        };
+        let inner = Arc::new(StreamInner { rt: rt.clone(), raw, flags, owned, clock });
         if owned {
             rt.inner
                 .streams
@@ -118,10 +110,7 @@ impl Stream {
             .filter(|s| s.raw.device == raw.device)
             .map(|inner| Stream { inner })
             .ok_or_else(|| {
-                Error::InvalidHandle(format!(
-                    "stream {:#x} does not exist or was destroyed",
-                    raw.handle
-                ))
+                Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", raw.handle))
             })
     }
 
@@ -142,7 +131,7 @@ impl Stream {
 
     /// A process-unique id (never reused, unlike backend handles).
     pub fn id(&self) -> u64 {
-        self.inner.id
+        self.inner.clock.stream_id
     }
 
     /// The creation flags.
@@ -155,22 +144,43 @@ impl Stream {
         self.inner.raw.is_null()
     }
 
-    /// Waits for all work queued so far (`hipStreamSynchronize`).
+    /// Waits for all work queued so far (`hipStreamSynchronize`). Frees made
+    /// on the stream before it are then complete, and pools apply their
+    /// release thresholds.
     pub fn synchronize(&self) -> Result<()> {
-        self.inner.rt.backend().stream_synchronize(self.inner.raw)
+        let tag = self.inner.clock.advance();
+        self.inner.rt.backend().stream_synchronize(self.inner.raw)?;
+        let rt = &self.inner.rt.inner;
+        self.inner.clock.mark_completed(tag);
+        rt.recycle_events(self.inner.raw.device, self.inner.clock.retire_completed_markers());
+        rt.after_stream_synchronized(self.inner.raw.device, self.inner.clock.stream_id);
+        Ok(())
     }
 
     /// Whether all queued work has completed (`hipStreamQuery`).
     pub fn query(&self) -> Result<bool> {
-        self.inner.rt.backend().stream_query(self.inner.raw)
+        let tag = self.inner.clock.advance();
+        let idle = self.inner.rt.backend().stream_query(self.inner.raw)?;
+        if idle {
+            self.inner.clock.mark_completed(tag);
+        }
+        Ok(idle)
+    }
+
+    /// The stream's ordering clock.
+    pub(crate) fn clock(&self) -> &Arc<StreamClock> {
+        &self.inner.clock
     }
 
     /// Makes later work on this stream wait for `event` (`hipStreamWaitEvent`).
+    /// Pool memory freed on the event's stream before the event's record
+    /// becomes reusable here (follow event dependencies).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.inner
-            .rt
-            .backend()
-            .stream_wait_event(self.inner.raw, event.raw())
+        self.inner.rt.backend().stream_wait_event(self.inner.raw, event.raw())?;
+        if let Some(point) = event.point() {
+            self.inner.clock.learn(&point);
+        }
+        Ok(())
     }
 
     /// Records `event` here (same as `event.record(self)`).
@@ -182,10 +192,7 @@ impl Stream {
     /// (`hipLaunchHostFunc`). `f` must not call back into stream operations
     /// that wait for this stream.
     pub fn launch_host_func<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
-        self.inner
-            .rt
-            .backend()
-            .launch_host_func(self.inner.raw, Box::new(f))
+        self.inner.rt.backend().launch_host_func(self.inner.raw, Box::new(f))
     }
 
     // ---- built-in kernels --------------------------------------------------------
@@ -195,9 +202,7 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.inner
-            .rt
-            .check_kernel_range(buf.device_ptr(), buf.size_bytes(), "fill kernel")?;
+        self.inner.rt.check_kernel_range(buf.device_ptr(), buf.size_bytes(), "fill kernel")?;
         self.inner.rt.backend().launch_fill(
             buf.device_ptr(),
             value.fill_value(),
@@ -211,50 +216,29 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.inner
-            .rt
-            .check_kernel_range(buf.device_ptr(), buf.size_bytes(), "iota kernel")?;
-        self.inner
-            .rt
-            .backend()
-            .launch_iota(buf.device_ptr(), buf.len() as u64, k, self.inner.raw)
+        self.inner.rt.check_kernel_range(buf.device_ptr(), buf.size_bytes(), "iota kernel")?;
+        self.inner.rt.backend().launch_iota(buf.device_ptr(), buf.len() as u64, k, self.inner.raw)
     }
 
     /// Delay kernel: occupies the stream for `duration`, then writes `value`
     /// into `flag[0]`. Tests use it to prove stream ordering.
     pub fn delay(&self, duration: Duration, flag: &DeviceBuffer<u32>, value: u32) -> Result<()> {
         if flag.is_empty() {
-            return Err(Error::InvalidValue(
-                "the delay kernel's flag buffer is empty".into(),
-            ));
+            return Err(Error::InvalidValue("the delay kernel's flag buffer is empty".into()));
         }
-        self.inner
-            .rt
-            .check_kernel_range(flag.device_ptr(), 4, "delay kernel flag")?;
-        self.inner
-            .rt
-            .backend()
-            .launch_delay(duration, flag.device_ptr(), value, self.inner.raw)
+        self.inner.rt.check_kernel_range(flag.device_ptr(), 4, "delay kernel flag")?;
+        self.inner.rt.backend().launch_delay(duration, flag.device_ptr(), value, self.inner.raw)
     }
 
     // ---- asynchronous memory operations --------------------------------------------
 
     /// Sets every byte of `buf` to `byte`, in stream order (`hipMemsetAsync`).
     pub fn memset<T: Pod>(&self, buf: &DeviceBuffer<T>, byte: u8) -> Result<()> {
-        self.inner.rt.memset_async(
-            buf.device_ptr(),
-            FillValue::U8(byte),
-            buf.size_bytes(),
-            self.inner.raw,
-        )
+        self.inner.rt.memset_async(buf.device_ptr(), FillValue::U8(byte), buf.size_bytes(), self.inner.raw)
     }
 
     /// Copies `src` into `dst` in stream order; the lengths must match.
-    pub fn copy_device_to_device<T: Pod>(
-        &self,
-        src: &DeviceBuffer<T>,
-        dst: &DeviceBuffer<T>,
-    ) -> Result<()> {
+    pub fn copy_device_to_device<T: Pod>(&self, src: &DeviceBuffer<T>, dst: &DeviceBuffer<T>) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         self.inner.rt.copy_device_to_device_async(
             dst.device_ptr(),
@@ -310,33 +294,19 @@ impl<'scope, 'env> LendScope<'scope, 'env, Stream> {
     }
 
     /// Queues a copy of `src` into `dst` (same length) and returns at once.
-    pub fn copy_to_device<T: Pod>(
-        &'scope self,
-        src: &'env [T],
-        dst: &DeviceBuffer<T>,
-    ) -> Result<()> {
+    pub fn copy_to_device<T: Pod>(&'scope self, src: &'env [T], dst: &DeviceBuffer<T>) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         let span = self.lend(bytemuck::cast_slice(src));
         let stream = self.context();
-        stream
-            .inner
-            .rt
-            .copy_host_to_device_async(dst.device_ptr(), span, stream.raw())
+        stream.inner.rt.copy_host_to_device_async(dst.device_ptr(), span, stream.raw())
     }
 
     /// Queues a copy of `src` into `dst` (same length) and returns at once; `dst`
     /// is readable again after the scope.
-    pub fn copy_to_host<T: Pod>(
-        &'scope self,
-        src: &DeviceBuffer<T>,
-        dst: &'env mut [T],
-    ) -> Result<()> {
+    pub fn copy_to_host<T: Pod>(&'scope self, src: &DeviceBuffer<T>, dst: &'env mut [T]) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         let span = self.lend_mut(bytemuck::cast_slice_mut(dst));
         let stream = self.context();
-        stream
-            .inner
-            .rt
-            .copy_device_to_host_async(span, src.device_ptr(), stream.raw())
+        stream.inner.rt.copy_device_to_host_async(span, src.device_ptr(), stream.raw())
     }
 }

@@ -30,10 +30,7 @@ impl HostSpan {
     /// for writes with no other access) from now until every stream operation
     /// that is given this span has completed.
     pub unsafe fn new(addr: *const u8, len: usize) -> HostSpan {
-        HostSpan {
-            addr: addr as u64,
-            len: len as u64,
-        }
+        HostSpan { addr: addr as u64, len: len as u64 }
     }
 
     /// The start address.
@@ -120,11 +117,7 @@ where
         }
     }
     let mut guard = WaitOnDrop { wait, done: false };
-    let scope = LendScope {
-        context,
-        _scope: PhantomData,
-        _env: PhantomData,
-    };
+    let scope = LendScope { context, _scope: PhantomData, _env: PhantomData };
     let value = body(&scope);
     guard.done = true;
     (guard.wait)()?;

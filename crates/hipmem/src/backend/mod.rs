@@ -103,22 +103,14 @@ impl StreamFlags {
     /// Parses HIP's flag bits; unknown bits are InvalidValue.
     pub fn from_bits(bits: u32) -> Result<StreamFlags> {
         if bits & !Self::NON_BLOCKING != 0 {
-            return Err(Error::InvalidValue(format!(
-                "unknown stream flag bits {bits:#x}"
-            )));
+            return Err(Error::InvalidValue(format!("unknown stream flag bits {bits:#x}")));
         }
-        Ok(StreamFlags {
-            non_blocking: bits & Self::NON_BLOCKING != 0,
-        })
+        Ok(StreamFlags { non_blocking: bits & Self::NON_BLOCKING != 0 })
     }
 
     /// HIP's flag bits.
     pub fn bits(&self) -> u32 {
-        if self.non_blocking {
-            Self::NON_BLOCKING
-        } else {
-            Self::DEFAULT
-        }
+        if self.non_blocking { Self::NON_BLOCKING } else { Self::DEFAULT }
     }
 }
 
@@ -146,9 +138,7 @@ impl EventFlags {
     pub fn from_bits(bits: u32) -> Result<EventFlags> {
         let known = Self::BLOCKING_SYNC | Self::DISABLE_TIMING | Self::INTERPROCESS;
         if bits & !known != 0 {
-            return Err(Error::InvalidValue(format!(
-                "unknown event flag bits {bits:#x}"
-            )));
+            return Err(Error::InvalidValue(format!("unknown event flag bits {bits:#x}")));
         }
         let flags = EventFlags {
             blocking_sync: bits & Self::BLOCKING_SYNC != 0,
@@ -156,9 +146,7 @@ impl EventFlags {
             interprocess: bits & Self::INTERPROCESS != 0,
         };
         if flags.interprocess && !flags.disable_timing {
-            return Err(Error::InvalidValue(
-                "hipEventInterprocess requires hipEventDisableTiming".into(),
-            ));
+            return Err(Error::InvalidValue("hipEventInterprocess requires hipEventDisableTiming".into()));
         }
         Ok(flags)
     }
@@ -290,9 +278,9 @@ impl std::str::FromStr for BackendChoice {
             "" | "auto" => Ok(BackendChoice::Auto),
             "host" | "cpu" => Ok(BackendChoice::Host),
             "cuda" | "nvidia" => Ok(BackendChoice::Cuda),
-            other => Err(Error::InvalidValue(format!(
-                "unknown backend {other:?}: expected host, cuda or auto"
-            ))),
+            other => {
+                Err(Error::InvalidValue(format!("unknown backend {other:?}: expected host, cuda or auto")))
+            }
         }
     }
 }
@@ -355,20 +343,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()>;
 
     /// Enqueues a host-to-device copy on `stream`.
-    fn copy_host_to_device_async(
-        &self,
-        dst: DevicePtr,
-        src: HostSpan,
-        stream: RawStream,
-    ) -> Result<()>;
+    fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()>;
 
     /// Enqueues a device-to-host copy on `stream`.
-    fn copy_device_to_host_async(
-        &self,
-        dst: HostSpan,
-        src: DevicePtr,
-        stream: RawStream,
-    ) -> Result<()>;
+    fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()>;
 
     /// Enqueues a device-to-device copy on `stream`.
     fn copy_device_to_device_async(
@@ -380,13 +358,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     ) -> Result<()>;
 
     /// Enqueues a memset of `count` elements of `value` at `dst` on `stream`.
-    fn memset_async(
-        &self,
-        dst: DevicePtr,
-        value: FillValue,
-        count: u64,
-        stream: RawStream,
-    ) -> Result<()>;
+    fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()>;
 
     // ---- streams -----------------------------------------------------------------
 
@@ -432,13 +404,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     // ---- built-in kernels --------------------------------------------------------
 
     /// Fill kernel: writes `count` elements of `value` at `dst`.
-    fn launch_fill(
-        &self,
-        dst: DevicePtr,
-        value: FillValue,
-        count: u64,
-        stream: RawStream,
-    ) -> Result<()>;
+    fn launch_fill(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()>;
 
     /// Iota kernel (the seeds' kernel): `data[i] = i * k` for `count` 32-bit ints.
     fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()>;

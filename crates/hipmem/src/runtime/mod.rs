@@ -8,6 +8,7 @@
 //! [`HostSpan`]s. The safe API and the C ABI are built on it.
 #![forbid(unsafe_code)]
 
+pub mod ordering;
 pub mod registry;
 
 use std::collections::HashMap;
@@ -16,10 +17,12 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::backend::host::HostConfig;
 use crate::backend::{
-    self, Backend, BackendChoice, BackendKind, CopyDirection, DeviceProperties, DevicePtr,
-    FillValue, HostSpan, MemInfo, RawStream,
+    self, Backend, BackendChoice, BackendKind, CopyDirection, DeviceProperties, DevicePtr, EventFlags,
+    FillValue, HostSpan, MemInfo, RawEvent, RawStream,
 };
 use crate::error::{DropErrors, Error, Result};
+use crate::pool::PoolTable;
+use ordering::StreamClock;
 pub use registry::{Allocation, AllocationRegistry, MemoryKind};
 
 /// `hipMemcpyKind`.
@@ -69,6 +72,8 @@ impl MemcpyKind {
 /// Where a copy's two sides live, as classified by the registry.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ResolvedCopy {
+    /// Zero bytes: nothing to do (checked before anything else).
+    Nothing,
     /// Both sides are host memory hipmem does not manage: a plain memcpy.
     HostToHost,
     /// A backend copy in this direction.
@@ -127,6 +132,81 @@ pub(crate) struct RuntimeInner {
     pub(crate) drop_errors: DropErrors,
     pub(crate) streams: Mutex<HashMap<u64, Weak<crate::stream::StreamInner>>>,
     pub(crate) next_id: AtomicU64,
+    pub(crate) pools: PoolTable,
+    /// The clock of each device's legacy null stream.
+    pub(crate) null_clocks: Vec<Arc<StreamClock>>,
+    /// Events hipmem records for itself (markers), per device, for reuse.
+    pub(crate) event_pool: Vec<Mutex<Vec<RawEvent>>>,
+}
+
+impl RuntimeInner {
+    /// Records a marker event (from the event pool) at the current end of a
+    /// stream; returns the point's tag and the event.
+    pub(crate) fn record_marker(&self, clock: &Arc<StreamClock>, raw: RawStream) -> Result<(u64, RawEvent)> {
+        let pooled =
+            self.event_pool.get(raw.device).and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).pop());
+        let event = match pooled {
+            Some(e) => e,
+            None => self
+                .backend
+                .event_create(raw.device, EventFlags { disable_timing: true, ..Default::default() })?,
+        };
+        let tag = clock.advance();
+        if let Err(e) = self.backend.event_record(event, raw) {
+            self.recycle_events(raw.device, vec![event]);
+            return Err(e);
+        }
+        clock.add_marker(tag, event);
+        Ok((tag, event))
+    }
+
+    /// Returns marker events to the event pool.
+    pub(crate) fn recycle_events(&self, device: usize, events: Vec<RawEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        if let Some(pool) = self.event_pool.get(device) {
+            pool.lock().unwrap_or_else(|e| e.into_inner()).extend(events);
+        }
+    }
+
+    /// Every live stream clock of `device`, the null stream's included.
+    pub(crate) fn clocks_of(&self, device: usize) -> Vec<(Arc<StreamClock>, RawStream)> {
+        let mut clocks = vec![(Arc::clone(&self.null_clocks[device]), RawStream::null(device))];
+        let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        for s in streams.values().filter_map(|w| w.upgrade()) {
+            if s.raw.device == device {
+                clocks.push((Arc::clone(&s.clock), s.raw));
+            }
+        }
+        clocks
+    }
+
+    /// After a stream synchronization: its frees are complete.
+    pub(crate) fn after_stream_synchronized(&self, device: usize, stream: u64) {
+        for pool in self.pools.hipmem_pools_of(device) {
+            pool.on_stream_synchronized(self, stream);
+        }
+    }
+
+    /// After a device synchronization: every free on the device is complete.
+    pub(crate) fn after_device_synchronized(&self, device: usize) {
+        for pool in self.pools.hipmem_pools_of(device) {
+            pool.on_device_synchronized(self);
+        }
+    }
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        for (device, pool) in self.event_pool.iter().enumerate() {
+            for event in pool.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                if let Err(e) = self.backend.event_destroy(event) {
+                    tracing::debug!(target: "hipmem", "destroying a pooled event of device {device}: {e}");
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for RuntimeInner {
@@ -183,8 +263,7 @@ impl RuntimeBuilder {
             Some(h) => h,
             None => {
                 let mut h = HostConfig::from_env()?;
-                if let (Some(n), Err(_)) = (self.host_devices, std::env::var("HIPMEM_HOST_DEVICES"))
-                {
+                if let (Some(n), Err(_)) = (self.host_devices, std::env::var("HIPMEM_HOST_DEVICES")) {
                     h.devices = n;
                 }
                 h
@@ -228,17 +307,23 @@ impl Runtime {
 
     /// Wraps an opened backend.
     pub fn with_backend(backend: Arc<dyn Backend>) -> Result<Runtime> {
-        let devices = (0..backend.device_count())
-            .map(|d| backend.device_properties(d))
-            .collect::<Result<Vec<_>>>()?;
+        let devices =
+            (0..backend.device_count()).map(|d| backend.device_properties(d)).collect::<Result<Vec<_>>>()?;
+        let next_id = AtomicU64::new(1);
+        let null_clocks = (0..devices.len())
+            .map(|_| Arc::new(StreamClock::new(next_id.fetch_add(1, Ordering::Relaxed))))
+            .collect();
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
+                pools: PoolTable::new(devices.len()),
+                event_pool: (0..devices.len()).map(|_| Mutex::new(Vec::new())).collect(),
                 backend,
                 devices,
                 allocations: AllocationRegistry::default(),
                 drop_errors: DropErrors::default(),
                 streams: Mutex::new(HashMap::new()),
-                next_id: AtomicU64::new(1),
+                next_id,
+                null_clocks,
             }),
         })
     }
@@ -277,10 +362,7 @@ impl Runtime {
     /// The device handle for `ordinal`.
     pub fn device(&self, ordinal: usize) -> Result<crate::Device> {
         self.check_device(ordinal)?;
-        Ok(crate::Device {
-            rt: self.clone(),
-            ordinal,
-        })
+        Ok(crate::Device { rt: self.clone(), ordinal })
     }
 
     /// The allocation registry.
@@ -312,12 +394,7 @@ impl Runtime {
             return Ok(DevicePtr::NULL);
         }
         let ptr = self.inner.backend.mem_alloc(device, size)?;
-        self.inner.allocations.insert(Allocation {
-            base: ptr,
-            size,
-            kind: MemoryKind::Device,
-            device,
-        });
+        self.inner.allocations.insert(Allocation { base: ptr, size, kind: MemoryKind::Device, device });
         Ok(ptr)
     }
 
@@ -332,13 +409,10 @@ impl Runtime {
             .allocations
             .remove_if(ptr, |a| a.kind == MemoryKind::Device)
             .ok_or_else(|| self.not_freeable(ptr))?;
-        self.inner
-            .backend
-            .mem_free(a.device, a.base)
-            .inspect_err(|_| {
-                // The backend refused: the allocation is still live.
-                self.inner.allocations.insert(a);
-            })
+        self.inner.backend.mem_free(a.device, a.base).inspect_err(|_| {
+            // The backend refused: the allocation is still live.
+            self.inner.allocations.insert(a);
+        })
     }
 
     fn not_freeable(&self, ptr: DevicePtr) -> Error {
@@ -348,10 +422,7 @@ impl Runtime {
                 ptr.0 - a.base.0,
                 a.base
             )),
-            Some(a) => Error::InvalidValue(format!(
-                "{ptr} is {:?} memory, not freed by hipFree",
-                a.kind
-            )),
+            Some(a) => Error::InvalidValue(format!("{ptr} is {:?} memory, not freed by hipFree", a.kind)),
             None => Error::InvalidValue(format!(
                 "{ptr} is not a live hipmem allocation (never allocated, already freed, or host memory)"
             )),
@@ -364,24 +435,32 @@ impl Runtime {
         self.inner.backend.mem_get_info(device)
     }
 
-    /// `hipDeviceSynchronize`.
+    /// `hipDeviceSynchronize`: waits for every stream of the device; every
+    /// free made before it is then complete, and the pools apply their
+    /// release thresholds.
     pub fn device_synchronize(&self, device: usize) -> Result<()> {
         self.check_device(device)?;
-        self.inner.backend.device_synchronize(device)
+        let points: Vec<_> =
+            self.inner.clocks_of(device).into_iter().map(|(c, _)| (c.advance(), c)).collect();
+        self.inner.backend.device_synchronize(device)?;
+        for (tag, clock) in points {
+            clock.mark_completed(tag);
+            self.inner.recycle_events(device, clock.retire_completed_markers());
+        }
+        self.inner.after_device_synchronized(device);
+        Ok(())
     }
 
     /// `hipPointerGetAttributes`: memory hipmem does not know reads as
     /// `Unregistered` (CUDA 11's rule), not as an error; null is InvalidValue.
     pub fn pointer_attributes(&self, ptr: u64) -> Result<PointerAttributes> {
         if ptr == 0 {
-            return Err(Error::InvalidValue(
-                "hipPointerGetAttributes of a null pointer".into(),
-            ));
+            return Err(Error::InvalidValue("hipPointerGetAttributes of a null pointer".into()));
         }
         Ok(match self.inner.allocations.find(ptr) {
             Some(a) => PointerAttributes {
                 memory_type: match a.kind {
-                    MemoryKind::Device => MemoryType::Device,
+                    MemoryKind::Device | MemoryKind::PoolSegment(_) => MemoryType::Device,
                 },
                 device: a.device as i32,
                 device_pointer: DevicePtr(ptr),
@@ -405,42 +484,22 @@ impl Runtime {
     /// Decides how to carry out a `hipMemcpy` of `size` bytes from `src` to
     /// `dst` with `kind`, checking both ranges: a device side must lie inside
     /// one live allocation, and an explicit kind must match the pointers.
-    pub fn resolve_copy(
-        &self,
-        dst: u64,
-        src: u64,
-        size: u64,
-        kind: MemcpyKind,
-    ) -> Result<ResolvedCopy> {
+    pub fn resolve_copy(&self, dst: u64, src: u64, size: u64, kind: MemcpyKind) -> Result<ResolvedCopy> {
         if dst == 0 || src == 0 {
             return Err(Error::InvalidValue(format!(
                 "hipMemcpy: null {} pointer",
                 if dst == 0 { "destination" } else { "source" }
             )));
         }
-        let dst_dev = self
-            .inner
-            .allocations
-            .find(dst)
-            .filter(|a| a.kind.is_device_accessible());
-        let src_dev = self
-            .inner
-            .allocations
-            .find(src)
-            .filter(|a| a.kind.is_device_accessible());
+        let dst_dev = self.inner.allocations.find(dst).filter(|a| a.kind.is_device_accessible());
+        let src_dev = self.inner.allocations.find(src).filter(|a| a.kind.is_device_accessible());
         let direction = match (kind, dst_dev.is_some(), src_dev.is_some()) {
             (MemcpyKind::Default, false, false) | (MemcpyKind::HostToHost, false, false) => {
                 return Ok(ResolvedCopy::HostToHost);
             }
-            (MemcpyKind::Default | MemcpyKind::HostToDevice, true, false) => {
-                CopyDirection::HostToDevice
-            }
-            (MemcpyKind::Default | MemcpyKind::DeviceToHost, false, true) => {
-                CopyDirection::DeviceToHost
-            }
-            (MemcpyKind::Default | MemcpyKind::DeviceToDevice, true, true) => {
-                CopyDirection::DeviceToDevice
-            }
+            (MemcpyKind::Default | MemcpyKind::HostToDevice, true, false) => CopyDirection::HostToDevice,
+            (MemcpyKind::Default | MemcpyKind::DeviceToHost, false, true) => CopyDirection::DeviceToHost,
+            (MemcpyKind::Default | MemcpyKind::DeviceToDevice, true, true) => CopyDirection::DeviceToDevice,
             (kind, d, s) => {
                 let side = |dev: bool| if dev { "device" } else { "host" };
                 return Err(Error::InvalidValue(format!(
@@ -451,14 +510,10 @@ impl Runtime {
             }
         };
         if dst_dev.is_some() {
-            self.inner
-                .allocations
-                .check_range(DevicePtr(dst), size, "hipMemcpy destination")?;
+            self.check_device_range(DevicePtr(dst), size, "hipMemcpy destination")?;
         }
         if src_dev.is_some() {
-            self.inner
-                .allocations
-                .check_range(DevicePtr(src), size, "hipMemcpy source")?;
+            self.check_device_range(DevicePtr(src), size, "hipMemcpy source")?;
         }
         Ok(ResolvedCopy::Backend(direction))
     }
@@ -468,9 +523,7 @@ impl Runtime {
         if src.is_empty() {
             return Ok(());
         }
-        self.inner
-            .allocations
-            .check_range(dst, src.len() as u64, "copy destination")?;
+        self.check_device_range(dst, src.len() as u64, "copy destination")?;
         self.inner.backend.copy_host_to_device(dst, src)
     }
 
@@ -479,9 +532,7 @@ impl Runtime {
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner
-            .allocations
-            .check_range(src, dst.len() as u64, "copy source")?;
+        self.check_device_range(src, dst.len() as u64, "copy source")?;
         self.inner.backend.copy_device_to_host(dst, src)
     }
 
@@ -490,49 +541,27 @@ impl Runtime {
         if size == 0 {
             return Ok(());
         }
-        self.inner
-            .allocations
-            .check_range(dst, size, "copy destination")?;
-        self.inner
-            .allocations
-            .check_range(src, size, "copy source")?;
+        self.check_device_range(dst, size, "copy destination")?;
+        self.check_device_range(src, size, "copy source")?;
         self.inner.backend.copy_device_to_device(dst, src, size)
     }
 
     /// Asynchronous copy from lent host memory to device memory on `stream`.
-    pub fn copy_host_to_device_async(
-        &self,
-        dst: DevicePtr,
-        src: HostSpan,
-        stream: RawStream,
-    ) -> Result<()> {
+    pub fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }
-        self.inner
-            .allocations
-            .check_range(dst, src.len(), "copy destination")?;
-        self.inner
-            .backend
-            .copy_host_to_device_async(dst, src, stream)
+        self.check_device_range(dst, src.len(), "copy destination")?;
+        self.inner.backend.copy_host_to_device_async(dst, src, stream)
     }
 
     /// Asynchronous copy from device memory to lent host memory on `stream`.
-    pub fn copy_device_to_host_async(
-        &self,
-        dst: HostSpan,
-        src: DevicePtr,
-        stream: RawStream,
-    ) -> Result<()> {
+    pub fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner
-            .allocations
-            .check_range(src, dst.len(), "copy source")?;
-        self.inner
-            .backend
-            .copy_device_to_host_async(dst, src, stream)
+        self.check_device_range(src, dst.len(), "copy source")?;
+        self.inner.backend.copy_device_to_host_async(dst, src, stream)
     }
 
     /// Asynchronous copy between device allocations on `stream`.
@@ -546,15 +575,9 @@ impl Runtime {
         if size == 0 {
             return Ok(());
         }
-        self.inner
-            .allocations
-            .check_range(dst, size, "copy destination")?;
-        self.inner
-            .allocations
-            .check_range(src, size, "copy source")?;
-        self.inner
-            .backend
-            .copy_device_to_device_async(dst, src, size, stream)
+        self.check_device_range(dst, size, "copy destination")?;
+        self.check_device_range(src, size, "copy source")?;
+        self.inner.backend.copy_device_to_device_async(dst, src, size, stream)
     }
 
     /// `hipMemsetAsync` generalized to 8-, 16- and 32-bit elements: `count`
@@ -573,9 +596,7 @@ impl Runtime {
         let bytes = count
             .checked_mul(value.element_size())
             .ok_or_else(|| Error::InvalidValue(format!("hipMemset: {count} elements overflow")))?;
-        self.inner
-            .allocations
-            .check_range(dst, bytes, "hipMemset destination")?;
+        self.check_device_range(dst, bytes, "hipMemset destination")?;
         self.inner.backend.memset_async(dst, value, count, stream)
     }
 
@@ -595,16 +616,36 @@ impl Runtime {
         self.inner.backend.stream_synchronize(null)
     }
 
+    /// Checks that `[ptr, ptr + len)` lies in one live allocation: a plain
+    /// allocation, or one block of a pool.
+    pub fn check_device_range(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Allocation> {
+        let a = self.inner.allocations.check_range(ptr, len, what)?;
+        if let MemoryKind::PoolSegment(pool) = a.kind {
+            let core = self.inner.pools.get(pool);
+            let block = core.and_then(|c| c.block_containing(ptr.0)).ok_or_else(|| {
+                Error::InvalidValue(format!("{what} {ptr} is pool memory that is not allocated"))
+            })?;
+            let end = ptr.0.saturating_add(len);
+            if end > block.0 + block.1 {
+                return Err(Error::InvalidValue(format!(
+                    "{what}: {len} bytes at {ptr} run {} bytes past the end of the {}-byte pool block at {:#x}",
+                    end - (block.0 + block.1),
+                    block.1,
+                    block.0
+                )));
+            }
+            return Ok(Allocation {
+                base: DevicePtr(block.0),
+                size: block.1,
+                kind: a.kind,
+                device: a.device,
+            });
+        }
+        Ok(a)
+    }
+
     /// Checks a kernel's output range (for the built-in kernels).
-    pub(crate) fn check_kernel_range(
-        &self,
-        ptr: DevicePtr,
-        bytes: u64,
-        kernel: &str,
-    ) -> Result<()> {
-        self.inner
-            .allocations
-            .check_range(ptr, bytes, kernel)
-            .map(|_| ())
+    pub(crate) fn check_kernel_range(&self, ptr: DevicePtr, bytes: u64, kernel: &str) -> Result<()> {
+        self.check_device_range(ptr, bytes, kernel).map(|_| ())
     }
 }

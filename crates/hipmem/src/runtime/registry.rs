@@ -18,12 +18,14 @@ use crate::error::{Error, Result};
 pub enum MemoryKind {
     /// Device memory from `hipMalloc`.
     Device,
+    /// A segment of a memory pool (its id); its blocks are the allocations.
+    PoolSegment(u64),
 }
 
 impl MemoryKind {
     /// Whether device work addresses this memory directly.
     pub fn is_device_accessible(&self) -> bool {
-        matches!(self, MemoryKind::Device)
+        matches!(self, MemoryKind::Device | MemoryKind::PoolSegment(_))
     }
 }
 
@@ -61,18 +63,11 @@ pub struct AllocationRegistry {
 impl AllocationRegistry {
     /// Adds an allocation.
     pub fn insert(&self, allocation: Allocation) {
-        self.map
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(allocation.base.0, allocation);
+        self.map.write().unwrap_or_else(|p| p.into_inner()).insert(allocation.base.0, allocation);
     }
 
     /// Removes the allocation that starts exactly at `base` if `accept` agrees.
-    pub fn remove_if(
-        &self,
-        base: DevicePtr,
-        accept: impl FnOnce(&Allocation) -> bool,
-    ) -> Option<Allocation> {
+    pub fn remove_if(&self, base: DevicePtr, accept: impl FnOnce(&Allocation) -> bool) -> Option<Allocation> {
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
         match map.get(&base.0) {
             Some(a) if accept(a) => map.remove(&base.0),
@@ -83,19 +78,12 @@ impl AllocationRegistry {
     /// The allocation that contains `addr`, if any.
     pub fn find(&self, addr: u64) -> Option<Allocation> {
         let map = self.map.read().unwrap_or_else(|p| p.into_inner());
-        map.range(..=addr)
-            .next_back()
-            .map(|(_, a)| *a)
-            .filter(|a| a.contains(addr))
+        map.range(..=addr).next_back().map(|(_, a)| *a).filter(|a| a.contains(addr))
     }
 
     /// The allocation that starts exactly at `base`, if any.
     pub fn get(&self, base: DevicePtr) -> Option<Allocation> {
-        self.map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&base.0)
-            .copied()
+        self.map.read().unwrap_or_else(|p| p.into_inner()).get(&base.0).copied()
     }
 
     /// Checks that `[ptr, ptr + len)` lies inside one device-accessible
@@ -105,19 +93,13 @@ impl AllocationRegistry {
             return Err(Error::InvalidValue(format!("{what} is a null pointer")));
         }
         let a = self.find(ptr.0).ok_or_else(|| {
-            Error::InvalidValue(format!(
-                "{what} {ptr} is not inside any live hipmem allocation"
-            ))
+            Error::InvalidValue(format!("{what} {ptr} is not inside any live hipmem allocation"))
         })?;
         if !a.kind.is_device_accessible() {
-            return Err(Error::InvalidValue(format!(
-                "{what} {ptr} is not device-accessible memory"
-            )));
+            return Err(Error::InvalidValue(format!("{what} {ptr} is not device-accessible memory")));
         }
         let end = ptr.0.checked_add(len).ok_or_else(|| {
-            Error::InvalidValue(format!(
-                "{what}: {ptr} + {len} bytes overflows the address space"
-            ))
+            Error::InvalidValue(format!("{what}: {ptr} + {len} bytes overflows the address space"))
         })?;
         if end > a.end() {
             return Err(Error::InvalidValue(format!(
@@ -143,10 +125,7 @@ impl AllocationRegistry {
     /// Bytes of live allocations of `kind` on `device`.
     pub fn bytes(&self, device: usize, kind: MemoryKind) -> u64 {
         let map = self.map.read().unwrap_or_else(|p| p.into_inner());
-        map.values()
-            .filter(|a| a.device == device && a.kind == kind)
-            .map(|a| a.size)
-            .sum()
+        map.values().filter(|a| a.device == device && a.kind == kind).map(|a| a.size).sum()
     }
 }
 
@@ -155,12 +134,7 @@ mod tests {
     use super::*;
 
     fn alloc(base: u64, size: u64) -> Allocation {
-        Allocation {
-            base: DevicePtr(base),
-            size,
-            kind: MemoryKind::Device,
-            device: 0,
-        }
+        Allocation { base: DevicePtr(base), size, kind: MemoryKind::Device, device: 0 }
     }
 
     #[test]
@@ -177,12 +151,7 @@ mod tests {
         assert_eq!(e.code(), 1);
         assert!(e.message().contains("1 bytes past the end"), "{e}");
         assert_eq!(r.check_range(DevicePtr(0), 1, "src").unwrap_err().code(), 1);
-        assert_eq!(
-            r.check_range(DevicePtr(u64::MAX - 1), 8, "src")
-                .unwrap_err()
-                .code(),
-            1
-        );
+        assert_eq!(r.check_range(DevicePtr(u64::MAX - 1), 8, "src").unwrap_err().code(), 1);
     }
 
     #[test]

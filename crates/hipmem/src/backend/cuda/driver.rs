@@ -201,10 +201,7 @@ impl CUmemAllocationProp {
         CUmemAllocationProp {
             type_: CU_MEM_ALLOCATION_TYPE_PINNED,
             requestedHandleTypes: CU_MEM_HANDLE_TYPE_NONE,
-            location: CUmemLocation {
-                type_: CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal,
-            },
+            location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal },
             win32HandleMetaData: std::ptr::null_mut(),
             allocFlags: CUmemAllocationPropFlags::default(),
         }
@@ -242,8 +239,7 @@ pub struct Driver {
     /// `cuGetErrorName`.
     pub cuGetErrorName: unsafe extern "C" fn(error: CUresult, name: *mut *const c_char) -> CUresult,
     /// `cuGetErrorString`.
-    pub cuGetErrorString:
-        unsafe extern "C" fn(error: CUresult, text: *mut *const c_char) -> CUresult,
+    pub cuGetErrorString: unsafe extern "C" fn(error: CUresult, text: *mut *const c_char) -> CUresult,
     /// `cuInit`.
     pub cuInit: unsafe extern "C" fn(flags: c_uint) -> CUresult,
     /// `cuDriverGetVersion`.
@@ -253,16 +249,14 @@ pub struct Driver {
     /// `cuDeviceGet`.
     pub cuDeviceGet: unsafe extern "C" fn(device: *mut CUdevice, ordinal: c_int) -> CUresult,
     /// `cuDeviceGetName`.
-    pub cuDeviceGetName:
-        unsafe extern "C" fn(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult,
+    pub cuDeviceGetName: unsafe extern "C" fn(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult,
     /// `cuDeviceTotalMem_v2`.
     pub cuDeviceTotalMem_v2: unsafe extern "C" fn(bytes: *mut usize, dev: CUdevice) -> CUresult,
     /// `cuDeviceGetAttribute`.
     pub cuDeviceGetAttribute:
         unsafe extern "C" fn(value: *mut c_int, attrib: c_int, dev: CUdevice) -> CUresult,
     /// `cuDevicePrimaryCtxRetain`.
-    pub cuDevicePrimaryCtxRetain:
-        unsafe extern "C" fn(ctx: *mut CUcontext, dev: CUdevice) -> CUresult,
+    pub cuDevicePrimaryCtxRetain: unsafe extern "C" fn(ctx: *mut CUcontext, dev: CUdevice) -> CUresult,
     /// `cuDevicePrimaryCtxRelease_v2`.
     pub cuDevicePrimaryCtxRelease_v2: unsafe extern "C" fn(dev: CUdevice) -> CUresult,
     /// `cuCtxSetCurrent`.
@@ -285,14 +279,11 @@ pub struct Driver {
         option: CUmemAllocationGranularity_flags,
     ) -> CUresult,
     /// `cuMemcpyHtoD_v2`.
-    pub cuMemcpyHtoD_v2:
-        unsafe extern "C" fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> CUresult,
+    pub cuMemcpyHtoD_v2: unsafe extern "C" fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> CUresult,
     /// `cuMemcpyDtoH_v2`.
-    pub cuMemcpyDtoH_v2:
-        unsafe extern "C" fn(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CUresult,
+    pub cuMemcpyDtoH_v2: unsafe extern "C" fn(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CUresult,
     /// `cuMemcpyDtoD_v2`.
-    pub cuMemcpyDtoD_v2:
-        unsafe extern "C" fn(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> CUresult,
+    pub cuMemcpyDtoD_v2: unsafe extern "C" fn(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> CUresult,
     /// `cuMemcpyHtoDAsync_v2`.
     pub cuMemcpyHtoDAsync_v2: unsafe extern "C" fn(
         dst: CUdeviceptr,
@@ -301,40 +292,20 @@ pub struct Driver {
         stream: CUstream,
     ) -> CUresult,
     /// `cuMemcpyDtoHAsync_v2`.
-    pub cuMemcpyDtoHAsync_v2: unsafe extern "C" fn(
-        dst: *mut c_void,
-        src: CUdeviceptr,
-        bytes: usize,
-        stream: CUstream,
-    ) -> CUresult,
+    pub cuMemcpyDtoHAsync_v2:
+        unsafe extern "C" fn(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult,
     /// `cuMemcpyDtoDAsync_v2`.
-    pub cuMemcpyDtoDAsync_v2: unsafe extern "C" fn(
-        dst: CUdeviceptr,
-        src: CUdeviceptr,
-        bytes: usize,
-        stream: CUstream,
-    ) -> CUresult,
+    pub cuMemcpyDtoDAsync_v2:
+        unsafe extern "C" fn(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult,
     /// `cuMemsetD8Async`.
-    pub cuMemsetD8Async: unsafe extern "C" fn(
-        dst: CUdeviceptr,
-        value: c_uchar,
-        count: usize,
-        stream: CUstream,
-    ) -> CUresult,
+    pub cuMemsetD8Async:
+        unsafe extern "C" fn(dst: CUdeviceptr, value: c_uchar, count: usize, stream: CUstream) -> CUresult,
     /// `cuMemsetD16Async`.
-    pub cuMemsetD16Async: unsafe extern "C" fn(
-        dst: CUdeviceptr,
-        value: c_ushort,
-        count: usize,
-        stream: CUstream,
-    ) -> CUresult,
+    pub cuMemsetD16Async:
+        unsafe extern "C" fn(dst: CUdeviceptr, value: c_ushort, count: usize, stream: CUstream) -> CUresult,
     /// `cuMemsetD32Async`.
-    pub cuMemsetD32Async: unsafe extern "C" fn(
-        dst: CUdeviceptr,
-        value: c_uint,
-        count: usize,
-        stream: CUstream,
-    ) -> CUresult,
+    pub cuMemsetD32Async:
+        unsafe extern "C" fn(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream) -> CUresult,
     /// `cuStreamCreate`.
     pub cuStreamCreate: unsafe extern "C" fn(stream: *mut CUstream, flags: c_uint) -> CUresult,
     /// `cuStreamDestroy_v2`.
@@ -344,8 +315,7 @@ pub struct Driver {
     /// `cuStreamQuery`.
     pub cuStreamQuery: unsafe extern "C" fn(stream: CUstream) -> CUresult,
     /// `cuStreamWaitEvent`.
-    pub cuStreamWaitEvent:
-        unsafe extern "C" fn(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult,
+    pub cuStreamWaitEvent: unsafe extern "C" fn(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult,
     /// `cuLaunchHostFunc`.
     pub cuLaunchHostFunc:
         unsafe extern "C" fn(stream: CUstream, func: CUhostFn, user_data: *mut c_void) -> CUresult,
@@ -360,19 +330,14 @@ pub struct Driver {
     /// `cuEventSynchronize`.
     pub cuEventSynchronize: unsafe extern "C" fn(event: CUevent) -> CUresult,
     /// `cuEventElapsedTime_v2` (CUDA 12.8+), else `cuEventElapsedTime`; same signature.
-    pub cuEventElapsedTime:
-        unsafe extern "C" fn(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult,
+    pub cuEventElapsedTime: unsafe extern "C" fn(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult,
     /// `cuModuleLoadData`.
-    pub cuModuleLoadData:
-        unsafe extern "C" fn(module: *mut CUmodule, image: *const c_void) -> CUresult,
+    pub cuModuleLoadData: unsafe extern "C" fn(module: *mut CUmodule, image: *const c_void) -> CUresult,
     /// `cuModuleUnload`.
     pub cuModuleUnload: unsafe extern "C" fn(module: CUmodule) -> CUresult,
     /// `cuModuleGetFunction`.
-    pub cuModuleGetFunction: unsafe extern "C" fn(
-        func: *mut CUfunction,
-        module: CUmodule,
-        name: *const c_char,
-    ) -> CUresult,
+    pub cuModuleGetFunction:
+        unsafe extern "C" fn(func: *mut CUfunction, module: CUmodule, name: *const c_char) -> CUresult,
     /// `cuLaunchKernel`.
     pub cuLaunchKernel: unsafe extern "C" fn(
         func: CUfunction,
@@ -422,10 +387,7 @@ pub(super) fn load(names: &[&'static str]) -> std::result::Result<(Library, Driv
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
-    Err(Error::NotInitialized(format!(
-        "cannot load the CUDA driver library ({})",
-        failures.join("; ")
-    )))
+    Err(Error::NotInitialized(format!("cannot load the CUDA driver library ({})", failures.join("; "))))
 }
 
 /// Looks up one symbol as a value of the function-pointer type `T`.
@@ -436,9 +398,9 @@ unsafe fn sym<T: Copy>(lib: &Library, library: &str, symbol: &str) -> Result<T> 
     // SAFETY: the caller guarantees `T` matches the symbol's C signature.
     match unsafe { lib.get::<T>(symbol) } {
         Ok(s) => Ok(*s),
-        Err(e) => Err(Error::NotInitialized(format!(
-            "{library} has no symbol {symbol} (driver too old?): {e}"
-        ))),
+        Err(e) => {
+            Err(Error::NotInitialized(format!("{library} has no symbol {symbol} (driver too old?): {e}")))
+        }
     }
 }
 

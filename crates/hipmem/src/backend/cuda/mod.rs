@@ -46,13 +46,8 @@ use crate::error::{Error, Result};
 pub const KERNELS_PTX: &str = include_str!("kernels.ptx");
 
 /// Entry names in [`KERNELS_PTX`].
-pub const KERNEL_NAMES: [&str; 5] = [
-    "hipmem_fill_u8",
-    "hipmem_fill_u16",
-    "hipmem_fill_u32",
-    "hipmem_iota_i32",
-    "hipmem_delay",
-];
+pub const KERNEL_NAMES: [&str; 5] =
+    ["hipmem_fill_u8", "hipmem_fill_u16", "hipmem_fill_u32", "hipmem_iota_i32", "hipmem_delay"];
 
 /// Threads per block of the element kernels.
 const BLOCK: u32 = 256;
@@ -102,10 +97,7 @@ thread_local! {
 /// Makes `ctx` current on the calling thread unless the cache says it is.
 fn bind_context(d: &Driver, ctx: CUcontext) -> Result<()> {
     let key = (ctx as usize, CONTEXT_GENERATION.load(Ordering::Acquire));
-    if CURRENT_CONTEXT
-        .try_with(|c| c.get() == key)
-        .unwrap_or(false)
-    {
+    if CURRENT_CONTEXT.try_with(|c| c.get() == key).unwrap_or(false) {
         return Ok(());
     }
     // SAFETY: `ctx` is a primary context retained by a live backend.
@@ -154,9 +146,7 @@ impl StreamEntry {
         // SAFETY: `raw` was created by cuStreamCreate and is destroyed only here,
         // once, when the last reference to the entry goes.
         let r = unsafe { (self.driver.cuStreamDestroy_v2)(self.raw.0) };
-        result::check(self.driver, r, || {
-            format!("cuStreamDestroy_v2({:p})", self.raw.0)
-        })
+        result::check(self.driver, r, || format!("cuStreamDestroy_v2({:p})", self.raw.0))
     }
 }
 
@@ -182,9 +172,7 @@ impl EventEntry {
         bind_context(self.driver, self.ctx.0)?;
         // SAFETY: `raw` was created by cuEventCreate and is destroyed only here, once.
         let r = unsafe { (self.driver.cuEventDestroy_v2)(self.raw.0) };
-        result::check(self.driver, r, || {
-            format!("cuEventDestroy_v2({:p})", self.raw.0)
-        })
+        result::check(self.driver, r, || format!("cuEventDestroy_v2({:p})", self.raw.0))
     }
 }
 
@@ -271,8 +259,7 @@ impl CudaBackend {
                 kernels: OnceLock::new(),
                 kernels_init: Mutex::new(()),
             });
-            let sms =
-                result::device_attribute(d, cu, driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+            let sms = result::device_attribute(d, cu, driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
             if let Some(dev) = backend.devices.last_mut() {
                 dev.multiprocessors = sms.max(1) as u32;
             }
@@ -329,11 +316,7 @@ impl CudaBackend {
             }
         };
         bind_context(self.driver, dev.ctx.0)?;
-        Ok(Target {
-            dev,
-            raw,
-            _entry: entry,
-        })
+        Ok(Target { dev, raw, _entry: entry })
     }
 
     fn event(&self, event: RawEvent) -> Result<Arc<EventEntry>> {
@@ -354,8 +337,8 @@ impl CudaBackend {
         // one of ours that already is, else make device 0's current.
         let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
         let (current, cached_generation) = CURRENT_CONTEXT.try_with(|c| c.get()).unwrap_or((0, 0));
-        let ours = cached_generation == generation
-            && self.devices.iter().any(|d| d.ctx.0 as usize == current);
+        let ours =
+            cached_generation == generation && self.devices.iter().any(|d| d.ctx.0 as usize == current);
         if !ours {
             bind_context(self.driver, self.devices.first()?.ctx.0).ok()?;
         }
@@ -463,8 +446,7 @@ impl CudaBackend {
     }
 
     fn to_usize(value: u64, what: &str) -> Result<usize> {
-        usize::try_from(value)
-            .map_err(|_| Error::InvalidValue(format!("{what}: {value} does not fit usize")))
+        usize::try_from(value).map_err(|_| Error::InvalidValue(format!("{what}: {value} does not fit usize")))
     }
 }
 
@@ -547,10 +529,7 @@ impl Backend for CudaBackend {
         let (vmm_granularity, vmm_recommended_granularity) = if virtual_memory {
             let prop = driver::CUmemAllocationProp::pinned_on_device(dev.cu);
             let g = |option| result::allocation_granularity(d, &prop, option).unwrap_or(0);
-            (
-                g(driver::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                g(driver::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-            )
+            (g(driver::CU_MEM_ALLOC_GRANULARITY_MINIMUM), g(driver::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         } else {
             (0, 0)
         };
@@ -562,15 +541,12 @@ impl Backend for CudaBackend {
                 attr(driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?.max(0) as u32,
                 attr(driver::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?.max(0) as u32,
             ),
-            multiprocessor_count: attr(driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0)
-                as u32,
+            multiprocessor_count: attr(driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0) as u32,
             capabilities: DeviceCapabilities {
                 memory_pools: flag(driver::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?,
                 virtual_memory,
                 managed_memory: flag(driver::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)?,
-                concurrent_managed_access: flag(
-                    driver::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
-                )?,
+                concurrent_managed_access: flag(driver::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)?,
                 can_map_host_memory: flag(driver::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)?,
                 unified_addressing: flag(driver::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?,
                 vmm_granularity,
@@ -581,8 +557,8 @@ impl Backend for CudaBackend {
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo> {
         self.bound(device)?;
-        let (free, total) = result::mem_get_info(self.driver)
-            .map_err(|e| e.context(format_args!("device {device}")))?;
+        let (free, total) =
+            result::mem_get_info(self.driver).map_err(|e| e.context(format_args!("device {device}")))?;
         Ok(MemInfo { free, total })
     }
 
@@ -622,11 +598,7 @@ impl Backend for CudaBackend {
         // No queued work of the device may touch the memory once it is freed.
         self.synchronize(dev)?;
         // SAFETY: the device's work has drained (above).
-        unsafe {
-            result::mem_free(self.driver, ptr.0, || {
-                format!("cuMemFree_v2({ptr}) on device {device}")
-            })
-        }
+        unsafe { result::mem_free(self.driver, ptr.0, || format!("cuMemFree_v2({ptr}) on device {device}")) }
     }
 
     fn copy_host_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
@@ -637,13 +609,7 @@ impl Backend for CudaBackend {
         // SAFETY: `src` is a live slice of `src.len()` readable bytes for the
         // whole (synchronous) call; the driver validates `dst`.
         let r = unsafe { (self.driver.cuMemcpyHtoD_v2)(dst.0, src.as_ptr().cast(), src.len()) };
-        self.check(r, || {
-            format!(
-                "cuMemcpyHtoD_v2({dst}, {} bytes) on device {}",
-                src.len(),
-                dev.ordinal
-            )
-        })
+        self.check(r, || format!("cuMemcpyHtoD_v2({dst}, {} bytes) on device {}", src.len(), dev.ordinal))
     }
 
     fn copy_device_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
@@ -655,12 +621,7 @@ impl Backend for CudaBackend {
         // SAFETY: `dst` is a live, exclusively borrowed slice of `len` writable
         // bytes for the whole (synchronous) call; the driver validates `src`.
         let r = unsafe { (self.driver.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), src.0, len) };
-        self.check(r, || {
-            format!(
-                "cuMemcpyDtoH_v2({src}, {len} bytes) on device {}",
-                dev.ordinal
-            )
-        })
+        self.check(r, || format!("cuMemcpyDtoH_v2({src}, {len} bytes) on device {}", dev.ordinal))
     }
 
     fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()> {
@@ -671,27 +632,15 @@ impl Backend for CudaBackend {
         let dev = self.copy_device(dst)?;
         // SAFETY: device addresses only; the driver validates them.
         let r = unsafe { (self.driver.cuMemcpyDtoD_v2)(dst.0, src.0, bytes) };
-        self.check(r, || {
-            format!(
-                "cuMemcpyDtoD_v2({dst} <- {src}, {size} bytes) on device {}",
-                dev.ordinal
-            )
-        })?;
+        self.check(r, || format!("cuMemcpyDtoD_v2({dst} <- {src}, {size} bytes) on device {}", dev.ordinal))?;
         // A device-to-device copy is asynchronous to the host: wait for it on
         // the legacy null stream it was queued on.
         // SAFETY: the null stream of the current context.
         let r = unsafe { (self.driver.cuStreamSynchronize)(std::ptr::null_mut()) };
-        self.check(r, || {
-            format!("cuStreamSynchronize(null stream) on device {}", dev.ordinal)
-        })
+        self.check(r, || format!("cuStreamSynchronize(null stream) on device {}", dev.ordinal))
     }
 
-    fn copy_host_to_device_async(
-        &self,
-        dst: DevicePtr,
-        src: HostSpan,
-        stream: RawStream,
-    ) -> Result<()> {
+    fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()> {
         let t = self.target(stream)?;
         if src.is_empty() {
             return Ok(());
@@ -700,22 +649,11 @@ impl Backend for CudaBackend {
         // SAFETY: `HostSpan`'s contract keeps the host memory readable until the
         // queued copy has completed; the driver validates `dst` and the stream
         // is live for the call (held by `t`).
-        let r =
-            unsafe { (self.driver.cuMemcpyHtoDAsync_v2)(dst.0, src.as_ptr().cast(), len, t.raw) };
-        self.check(r, || {
-            format!(
-                "cuMemcpyHtoDAsync_v2({dst}, {len} bytes) on device {}",
-                t.dev.ordinal
-            )
-        })
+        let r = unsafe { (self.driver.cuMemcpyHtoDAsync_v2)(dst.0, src.as_ptr().cast(), len, t.raw) };
+        self.check(r, || format!("cuMemcpyHtoDAsync_v2({dst}, {len} bytes) on device {}", t.dev.ordinal))
     }
 
-    fn copy_device_to_host_async(
-        &self,
-        dst: HostSpan,
-        src: DevicePtr,
-        stream: RawStream,
-    ) -> Result<()> {
+    fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()> {
         let t = self.target(stream)?;
         if dst.is_empty() {
             return Ok(());
@@ -724,15 +662,8 @@ impl Backend for CudaBackend {
         // SAFETY: `HostSpan`'s contract keeps the host memory writable and
         // unaliased until the queued copy has completed; the driver validates
         // `src`.
-        let r = unsafe {
-            (self.driver.cuMemcpyDtoHAsync_v2)(dst.as_mut_ptr().cast(), src.0, len, t.raw)
-        };
-        self.check(r, || {
-            format!(
-                "cuMemcpyDtoHAsync_v2({src}, {len} bytes) on device {}",
-                t.dev.ordinal
-            )
-        })
+        let r = unsafe { (self.driver.cuMemcpyDtoHAsync_v2)(dst.as_mut_ptr().cast(), src.0, len, t.raw) };
+        self.check(r, || format!("cuMemcpyDtoHAsync_v2({src}, {len} bytes) on device {}", t.dev.ordinal))
     }
 
     fn copy_device_to_device_async(
@@ -750,20 +681,11 @@ impl Backend for CudaBackend {
         // SAFETY: device addresses only (validated by the driver); live stream.
         let r = unsafe { (self.driver.cuMemcpyDtoDAsync_v2)(dst.0, src.0, bytes, t.raw) };
         self.check(r, || {
-            format!(
-                "cuMemcpyDtoDAsync_v2({dst} <- {src}, {size} bytes) on device {}",
-                t.dev.ordinal
-            )
+            format!("cuMemcpyDtoDAsync_v2({dst} <- {src}, {size} bytes) on device {}", t.dev.ordinal)
         })
     }
 
-    fn memset_async(
-        &self,
-        dst: DevicePtr,
-        value: FillValue,
-        count: u64,
-        stream: RawStream,
-    ) -> Result<()> {
+    fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let t = self.target(stream)?;
         count
             .checked_mul(value.element_size())
@@ -781,40 +703,25 @@ impl Backend for CudaBackend {
                 FillValue::U32(v) => ((d.cuMemsetD32Async)(dst.0, v, n, t.raw), "cuMemsetD32Async"),
             }
         };
-        self.check(r, || {
-            format!(
-                "{name}({dst}, {count} elements) on device {}",
-                t.dev.ordinal
-            )
-        })
+        self.check(r, || format!("{name}({dst}, {count} elements) on device {}", t.dev.ordinal))
     }
 
     fn stream_create(&self, device: usize, flags: StreamFlags) -> Result<RawStream> {
         let dev = self.bound(device)?;
-        let cu_flags = if flags.non_blocking {
-            driver::CU_STREAM_NON_BLOCKING
-        } else {
-            driver::CU_STREAM_DEFAULT
-        };
+        let cu_flags =
+            if flags.non_blocking { driver::CU_STREAM_NON_BLOCKING } else { driver::CU_STREAM_DEFAULT };
         let raw = result::stream_create(self.driver, cu_flags, || {
             format!("cuStreamCreate(flags {cu_flags}) on device {device}")
         })?;
         let handle = raw as u64;
-        let entry = StreamEntry {
-            driver: self.driver,
-            device,
-            ctx: dev.ctx,
-            raw: Handle(raw),
-        };
+        let entry = StreamEntry { driver: self.driver, device, ctx: dev.ctx, raw: Handle(raw) };
         lock(&self.streams).insert(handle, Arc::new(entry));
         Ok(RawStream { device, handle })
     }
 
     fn stream_destroy(&self, stream: RawStream) -> Result<()> {
         if stream.handle == 0 {
-            return Err(Error::InvalidHandle(
-                "the null stream cannot be destroyed".into(),
-            ));
+            return Err(Error::InvalidHandle("the null stream cannot be destroyed".into()));
         }
         self.device(stream.device)?;
         let mut streams = lock(&self.streams);
@@ -830,10 +737,7 @@ impl Backend for CudaBackend {
         };
         drop(streams);
         let entry = entry.ok_or_else(|| {
-            Error::InvalidHandle(format!(
-                "stream {:#x} does not exist or was destroyed",
-                stream.handle
-            ))
+            Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", stream.handle))
         })?;
         destroy_entry(entry, StreamEntry::destroy_now)
     }
@@ -842,12 +746,7 @@ impl Backend for CudaBackend {
         let t = self.target(stream)?;
         // SAFETY: live stream of the current context (or its null stream).
         let r = unsafe { (self.driver.cuStreamSynchronize)(t.raw) };
-        self.check(r, || {
-            format!(
-                "cuStreamSynchronize({:#x}) on device {}",
-                stream.handle, t.dev.ordinal
-            )
-        })
+        self.check(r, || format!("cuStreamSynchronize({:#x}) on device {}", stream.handle, t.dev.ordinal))
     }
 
     fn stream_query(&self, stream: RawStream) -> Result<bool> {
@@ -855,10 +754,7 @@ impl Backend for CudaBackend {
         // SAFETY: live stream of the current context (or its null stream).
         let r = unsafe { (self.driver.cuStreamQuery)(t.raw) };
         result::check_ready(self.driver, r, || {
-            format!(
-                "cuStreamQuery({:#x}) on device {}",
-                stream.handle, t.dev.ordinal
-            )
+            format!("cuStreamQuery({:#x}) on device {}", stream.handle, t.dev.ordinal)
         })
     }
 
@@ -866,9 +762,7 @@ impl Backend for CudaBackend {
         let e = self.event(event)?;
         let t = self.target(stream)?;
         // SAFETY: live stream and live event (both held for the call).
-        let r = unsafe {
-            (self.driver.cuStreamWaitEvent)(t.raw, e.raw.0, driver::CU_EVENT_WAIT_DEFAULT)
-        };
+        let r = unsafe { (self.driver.cuStreamWaitEvent)(t.raw, e.raw.0, driver::CU_EVENT_WAIT_DEFAULT) };
         self.check(r, || {
             format!(
                 "cuStreamWaitEvent(stream {:#x}, event {:#x}) on device {}",
@@ -882,19 +776,13 @@ impl Backend for CudaBackend {
         let user_data = Box::into_raw(Box::new(callback)).cast::<c_void>();
         // SAFETY: live stream; the trampoline takes back ownership of
         // `user_data` when the driver runs it, exactly once.
-        let r =
-            unsafe { (self.driver.cuLaunchHostFunc)(t.raw, Some(host_func_trampoline), user_data) };
+        let r = unsafe { (self.driver.cuLaunchHostFunc)(t.raw, Some(host_func_trampoline), user_data) };
         if r != driver::CUDA_SUCCESS {
             // The driver did not take the callback: free it here.
             // SAFETY: `user_data` came from Box::into_raw above and was not handed over.
             drop(unsafe { Box::from_raw(user_data.cast::<HostCallback>()) });
         }
-        self.check(r, || {
-            format!(
-                "cuLaunchHostFunc({:#x}) on device {}",
-                stream.handle, t.dev.ordinal
-            )
-        })
+        self.check(r, || format!("cuLaunchHostFunc({:#x}) on device {}", stream.handle, t.dev.ordinal))
     }
 
     fn event_create(&self, device: usize, flags: EventFlags) -> Result<RawEvent> {
@@ -913,12 +801,7 @@ impl Backend for CudaBackend {
             format!("cuEventCreate(flags {cu_flags}) on device {device}")
         })?;
         let handle = raw as u64;
-        let entry = EventEntry {
-            driver: self.driver,
-            device,
-            ctx: dev.ctx,
-            raw: Handle(raw),
-        };
+        let entry = EventEntry { driver: self.driver, device, ctx: dev.ctx, raw: Handle(raw) };
         lock(&self.events).insert(handle, Arc::new(entry));
         Ok(RawEvent { device, handle })
     }
@@ -963,9 +846,7 @@ impl Backend for CudaBackend {
         bind_context(self.driver, e.ctx.0)?;
         // SAFETY: live event (held for the call).
         let r = unsafe { (self.driver.cuEventQuery)(e.raw.0) };
-        result::check_ready(self.driver, r, || {
-            format!("cuEventQuery({:#x})", event.handle)
-        })
+        result::check_ready(self.driver, r, || format!("cuEventQuery({:#x})", event.handle))
     }
 
     fn event_synchronize(&self, event: RawEvent) -> Result<()> {
@@ -983,25 +864,16 @@ impl Backend for CudaBackend {
         // SAFETY: live events (held for the call); `ms` is a valid out-pointer.
         let r = unsafe { (self.driver.cuEventElapsedTime)(&mut ms, s.raw.0, e.raw.0) };
         self.check(r, || {
-            format!(
-                "{}({:#x}, {:#x})",
-                self.driver.event_elapsed_time_symbol, start.handle, end.handle
-            )
+            format!("{}({:#x}, {:#x})", self.driver.event_elapsed_time_symbol, start.handle, end.handle)
         })?;
         Ok(ms)
     }
 
-    fn launch_fill(
-        &self,
-        dst: DevicePtr,
-        value: FillValue,
-        count: u64,
-        stream: RawStream,
-    ) -> Result<()> {
+    fn launch_fill(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let t = self.target(stream)?;
-        count.checked_mul(value.element_size()).ok_or_else(|| {
-            Error::InvalidValue(format!("fill kernel: {count} elements overflow"))
-        })?;
+        count
+            .checked_mul(value.element_size())
+            .ok_or_else(|| Error::InvalidValue(format!("fill kernel: {count} elements overflow")))?;
         if count == 0 {
             return Ok(());
         }
@@ -1022,18 +894,15 @@ impl Backend for CudaBackend {
         ];
         let grid = Self::grid_for(t.dev, count);
         self.launch(&t, f.0, grid, BLOCK, &mut params, || {
-            format!(
-                "cuLaunchKernel({name}, {dst}, {count} elements) on device {}",
-                t.dev.ordinal
-            )
+            format!("cuLaunchKernel({name}, {dst}, {count} elements) on device {}", t.dev.ordinal)
         })
     }
 
     fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()> {
         let t = self.target(stream)?;
-        count.checked_mul(4).ok_or_else(|| {
-            Error::InvalidValue(format!("iota kernel: {count} elements overflow"))
-        })?;
+        count
+            .checked_mul(4)
+            .ok_or_else(|| Error::InvalidValue(format!("iota kernel: {count} elements overflow")))?;
         if count == 0 {
             return Ok(());
         }
@@ -1065,9 +934,7 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let t = self.target(stream)?;
         if flag.is_null() {
-            return Err(Error::InvalidValue(
-                "delay kernel: null flag address".into(),
-            ));
+            return Err(Error::InvalidValue("delay kernel: null flag address".into()));
         }
         let kernels = self.kernels(t.dev)?;
         let mut ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
@@ -1078,10 +945,7 @@ impl Backend for CudaBackend {
             (&mut v as *mut u32).cast::<c_void>(),
         ];
         self.launch(&t, kernels.delay.0, 1, 1, &mut params, || {
-            format!(
-                "cuLaunchKernel(hipmem_delay, {duration:?}, flag {flag}) on device {}",
-                t.dev.ordinal
-            )
+            format!("cuLaunchKernel(hipmem_delay, {duration:?}, flag {flag}) on device {}", t.dev.ordinal)
         })
     }
 }
@@ -1096,10 +960,7 @@ mod tests {
         // panic; on a GPU machine it opens.
         match open() {
             Ok(backend) => assert_eq!(backend.kind(), BackendKind::Cuda),
-            Err(e) => assert!(
-                matches!(e, Error::NotInitialized(_)),
-                "unexpected error {e:?}"
-            ),
+            Err(e) => assert!(matches!(e, Error::NotInitialized(_)), "unexpected error {e:?}"),
         }
     }
 
@@ -1107,10 +968,7 @@ mod tests {
     fn a_missing_library_is_not_initialized() {
         let err = driver::load(&["libhipmem-no-such-library.so.1"]).expect_err("must fail");
         assert!(matches!(err, Error::NotInitialized(_)), "{err:?}");
-        assert!(
-            err.message().contains("libhipmem-no-such-library.so.1"),
-            "{err}"
-        );
+        assert!(err.message().contains("libhipmem-no-such-library.so.1"), "{err}");
     }
 
     #[test]
@@ -1157,10 +1015,7 @@ mod tests {
             m,
             "cuMemAlloc_v2(1099511627776 bytes) on device 0: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
         );
-        assert_eq!(
-            result::error_message("cuInit(0)", 77, None, None),
-            "cuInit(0): CUresult 77"
-        );
+        assert_eq!(result::error_message("cuInit(0)", 77, None, None), "cuInit(0): CUresult 77");
     }
 
     #[test]
@@ -1168,10 +1023,7 @@ mod tests {
         assert!(KERNELS_PTX.contains(".address_size 64"));
         assert!(!KERNELS_PTX.contains('\0'));
         for name in KERNEL_NAMES {
-            assert!(
-                KERNELS_PTX.contains(&format!(".visible .entry {name}(")),
-                "{name} missing"
-            );
+            assert!(KERNELS_PTX.contains(&format!(".visible .entry {name}(")), "{name} missing");
         }
     }
 

@@ -28,9 +28,7 @@ pub fn error_from_code(code: CUresult, message: String) -> Error {
 
 /// Formats the message of a failed call: `what: NAME: text`.
 pub fn error_message(what: &str, code: CUresult, name: Option<&str>, text: Option<&str>) -> String {
-    let name = name
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("CUresult {code}"));
+    let name = name.map(str::to_owned).unwrap_or_else(|| format!("CUresult {code}"));
     match text {
         Some(text) => format!("{what}: {name}: {text}"),
         None => format!("{what}: {name}"),
@@ -67,12 +65,8 @@ pub fn check(d: &Driver, code: CUresult, what: impl FnOnce() -> String) -> Resul
     if code == CUDA_SUCCESS {
         return Ok(());
     }
-    let message = error_message(
-        &what(),
-        code,
-        error_name(d, code).as_deref(),
-        error_string(d, code).as_deref(),
-    );
+    let message =
+        error_message(&what(), code, error_name(d, code).as_deref(), error_string(d, code).as_deref());
     Err(error_from_code(code, message))
 }
 
@@ -129,9 +123,7 @@ pub fn device_name(d: &Driver, dev: CUdevice) -> Result<String> {
     let last = buf.len() - 1;
     buf[last] = 0;
     // SAFETY: `buf` is NUL-terminated (forced above) and lives for this call.
-    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned())
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
 }
 
 /// `cuDeviceTotalMem_v2`.
@@ -148,9 +140,7 @@ pub fn device_attribute(d: &Driver, dev: CUdevice, attribute: c_int) -> Result<i
     let mut v: c_int = 0;
     // SAFETY: `v` is a valid out-pointer; the driver validates the attribute.
     let r = unsafe { (d.cuDeviceGetAttribute)(&mut v, attribute, dev) };
-    check(d, r, || {
-        format!("cuDeviceGetAttribute({attribute}) on device {dev}")
-    })?;
+    check(d, r, || format!("cuDeviceGetAttribute({attribute}) on device {dev}"))?;
     Ok(v)
 }
 
@@ -163,12 +153,7 @@ pub fn allocation_granularity(
     let mut g = 0usize;
     // SAFETY: `g` is a valid out-pointer and `prop` a valid, fully initialized struct.
     let r = unsafe { (d.cuMemGetAllocationGranularity)(&mut g, prop, option) };
-    check(d, r, || {
-        format!(
-            "cuMemGetAllocationGranularity(option {option}) on device {}",
-            prop.location.id
-        )
-    })?;
+    check(d, r, || format!("cuMemGetAllocationGranularity(option {option}) on device {}", prop.location.id))?;
     Ok(g as u64)
 }
 
@@ -191,9 +176,7 @@ pub fn primary_ctx_retain(d: &Driver, dev: CUdevice) -> Result<CUcontext> {
 pub unsafe fn primary_ctx_release(d: &Driver, dev: CUdevice) -> Result<()> {
     // SAFETY: the caller owns one retain of the primary context of `dev`.
     let r = unsafe { (d.cuDevicePrimaryCtxRelease_v2)(dev) };
-    check(d, r, || {
-        format!("cuDevicePrimaryCtxRelease_v2(device {dev})")
-    })
+    check(d, r, || format!("cuDevicePrimaryCtxRelease_v2(device {dev})"))
 }
 
 /// `cuCtxSetCurrent`.
@@ -212,11 +195,7 @@ pub unsafe fn ctx_set_current(d: &Driver, ctx: CUcontext) -> Result<()> {
 ///
 /// # Safety
 /// `ctx` must be live and, for the older entry point, current on this thread.
-pub unsafe fn ctx_synchronize(
-    d: &Driver,
-    ctx: CUcontext,
-    what: impl FnOnce() -> String,
-) -> Result<()> {
+pub unsafe fn ctx_synchronize(d: &Driver, ctx: CUcontext, what: impl FnOnce() -> String) -> Result<()> {
     let r = match d.cuCtxSynchronize {
         // SAFETY: the caller guarantees `ctx` is live.
         CtxSynchronize::V2(f) => unsafe { f(ctx) },
@@ -269,9 +248,7 @@ pub fn pointer_device_ordinal(d: &Driver, ptr: CUdeviceptr) -> Result<i32> {
             ptr,
         )
     };
-    check(d, r, || {
-        format!("cuPointerGetAttribute(DEVICE_ORDINAL, {ptr:#x})")
-    })?;
+    check(d, r, || format!("cuPointerGetAttribute(DEVICE_ORDINAL, {ptr:#x})"))?;
     Ok(ordinal)
 }
 
@@ -313,8 +290,6 @@ pub unsafe fn module_get_function(d: &Driver, module: CUmodule, name: &CStr) -> 
     let mut f: CUfunction = std::ptr::null_mut();
     // SAFETY: `module` is live (caller), `name` is NUL-terminated, `f` a valid out-pointer.
     let r = unsafe { (d.cuModuleGetFunction)(&mut f, module, name.as_ptr()) };
-    check(d, r, || {
-        format!("cuModuleGetFunction({})", name.to_string_lossy())
-    })?;
+    check(d, r, || format!("cuModuleGetFunction({})", name.to_string_lossy()))?;
     Ok(f)
 }

@@ -19,11 +19,7 @@ pub struct HostConfig {
 
 impl Default for HostConfig {
     fn default() -> Self {
-        HostConfig {
-            devices: 1,
-            memory_per_device: 16 << 30,
-            vmm_granularity: 2 << 20,
-        }
+        HostConfig { devices: 1, memory_per_device: 16 << 30, vmm_granularity: 2 << 20 }
     }
 }
 
@@ -42,8 +38,8 @@ impl HostConfig {
                 parse_size(&v).map_err(|e| e.context(format!("HIPMEM_HOST_MEMORY={v:?}")))?;
         }
         if let Ok(v) = std::env::var("HIPMEM_HOST_VMM_GRANULARITY") {
-            config.vmm_granularity = parse_size(&v)
-                .map_err(|e| e.context(format!("HIPMEM_HOST_VMM_GRANULARITY={v:?}")))?;
+            config.vmm_granularity =
+                parse_size(&v).map_err(|e| e.context(format!("HIPMEM_HOST_VMM_GRANULARITY={v:?}")))?;
         }
         config.validate()?;
         Ok(config)
@@ -83,26 +79,17 @@ pub fn parse_size(text: &str) -> Result<u64> {
     let number: u64 = number
         .parse()
         .map_err(|_| Error::InvalidValue(format!("{text:?} is not a size like 512M or 16G")))?;
-    let shift = match suffix
-        .trim()
-        .to_ascii_uppercase()
-        .trim_end_matches('B')
-        .trim_end_matches('I')
-    {
+    let shift = match suffix.trim().to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
         "" => 0,
         "K" => 10,
         "M" => 20,
         "G" => 30,
         "T" => 40,
         _ => {
-            return Err(Error::InvalidValue(format!(
-                "{text:?} has an unknown size suffix"
-            )));
+            return Err(Error::InvalidValue(format!("{text:?} has an unknown size suffix")));
         }
     };
-    number
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| Error::InvalidValue(format!("{text:?} is too large")))
+    number.checked_mul(1u64 << shift).ok_or_else(|| Error::InvalidValue(format!("{text:?} is too large")))
 }
 
 #[cfg(test)]
@@ -124,29 +111,8 @@ mod tests {
     fn validation_rejects_nonsense() {
         let ok = HostConfig::default();
         assert!(ok.validate().is_ok());
-        assert!(
-            HostConfig {
-                devices: 0,
-                ..ok.clone()
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            HostConfig {
-                memory_per_device: 10,
-                ..ok.clone()
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            HostConfig {
-                vmm_granularity: 3000,
-                ..ok
-            }
-            .validate()
-            .is_err()
-        );
+        assert!(HostConfig { devices: 0, ..ok.clone() }.validate().is_err());
+        assert!(HostConfig { memory_per_device: 10, ..ok.clone() }.validate().is_err());
+        assert!(HostConfig { vmm_granularity: 3000, ..ok }.validate().is_err());
     }
 }

@@ -45,15 +45,11 @@ impl RegionsRead<'_> {
             return Err(Error::InvalidValue(format!("{what}: null device pointer")));
         }
         let Some((&base, region)) = self.guard.range(..=ptr.0).next_back() else {
-            return Err(Error::InvalidValue(format!(
-                "{what}: {ptr} is not memory of this emulated device"
-            )));
+            return Err(Error::InvalidValue(format!("{what}: {ptr} is not memory of this emulated device")));
         };
         let end = base + region.len;
         if ptr.0 >= end {
-            return Err(Error::InvalidValue(format!(
-                "{what}: {ptr} is not memory of this emulated device"
-            )));
+            return Err(Error::InvalidValue(format!("{what}: {ptr} is not memory of this emulated device")));
         }
         let want_end = ptr
             .0
@@ -74,17 +70,12 @@ impl RegionsRead<'_> {
 impl RegionTable {
     /// Locks the table for validation.
     pub fn read(&self) -> RegionsRead<'_> {
-        RegionsRead {
-            guard: self.regions.read().unwrap_or_else(|p| p.into_inner()),
-        }
+        RegionsRead { guard: self.regions.read().unwrap_or_else(|p| p.into_inner()) }
     }
 
     /// Adds a region.
     pub fn insert(&self, base: u64, region: Region) {
-        self.regions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(base, region);
+        self.regions.write().unwrap_or_else(|p| p.into_inner()).insert(base, region);
     }
 
     /// Removes the region starting exactly at `base` if `matches` accepts it.
@@ -121,10 +112,7 @@ impl AnonymousMapping {
             )
         }
         .map_err(|e| Error::OutOfMemory(format!("mmap of {len} bytes failed: {e}")))?;
-        Ok(AnonymousMapping {
-            addr: ptr as u64,
-            len: len_usize,
-        })
+        Ok(AnonymousMapping { addr: ptr as u64, len: len_usize })
     }
 
     /// The start address.

@@ -65,11 +65,7 @@ impl HostBackend {
         for ordinal in 0..config.devices {
             let null_stream = StreamShared::spawn(0, ordinal, false)
                 .map_err(|e| Error::NotInitialized(format!("cannot start a stream worker: {e}")))?;
-            devices.push(HostDevice {
-                used: Mutex::new(0),
-                null_stream,
-                streams: Mutex::new(Vec::new()),
-            });
+            devices.push(HostDevice { used: Mutex::new(0), null_stream, streams: Mutex::new(Vec::new()) });
         }
         Ok(HostBackend {
             config,
@@ -214,9 +210,7 @@ impl Backend for HostBackend {
 
     fn device_properties(&self, device: usize) -> Result<DeviceProperties> {
         self.device(device)?;
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1);
+        let threads = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
         Ok(DeviceProperties {
             ordinal: device,
             name: format!("hipmem CPU emulation device {device}"),
@@ -257,9 +251,9 @@ impl Backend for HostBackend {
             return Err(Error::InvalidValue("cannot allocate 0 bytes".into()));
         }
         let capacity = self.config.memory_per_device;
-        let rounded = size.checked_next_multiple_of(PAGE).ok_or_else(|| {
-            Error::OutOfMemory(format!("{size} bytes can never fit device {device}"))
-        })?;
+        let rounded = size
+            .checked_next_multiple_of(PAGE)
+            .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes can never fit device {device}")))?;
         let mut used = lock(&d.used);
         if rounded > capacity - *used {
             return Err(Error::OutOfMemory(format!(
@@ -272,14 +266,7 @@ impl Backend for HostBackend {
         *used += rounded;
         drop(used);
         lock(&self.mappings).insert(base, mapping);
-        self.regions.insert(
-            base,
-            Region {
-                len: size,
-                device,
-                kind: RegionKind::Device,
-            },
-        );
+        self.regions.insert(base, Region { len: size, device, kind: RegionKind::Device });
         Ok(DevicePtr(base))
     }
 
@@ -287,13 +274,9 @@ impl Backend for HostBackend {
         let d = self.device(device)?;
         let region = self
             .regions
-            .remove_if(ptr.0, |r| {
-                r.device == device && r.kind == RegionKind::Device
-            })
+            .remove_if(ptr.0, |r| r.device == device && r.kind == RegionKind::Device)
             .ok_or_else(|| {
-                Error::InvalidValue(format!(
-                    "{ptr} is not the start of a live allocation on device {device}"
-                ))
+                Error::InvalidValue(format!("{ptr} is not the start of a live allocation on device {device}"))
             })?;
         // No new work can name the range now; drain what was queued before.
         for other in &self.devices {
@@ -306,16 +289,8 @@ impl Backend for HostBackend {
 
     fn copy_host_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         let len = src.len() as u64;
-        let device = self
-            .regions
-            .read()
-            .check(dst, len, "copy to device")?
-            .device;
-        let op = Op::Copy {
-            dst: dst.0,
-            src: src.as_ptr() as u64,
-            len,
-        };
+        let device = self.regions.read().check(dst, len, "copy to device")?.device;
+        let op = Op::Copy { dst: dst.0, src: src.as_ptr() as u64, len };
         let (stream, seq) =
             self.enqueue_checked(RawStream::null(device), &[(dst, len, "copy to device")], op)?;
         // `src` stays borrowed until the copy has run.
@@ -325,37 +300,18 @@ impl Backend for HostBackend {
 
     fn copy_device_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
         let len = dst.len() as u64;
-        let device = self
-            .regions
-            .read()
-            .check(src, len, "copy from device")?
-            .device;
-        let op = Op::Copy {
-            dst: dst.as_mut_ptr() as u64,
-            src: src.0,
-            len,
-        };
-        let (stream, seq) = self.enqueue_checked(
-            RawStream::null(device),
-            &[(src, len, "copy from device")],
-            op,
-        )?;
+        let device = self.regions.read().check(src, len, "copy from device")?.device;
+        let op = Op::Copy { dst: dst.as_mut_ptr() as u64, src: src.0, len };
+        let (stream, seq) =
+            self.enqueue_checked(RawStream::null(device), &[(src, len, "copy from device")], op)?;
         // `dst` stays mutably borrowed until the copy has run.
         stream.wait_for(seq);
         Ok(())
     }
 
     fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()> {
-        let device = self
-            .regions
-            .read()
-            .check(dst, size, "copy destination")?
-            .device;
-        let op = Op::Copy {
-            dst: dst.0,
-            src: src.0,
-            len: size,
-        };
+        let device = self.regions.read().check(dst, size, "copy destination")?.device;
+        let op = Op::Copy { dst: dst.0, src: src.0, len: size };
         let (stream, seq) = self.enqueue_checked(
             RawStream::null(device),
             &[(dst, size, "copy destination"), (src, size, "copy source")],
@@ -365,41 +321,15 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn copy_host_to_device_async(
-        &self,
-        dst: DevicePtr,
-        src: HostSpan,
-        stream: RawStream,
-    ) -> Result<()> {
-        let op = Op::Copy {
-            dst: dst.0,
-            src: src.addr(),
-            len: src.len(),
-        };
-        self.enqueue_checked(
-            stream,
-            &[(dst, src.len(), "asynchronous copy to device")],
-            op,
-        )?;
+    fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()> {
+        let op = Op::Copy { dst: dst.0, src: src.addr(), len: src.len() };
+        self.enqueue_checked(stream, &[(dst, src.len(), "asynchronous copy to device")], op)?;
         Ok(())
     }
 
-    fn copy_device_to_host_async(
-        &self,
-        dst: HostSpan,
-        src: DevicePtr,
-        stream: RawStream,
-    ) -> Result<()> {
-        let op = Op::Copy {
-            dst: dst.addr(),
-            src: src.0,
-            len: dst.len(),
-        };
-        self.enqueue_checked(
-            stream,
-            &[(src, dst.len(), "asynchronous copy from device")],
-            op,
-        )?;
+    fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()> {
+        let op = Op::Copy { dst: dst.addr(), src: src.0, len: dst.len() };
+        self.enqueue_checked(stream, &[(src, dst.len(), "asynchronous copy from device")], op)?;
         Ok(())
     }
 
@@ -410,39 +340,18 @@ impl Backend for HostBackend {
         size: u64,
         stream: RawStream,
     ) -> Result<()> {
-        let op = Op::Copy {
-            dst: dst.0,
-            src: src.0,
-            len: size,
-        };
+        let op = Op::Copy { dst: dst.0, src: src.0, len: size };
         self.enqueue_checked(
             stream,
-            &[
-                (dst, size, "asynchronous copy destination"),
-                (src, size, "asynchronous copy source"),
-            ],
+            &[(dst, size, "asynchronous copy destination"), (src, size, "asynchronous copy source")],
             op,
         )?;
         Ok(())
     }
 
-    fn memset_async(
-        &self,
-        dst: DevicePtr,
-        value: FillValue,
-        count: u64,
-        stream: RawStream,
-    ) -> Result<()> {
+    fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, value.element_size(), "memset")?;
-        self.enqueue_checked(
-            stream,
-            &[(dst, len, "memset")],
-            Op::Fill {
-                dst: dst.0,
-                value,
-                count,
-            },
-        )?;
+        self.enqueue_checked(stream, &[(dst, len, "memset")], Op::Fill { dst: dst.0, value, count })?;
         Ok(())
     }
 
@@ -459,9 +368,7 @@ impl Backend for HostBackend {
 
     fn stream_destroy(&self, stream: RawStream) -> Result<()> {
         if stream.handle == 0 {
-            return Err(Error::InvalidHandle(
-                "the null stream cannot be destroyed".into(),
-            ));
+            return Err(Error::InvalidHandle("the null stream cannot be destroyed".into()));
         }
         let s = self.stream(stream)?;
         lock(&self.streams).remove(&stream.handle);
@@ -486,9 +393,7 @@ impl Backend for HostBackend {
         let s = self.stream(stream)?;
         if s.handle == 0 {
             let d = self.device(stream.device)?;
-            let blocking_idle = lock(&d.streams)
-                .iter()
-                .all(|o| o.non_blocking || o.is_idle());
+            let blocking_idle = lock(&d.streams).iter().all(|o| o.non_blocking || o.is_idle());
             return Ok(s.is_idle() && blocking_idle);
         }
         Ok(s.is_idle())
@@ -513,10 +418,7 @@ impl Backend for HostBackend {
     fn event_create(&self, device: usize, flags: EventFlags) -> Result<RawEvent> {
         self.device(device)?;
         let handle = self.new_handle();
-        lock(&self.events).insert(
-            handle,
-            Arc::new(HostEvent::new(handle, device, flags.disable_timing)),
-        );
+        lock(&self.events).insert(handle, Arc::new(HostEvent::new(handle, device, flags.disable_timing)));
         Ok(RawEvent { device, handle })
     }
 
@@ -553,61 +455,27 @@ impl Backend for HostBackend {
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32> {
         let (s, e) = (self.event(start)?, self.event(end)?);
         if s.disable_timing || e.disable_timing {
-            return Err(Error::InvalidHandle(
-                "an event created with DisableTiming has no time".into(),
-            ));
+            return Err(Error::InvalidHandle("an event created with DisableTiming has no time".into()));
         }
         let time = |ev: &HostEvent| match ev.completion_time() {
-            Err(()) => Err(Error::InvalidHandle(format!(
-                "event {:#x} was never recorded",
-                ev.handle
-            ))),
-            Ok(None) => Err(Error::NotReady(format!(
-                "event {:#x} has not completed",
-                ev.handle
-            ))),
+            Err(()) => Err(Error::InvalidHandle(format!("event {:#x} was never recorded", ev.handle))),
+            Ok(None) => Err(Error::NotReady(format!("event {:#x} has not completed", ev.handle))),
             Ok(Some(t)) => Ok(t),
         };
         let (t0, t1) = (time(&s)?, time(&e)?);
-        let ms = if t1 >= t0 {
-            (t1 - t0).as_secs_f64() * 1e3
-        } else {
-            -((t0 - t1).as_secs_f64() * 1e3)
-        };
+        let ms = if t1 >= t0 { (t1 - t0).as_secs_f64() * 1e3 } else { -((t0 - t1).as_secs_f64() * 1e3) };
         Ok(ms as f32)
     }
 
-    fn launch_fill(
-        &self,
-        dst: DevicePtr,
-        value: FillValue,
-        count: u64,
-        stream: RawStream,
-    ) -> Result<()> {
+    fn launch_fill(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, value.element_size(), "fill kernel")?;
-        self.enqueue_checked(
-            stream,
-            &[(dst, len, "fill kernel")],
-            Op::Fill {
-                dst: dst.0,
-                value,
-                count,
-            },
-        )?;
+        self.enqueue_checked(stream, &[(dst, len, "fill kernel")], Op::Fill { dst: dst.0, value, count })?;
         Ok(())
     }
 
     fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, 4, "iota kernel")?;
-        self.enqueue_checked(
-            stream,
-            &[(dst, len, "iota kernel")],
-            Op::Iota {
-                dst: dst.0,
-                count,
-                k,
-            },
-        )?;
+        self.enqueue_checked(stream, &[(dst, len, "iota kernel")], Op::Iota { dst: dst.0, count, k })?;
         Ok(())
     }
 
@@ -621,11 +489,7 @@ impl Backend for HostBackend {
         self.enqueue_checked(
             stream,
             &[(flag, 4, "delay kernel flag")],
-            Op::Delay {
-                duration,
-                flag: flag.0,
-                value: flag_value,
-            },
+            Op::Delay { duration, flag: flag.0, value: flag_value },
         )?;
         Ok(())
     }

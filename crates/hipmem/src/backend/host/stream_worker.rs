@@ -17,19 +17,11 @@ pub enum Op {
     /// Copy `len` bytes (overlap allowed).
     Copy { dst: u64, src: u64, len: u64 },
     /// Write `count` elements of `value`.
-    Fill {
-        dst: u64,
-        value: FillValue,
-        count: u64,
-    },
+    Fill { dst: u64, value: FillValue, count: u64 },
     /// `data[i] = i * k` for 32-bit ints.
     Iota { dst: u64, count: u64, k: i32 },
     /// Sleep, then write a 32-bit flag.
-    Delay {
-        duration: Duration,
-        flag: u64,
-        value: u32,
-    },
+    Delay { duration: Duration, flag: u64, value: u32 },
     /// Run a host function.
     HostFunc(HostCallback),
     /// Complete record number `generation` of an event.
@@ -76,19 +68,12 @@ impl std::fmt::Debug for StreamShared {
 
 impl StreamShared {
     /// Creates a stream and starts its worker thread.
-    pub fn spawn(
-        handle: u64,
-        device: usize,
-        non_blocking: bool,
-    ) -> std::io::Result<Arc<StreamShared>> {
+    pub fn spawn(handle: u64, device: usize, non_blocking: bool) -> std::io::Result<Arc<StreamShared>> {
         let shared = Arc::new(StreamShared {
             handle,
             device,
             non_blocking,
-            queue: Mutex::new(Queue {
-                ops: VecDeque::new(),
-                shutdown: false,
-            }),
+            queue: Mutex::new(Queue { ops: VecDeque::new(), shutdown: false }),
             work_ready: Condvar::new(),
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
@@ -154,10 +139,7 @@ impl StreamShared {
 
     /// Stops accepting work; the worker exits once the queue is drained.
     pub fn shut_down(&self) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .shutdown = true;
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).shutdown = true;
         self.work_ready.notify_one();
     }
 
@@ -177,10 +159,7 @@ impl StreamShared {
                     if queue.shutdown {
                         break None;
                     }
-                    queue = self
-                        .work_ready
-                        .wait(queue)
-                        .unwrap_or_else(|p| p.into_inner());
+                    queue = self.work_ready.wait(queue).unwrap_or_else(|p| p.into_inner());
                 }
             };
             let Some((seq, op)) = next else { break };
@@ -231,11 +210,7 @@ fn execute(op: Op) {
                 unsafe { p.add(i).write_unaligned((i as i32).wrapping_mul(k)) }
             }
         }
-        Op::Delay {
-            duration,
-            flag,
-            value,
-        } => {
+        Op::Delay { duration, flag, value } => {
             let end = Instant::now() + duration;
             loop {
                 let now = Instant::now();
@@ -285,13 +260,7 @@ pub struct HostEvent {
 impl HostEvent {
     /// Creates an event that was never recorded.
     pub fn new(handle: u64, device: usize, disable_timing: bool) -> HostEvent {
-        HostEvent {
-            handle,
-            device,
-            disable_timing,
-            state: Mutex::default(),
-            cv: Condvar::new(),
-        }
+        HostEvent { handle, device, disable_timing, state: Mutex::default(), cv: Condvar::new() }
     }
 
     /// Starts a new record and returns its number.
@@ -313,10 +282,7 @@ impl HostEvent {
 
     /// The number of the latest record (0 if never recorded).
     pub fn latest(&self) -> u64 {
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .recorded
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).recorded
     }
 
     /// Whether the latest record has completed.

@@ -1,0 +1,698 @@
+//! hipmem's stream-ordered pool: the slots, the shared heap and the reuse rules.
+//!
+//! Allocation on stream `S`, cheapest first:
+//! 1. `S`'s slot cache: a block freed on `S` (no shared lock, no driver call).
+//! 2. The shared heap, best fit among blocks free for every stream and blocks
+//!    pending on `S` itself.
+//! 3. Blocks pending on another stream `T`, if a reuse rule allows it:
+//!    follow event dependencies (`S` waited on an event recorded on `T` after
+//!    the free) or opportunistic (the free has completed on the device).
+//!    Before this step the other streams' caches are flushed into the heap.
+//! 4. Growth: a new segment from the backend (within the pool's maxSize).
+//! 5. Internal dependencies, when growing is impossible: make `S` wait for `T`
+//!    (an event from the event pool) and take `T`'s pending block.
+//! 6. Release what the pool caches and completed frees, retry growth once.
+//! 7. OutOfMemory, stating the request, the pool's used and reserved bytes and
+//!    the device's free memory.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use super::placement::{BLOCK_ALIGN, Heap, Owner, block_size};
+use super::stream_cache::{CachedBlock, Slot, recent_slot, remember_slot};
+use super::{AccessFlags, PoolAttribute, PoolProps, PoolStats};
+use crate::backend::{DevicePtr, RawStream};
+use crate::error::{Error, Result};
+use crate::runtime::ordering::StreamClock;
+use crate::runtime::{Allocation, MemoryKind, RuntimeInner};
+
+/// Smallest segment the pool asks the backend for.
+pub const MIN_SEGMENT: u64 = 2 << 20;
+/// Largest growth step for small requests.
+pub const MAX_GROWTH_STEP: u64 = 128 << 20;
+
+/// Id of the slot that holds blocks of destroyed streams.
+const ORPHAN_STREAM: u64 = u64::MAX;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The three reuse rules (`hipMemPoolReuse*`), each on by default.
+#[derive(Debug)]
+struct ReusePolicy {
+    follow_event_dependencies: AtomicBool,
+    allow_opportunistic: AtomicBool,
+    allow_internal_dependencies: AtomicBool,
+}
+
+/// One hipmem pool.
+pub(crate) struct PoolCore {
+    pub(crate) id: u64,
+    pub(crate) device: usize,
+    pub(crate) props: PoolProps,
+    pub(crate) is_default: bool,
+    rt: Weak<RuntimeInner>,
+    heap: Mutex<Heap>,
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    policy: ReusePolicy,
+    release_threshold: AtomicU64,
+    reserved_high: AtomicU64,
+    used_high: Mutex<u64>,
+    access: Mutex<Vec<AccessFlags>>,
+    destroyed: AtomicBool,
+}
+
+impl std::fmt::Debug for PoolCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemPool").field("id", &self.id).field("device", &self.device).finish()
+    }
+}
+
+impl PoolCore {
+    pub(crate) fn new(
+        rt: &Arc<RuntimeInner>,
+        id: u64,
+        device: usize,
+        props: PoolProps,
+        is_default: bool,
+    ) -> PoolCore {
+        let mut access = vec![AccessFlags::None; rt.devices.len()];
+        access[device] = AccessFlags::ReadWrite;
+        PoolCore {
+            id,
+            device,
+            props,
+            is_default,
+            rt: Arc::downgrade(rt),
+            heap: Mutex::new(Heap::new()),
+            slots: Mutex::new(HashMap::new()),
+            policy: ReusePolicy {
+                follow_event_dependencies: AtomicBool::new(true),
+                allow_opportunistic: AtomicBool::new(true),
+                allow_internal_dependencies: AtomicBool::new(true),
+            },
+            release_threshold: AtomicU64::new(0),
+            reserved_high: AtomicU64::new(0),
+            used_high: Mutex::new(0),
+            access: Mutex::new(access),
+            destroyed: AtomicBool::new(false),
+        }
+    }
+
+    fn runtime(&self) -> Result<Arc<RuntimeInner>> {
+        self.rt.upgrade().ok_or_else(|| Error::ContextIsDestroyed("the runtime of this pool is gone".into()))
+    }
+
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
+    /// The slot of a stream, created on first use.
+    fn slot(&self, clock: &Arc<StreamClock>, raw: RawStream) -> Arc<Slot> {
+        if let Some(s) = recent_slot(self.id, clock.stream_id) {
+            return s;
+        }
+        let slot = Arc::clone(
+            lock(&self.slots)
+                .entry(clock.stream_id)
+                .or_insert_with(|| Arc::new(Slot::new(self.id, Arc::clone(clock), raw))),
+        );
+        remember_slot(&slot);
+        slot
+    }
+
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
+        lock(&self.slots).values().cloned().collect()
+    }
+
+    // ---- allocation ------------------------------------------------------------------
+
+    /// Allocates `size` bytes for use on the stream with `clock`/`raw`.
+    pub(crate) fn alloc(&self, size: u64, clock: &Arc<StreamClock>, raw: RawStream) -> Result<DevicePtr> {
+        if self.is_destroyed() {
+            return Err(Error::InvalidValue(format!("memory pool {:#x} was destroyed", self.id)));
+        }
+        let want = block_size(size)
+            .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes can never be allocated")))?;
+        let slot = self.slot(clock, raw);
+        // 1. The stream's own cache.
+        let mut state = slot.lock();
+        if let Some(b) = state.take_cached(want) {
+            state.live.insert(b.addr, b.size);
+            state.used += b.size as i64;
+            let sample = state.used > state.baseline;
+            drop(state);
+            if sample {
+                self.sample_usage(&slot);
+            }
+            return Ok(DevicePtr(b.addr));
+        }
+        drop(state);
+        let (addr, got) = self.alloc_slow(want, size, &slot)?;
+        let mut state = slot.lock();
+        state.live.insert(addr, got);
+        state.used += got as i64;
+        let sample = state.used > state.baseline;
+        drop(state);
+        if sample {
+            self.sample_usage(&slot);
+        }
+        Ok(DevicePtr(addr))
+    }
+
+    fn alloc_slow(&self, want: u64, requested: u64, slot: &Arc<Slot>) -> Result<(u64, u64)> {
+        let me = slot.stream_id();
+        let rt = self.runtime()?;
+        // 2-3. Reuse from the heap.
+        if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+            return Ok(found);
+        }
+        if self.flush_other_caches(me) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
+        // 4. Grow.
+        let grow_err = match self.grow(&rt, want) {
+            Ok(()) => {
+                if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                    return Ok(found);
+                }
+                None
+            }
+            Err(e) => Some(e),
+        };
+        // 5. Internal dependencies.
+        if self.policy.allow_internal_dependencies.load(Ordering::Relaxed) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, true) {
+                return Ok(found);
+            }
+        }
+        // 6. Release cached memory and completed frees (this pool and the
+        //    device's other hipmem pools), then try growing once more.
+        for pool in rt.pools.hipmem_pools_of(self.device) {
+            pool.release_unused(&rt, 0, true);
+        }
+        if self.grow(&rt, want).is_ok() {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
+        // 7. Out of memory.
+        let stats = self.stats();
+        let free = rt.backend.mem_get_info(self.device).map(|m| m.free).unwrap_or(0);
+        let cause = grow_err.map(|e| format!(" ({})", e.message())).unwrap_or_default();
+        Err(Error::OutOfMemory(format!(
+            "pool {:#x} on device {}: cannot allocate {requested} bytes: the pool uses {} and reserves {} bytes{}, the device has {free} bytes free{cause}",
+            self.id,
+            self.device,
+            stats.used_current,
+            stats.reserved_current,
+            if self.props.max_size > 0 {
+                format!(" of at most {}", self.props.max_size)
+            } else {
+                String::new()
+            },
+        )))
+    }
+
+    /// Finds and takes a block under the reuse rules. With `insert_waits`, a
+    /// block pending on another stream may be taken by making this stream
+    /// wait for that one (internal dependencies).
+    fn reuse_from_heap(
+        &self,
+        rt: &RuntimeInner,
+        want: u64,
+        slot: &Arc<Slot>,
+        insert_waits: bool,
+    ) -> Option<(u64, u64)> {
+        let me = slot.stream_id();
+        let mut heap = lock(&self.heap);
+        // Best fit among global blocks and this stream's own pending blocks.
+        let global = heap.best_fit_global(want);
+        let own = heap.best_fit_pending(me, want, |_| true);
+        let pick = match (global, own) {
+            (Some(g), Some(o)) => Some(if o.1 <= g.1 { o } else { g }),
+            (g, o) => g.or(o),
+        };
+        if let Some((addr, _)) = pick {
+            heap.take(addr, want);
+            return Some((addr, want));
+        }
+        // Other streams' pending blocks.
+        let follow = self.policy.follow_event_dependencies.load(Ordering::Relaxed);
+        let opportunistic = self.policy.allow_opportunistic.load(Ordering::Relaxed);
+        let mut best: Option<(u64, u64, u64)> = None; // (addr, size, stream)
+        let mut waits: Vec<u64> = Vec::new();
+        for other in heap.pending_streams() {
+            if other == me {
+                continue;
+            }
+            let other_clock = self.clock_of(other);
+            if opportunistic {
+                if let Some(c) = &other_clock {
+                    rt.recycle_events(self.device, c.refresh(rt.backend.as_ref()));
+                }
+            }
+            let candidate = heap.best_fit_pending(other, want, |tag| {
+                (follow && slot.clock.knows(other, tag))
+                    || (opportunistic && other_clock.as_ref().is_some_and(|c| c.is_complete(tag)))
+            });
+            match candidate {
+                Some((a, s)) if best.is_none_or(|b| s < b.1) => best = Some((a, s, other)),
+                Some(_) => {}
+                None => waits.push(other),
+            }
+        }
+        if let Some((addr, _, _)) = best {
+            heap.take(addr, want);
+            return Some((addr, want));
+        }
+        // Make progress visible for next time: a marker on streams whose
+        // frees were not yet known complete (only when opportunistic reuse can use it).
+        if opportunistic && !insert_waits {
+            drop(heap);
+            for other in waits {
+                if let Some((c, raw)) = self.stream_of(other) {
+                    if c.newest_pending_marker().is_none() && c.completed_tag() <= c.free_tag() {
+                        let _ = rt.record_marker(&c, raw);
+                    }
+                }
+            }
+            return None;
+        }
+        if !insert_waits {
+            return None;
+        }
+        // Internal dependencies: the best-fitting pending block of any stream;
+        // this stream waits for that stream.
+        let mut best: Option<(u64, u64, u64)> = None;
+        for other in heap.pending_streams() {
+            if other == me {
+                continue;
+            }
+            if let Some((a, s)) = heap.best_fit_pending(other, want, |_| true) {
+                if best.is_none_or(|b| s < b.1) {
+                    best = Some((a, s, other));
+                }
+            }
+        }
+        let (addr, _, other) = best?;
+        let (tag_stream, tag) = heap.pending_tag(addr)?;
+        debug_assert_eq!(tag_stream, other);
+        let (other_clock, other_raw) = self.stream_of(other)?;
+        // The marker must come after the free in the other stream's order;
+        // the free's tag is below the marker's new epoch by construction.
+        let point = rt.record_marker(&other_clock, other_raw).ok()?;
+        if rt.backend.stream_wait_event(slot.raw, point.1).is_err() {
+            return None;
+        }
+        slot.clock.learn(&crate::runtime::ordering::OrderPoint {
+            clock: Arc::clone(&other_clock),
+            tag: point.0,
+            known: Vec::new(),
+        });
+        debug_assert!(tag < point.0);
+        heap.take(addr, want);
+        Some((addr, want))
+    }
+
+    fn clock_of(&self, stream: u64) -> Option<Arc<StreamClock>> {
+        lock(&self.slots).get(&stream).map(|s| Arc::clone(&s.clock))
+    }
+
+    fn stream_of(&self, stream: u64) -> Option<(Arc<StreamClock>, RawStream)> {
+        lock(&self.slots).get(&stream).map(|s| (Arc::clone(&s.clock), s.raw))
+    }
+
+    /// Moves every other stream's cached blocks into the heap (as pending on
+    /// that stream). Returns whether anything moved.
+    fn flush_other_caches(&self, me: u64) -> bool {
+        let mut moved = false;
+        for slot in self.all_slots() {
+            if slot.stream_id() != me {
+                moved |= self.flush_slot_cache(&slot);
+            }
+        }
+        moved
+    }
+
+    fn flush_slot_cache(&self, slot: &Slot) -> bool {
+        let blocks: Vec<CachedBlock> = std::mem::take(&mut slot.lock().cache);
+        if blocks.is_empty() {
+            return false;
+        }
+        let mut heap = lock(&self.heap);
+        for b in blocks {
+            heap.release_block(b.addr, Owner::Stream { stream: slot.stream_id(), tag: b.tag });
+        }
+        true
+    }
+
+    /// Adds a segment large enough for `want`, within maxSize.
+    fn grow(&self, rt: &RuntimeInner, want: u64) -> Result<()> {
+        let reserved = lock(&self.heap).reserved();
+        let step = (reserved / 32).clamp(MIN_SEGMENT, MAX_GROWTH_STEP);
+        let mut size = want.max(step).next_multiple_of(MIN_SEGMENT);
+        if self.props.max_size > 0 {
+            let room = self.props.max_size.saturating_sub(reserved);
+            if want > room {
+                return Err(Error::OutOfMemory(format!(
+                    "the pool's maxSize of {} bytes is reached ({reserved} reserved)",
+                    self.props.max_size
+                )));
+            }
+            size = size.min(room).max(want);
+        }
+        let ptr = match rt.backend.mem_alloc(self.device, size) {
+            Ok(p) => p,
+            Err(_) if size > want => {
+                size = want;
+                rt.backend.mem_alloc(self.device, size)?
+            }
+            Err(e) => return Err(e),
+        };
+        debug_assert!(ptr.0 % BLOCK_ALIGN == 0);
+        rt.allocations.insert(Allocation {
+            base: ptr,
+            size,
+            kind: MemoryKind::PoolSegment(self.id),
+            device: self.device,
+        });
+        let mut heap = lock(&self.heap);
+        heap.add_segment(ptr.0, size);
+        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
+        Ok(())
+    }
+
+    // ---- free ------------------------------------------------------------------------
+
+    /// Frees a block of this pool in the order of the stream with `clock`.
+    /// Returns false if `ptr` is not a live block of this pool.
+    pub(crate) fn free(&self, ptr: DevicePtr, clock: &Arc<StreamClock>, raw: RawStream) -> bool {
+        let slot = self.slot(clock, raw);
+        let mut state = slot.lock();
+        let size = match state.live.remove(&ptr.0) {
+            Some(s) => s,
+            None => {
+                drop(state);
+                let Some(size) = self.take_live_elsewhere(ptr.0, slot.stream_id()) else { return false };
+                state = slot.lock();
+                size
+            }
+        };
+        state.used -= size as i64;
+        let evicted = state.cache_block(CachedBlock { addr: ptr.0, size, tag: clock.free_tag() });
+        drop(state);
+        if let Some(b) = evicted {
+            lock(&self.heap).release_block(b.addr, Owner::Stream { stream: slot.stream_id(), tag: b.tag });
+        }
+        if self.is_destroyed() {
+            self.flush_slot_cache(&slot);
+            if let Ok(rt) = self.runtime() {
+                self.release_unused(&rt, 0, true);
+            }
+        }
+        true
+    }
+
+    /// Removes `addr` from another slot's live map (a block allocated on one
+    /// stream and freed on another) and returns its size. The allocating
+    /// slot keeps the bytes it added; the freeing slot subtracts them, so the
+    /// pool's total stays exact.
+    fn take_live_elsewhere(&self, addr: u64, except: u64) -> Option<u64> {
+        self.all_slots()
+            .into_iter()
+            .filter(|slot| slot.stream_id() != except)
+            .find_map(|slot| slot.lock().live.remove(&addr))
+    }
+
+    /// The allocated block of this pool that contains `addr`: (base, size).
+    /// Blocks cached by a stream after their free still count as allocated.
+    pub(crate) fn block_containing(&self, addr: u64) -> Option<(u64, u64)> {
+        lock(&self.heap).allocated_block_containing(addr)
+    }
+
+    // ---- synchronization, release, trim -------------------------------------------------
+
+    /// The stream with `clock` has completed everything before its
+    /// `completed_tag`: its frees become reusable by all, then the release
+    /// threshold applies.
+    pub(crate) fn on_stream_synchronized(&self, rt: &RuntimeInner, stream: u64) {
+        let slot = lock(&self.slots).get(&stream).cloned();
+        let Some(slot) = slot else { return };
+        self.flush_slot_cache(&slot);
+        let completed = slot.clock.completed_tag();
+        lock(&self.heap).promote(stream, completed);
+        self.apply_release_threshold(rt);
+    }
+
+    /// Every stream of the device has completed: all pending frees complete.
+    pub(crate) fn on_device_synchronized(&self, rt: &RuntimeInner) {
+        for slot in self.all_slots() {
+            self.flush_slot_cache(&slot);
+            let completed = slot.clock.completed_tag();
+            lock(&self.heap).promote(slot.stream_id(), completed);
+        }
+        self.apply_release_threshold(rt);
+    }
+
+    fn apply_release_threshold(&self, rt: &RuntimeInner) {
+        let threshold = self.release_threshold.load(Ordering::Relaxed);
+        self.release_down_to(rt, |reserved, live| reserved.saturating_sub(live) > threshold);
+    }
+
+    /// Releases completed, unused memory. With `check_streams`, streams that
+    /// are idle or whose markers completed count as complete first.
+    pub(crate) fn release_unused(&self, rt: &RuntimeInner, keep_reserved: u64, check_streams: bool) {
+        for slot in self.all_slots() {
+            self.flush_slot_cache(&slot);
+            if check_streams {
+                let before = slot.clock.advance();
+                rt.recycle_events(self.device, slot.clock.refresh(rt.backend.as_ref()));
+                if slot.stream_id() != ORPHAN_STREAM && rt.backend.stream_query(slot.raw).unwrap_or(false) {
+                    slot.clock.mark_completed(before);
+                }
+            }
+            lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag());
+        }
+        self.release_down_to(rt, |reserved, _| reserved > keep_reserved);
+    }
+
+    /// Releases whole free segments (largest first) while `more(reserved, live)`.
+    fn release_down_to(&self, rt: &RuntimeInner, more: impl Fn(u64, u64) -> bool) {
+        loop {
+            let seg = {
+                let mut heap = lock(&self.heap);
+                let live = self.used_current();
+                if !more(heap.reserved(), live) {
+                    return;
+                }
+                let mut candidates = heap.releasable_segments();
+                candidates.sort_by_key(|s| std::cmp::Reverse(s.size));
+                // Keep the reserved total at or above what the caller keeps.
+                let Some(seg) = candidates.into_iter().next() else { return };
+                heap.remove_segment(seg.base);
+                seg
+            };
+            rt.allocations.remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+            if let Err(e) = rt.backend.mem_free(self.device, DevicePtr(seg.base)) {
+                tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}");
+            }
+        }
+    }
+
+    /// `hipMemPoolTrimTo`: releases unused memory until at most `keep` bytes
+    /// stay reserved; memory of live blocks and of frees not yet completed is
+    /// never released.
+    pub(crate) fn trim_to(&self, keep: u64) -> Result<()> {
+        let rt = self.runtime()?;
+        self.release_unused_to(&rt, keep);
+        Ok(())
+    }
+
+    fn release_unused_to(&self, rt: &RuntimeInner, keep: u64) {
+        for slot in self.all_slots() {
+            self.flush_slot_cache(&slot);
+            let before = slot.clock.advance();
+            rt.recycle_events(self.device, slot.clock.refresh(rt.backend.as_ref()));
+            if slot.stream_id() != ORPHAN_STREAM && rt.backend.stream_query(slot.raw).unwrap_or(false) {
+                slot.clock.mark_completed(before);
+            }
+            lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag());
+        }
+        // Release whole segments, largest first, but never below `keep`.
+        loop {
+            let seg = {
+                let mut heap = lock(&self.heap);
+                let reserved = heap.reserved();
+                if reserved <= keep {
+                    return;
+                }
+                let mut candidates: Vec<_> =
+                    heap.releasable_segments().into_iter().filter(|s| reserved - s.size >= keep).collect();
+                candidates.sort_by_key(|s| std::cmp::Reverse(s.size));
+                let Some(seg) = candidates.into_iter().next() else { return };
+                heap.remove_segment(seg.base);
+                seg
+            };
+            rt.allocations.remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+            if let Err(e) = rt.backend.mem_free(self.device, DevicePtr(seg.base)) {
+                tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}");
+            }
+        }
+    }
+
+    /// The stream is being destroyed: its cache goes to the heap (pending,
+    /// completed once a marker recorded now completes), its live blocks to the
+    /// orphan slot.
+    pub(crate) fn retire_stream(&self, rt: &RuntimeInner, stream: u64) {
+        let slot = lock(&self.slots).get(&stream).cloned();
+        let Some(slot) = slot else { return };
+        self.flush_slot_cache(&slot);
+        if lock(&self.heap).pending_streams().contains(&stream) {
+            let _ = rt.record_marker(&slot.clock, slot.raw);
+        }
+        let (live, used) = {
+            let mut s = slot.lock();
+            (std::mem::take(&mut s.live), std::mem::replace(&mut s.used, 0))
+        };
+        let orphan = {
+            let mut slots = lock(&self.slots);
+            Arc::clone(slots.entry(ORPHAN_STREAM).or_insert_with(|| {
+                Arc::new(Slot::new(self.id, Arc::new(StreamClock::new(ORPHAN_STREAM)), slot.raw))
+            }))
+        };
+        {
+            let mut o = orphan.lock();
+            o.live.extend(live);
+            o.used += used;
+        }
+        // Keep the slot while the heap holds blocks pending on it (its clock
+        // learns when they complete); otherwise forget it.
+        if !lock(&self.heap).pending_streams().contains(&stream) {
+            lock(&self.slots).remove(&stream);
+        }
+    }
+
+    /// Marks the pool destroyed and releases what it can; live blocks stay
+    /// valid and their frees release the rest.
+    pub(crate) fn destroy(&self) {
+        self.destroyed.store(true, Ordering::Release);
+        if let Ok(rt) = self.runtime() {
+            self.release_unused(&rt, 0, true);
+        }
+    }
+
+    // ---- statistics and attributes ---------------------------------------------------------
+
+    fn used_current(&self) -> u64 {
+        let total: i64 = self.all_slots().iter().map(|s| s.lock().used).sum();
+        total.max(0) as u64
+    }
+
+    /// Takes an exact sample of the used bytes after `slot` went past its
+    /// baseline, raises the high watermark, and rebalances the baselines so
+    /// that their sum stays at most the high watermark (see `usage.rs`).
+    fn sample_usage(&self, slot: &Arc<Slot>) {
+        let mut high = lock(&self.used_high);
+        let slots = self.all_slots();
+        let total: i64 = slots.iter().map(|s| s.lock().used).sum();
+        *high = (*high).max(total.max(0) as u64);
+        let high_now = *high as i64;
+        {
+            let mut me = slot.lock();
+            me.baseline = me.used;
+        }
+        super::usage::rebalance(&slots, high_now);
+    }
+
+    pub(crate) fn stats(&self) -> PoolStats {
+        let heap = lock(&self.heap);
+        let reserved = heap.reserved();
+        drop(heap);
+        PoolStats {
+            reserved_current: reserved,
+            reserved_high: self.reserved_high.load(Ordering::Acquire).max(reserved),
+            used_current: self.used_current(),
+            used_high: *lock(&self.used_high),
+        }
+    }
+
+    pub(crate) fn get_attribute(&self, attr: PoolAttribute) -> u64 {
+        let flag = |b: &AtomicBool| b.load(Ordering::Relaxed) as u64;
+        match attr {
+            PoolAttribute::ReuseFollowEventDependencies => flag(&self.policy.follow_event_dependencies),
+            PoolAttribute::ReuseAllowOpportunistic => flag(&self.policy.allow_opportunistic),
+            PoolAttribute::ReuseAllowInternalDependencies => flag(&self.policy.allow_internal_dependencies),
+            PoolAttribute::ReleaseThreshold => self.release_threshold.load(Ordering::Relaxed),
+            PoolAttribute::ReservedMemCurrent => self.stats().reserved_current,
+            PoolAttribute::ReservedMemHigh => self.stats().reserved_high,
+            PoolAttribute::UsedMemCurrent => self.stats().used_current,
+            PoolAttribute::UsedMemHigh => self.stats().used_high,
+        }
+    }
+
+    pub(crate) fn set_attribute(&self, attr: PoolAttribute, value: u64) -> Result<()> {
+        let set = |b: &AtomicBool| b.store(value != 0, Ordering::Relaxed);
+        match attr {
+            PoolAttribute::ReuseFollowEventDependencies => set(&self.policy.follow_event_dependencies),
+            PoolAttribute::ReuseAllowOpportunistic => set(&self.policy.allow_opportunistic),
+            PoolAttribute::ReuseAllowInternalDependencies => set(&self.policy.allow_internal_dependencies),
+            PoolAttribute::ReleaseThreshold => self.release_threshold.store(value, Ordering::Relaxed),
+            PoolAttribute::ReservedMemCurrent | PoolAttribute::UsedMemCurrent => {
+                return Err(Error::InvalidValue(format!("{attr:?} is read-only")));
+            }
+            PoolAttribute::ReservedMemHigh | PoolAttribute::UsedMemHigh if value != 0 => {
+                return Err(Error::InvalidValue(format!(
+                    "{attr:?} can only be reset, by setting 0 (not {value})"
+                )));
+            }
+            PoolAttribute::ReservedMemHigh => {
+                let reserved = lock(&self.heap).reserved();
+                self.reserved_high.store(reserved, Ordering::Release);
+            }
+            PoolAttribute::UsedMemHigh => {
+                let mut high = lock(&self.used_high);
+                let slots = self.all_slots();
+                let mut total = 0i64;
+                for s in &slots {
+                    let mut st = s.lock();
+                    st.baseline = st.used;
+                    total += st.used;
+                }
+                *high = total.max(0) as u64;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_access(&self, device: usize, flags: AccessFlags) -> Result<()> {
+        let mut access = lock(&self.access);
+        let slot = access
+            .get_mut(device)
+            .ok_or_else(|| Error::InvalidDevice(format!("device {device} does not exist")))?;
+        if device == self.device && flags != AccessFlags::ReadWrite {
+            return Err(Error::InvalidValue(format!(
+                "the pool's own device {device} always has read-write access"
+            )));
+        }
+        *slot = flags;
+        Ok(())
+    }
+
+    pub(crate) fn access(&self, device: usize) -> Result<AccessFlags> {
+        lock(&self.access)
+            .get(device)
+            .copied()
+            .ok_or_else(|| Error::InvalidDevice(format!("device {device} does not exist")))
+    }
+
+    /// Checks the heap's invariants (for tests).
+    pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
+        lock(&self.heap).check_invariants()
+    }
+}

@@ -1,0 +1,599 @@
+//! Stream-ordered allocation from memory pools (`hipMallocAsync` and friends).
+//!
+//! - [`MemPool`]: a pool of one device; the device's default pool and its
+//!   current pool (`Device::default_mem_pool`, `Device::mem_pool`,
+//!   `Device::set_mem_pool`).
+//! - [`PoolBuffer<T>`]: memory from a pool, freed in stream order when dropped.
+//!
+//! Where things are: `placement.rs` (best-fit placement, splitting,
+//! coalescing), `stream_cache.rs` (each stream's lock-free-from-others front:
+//! its cache of freed blocks and its live blocks), `usage.rs` (used-bytes
+//! statistics without a shared counter), `core.rs` (the reuse rules, growth,
+//! release threshold, trim, out-of-memory handling). All of it is safe Rust.
+#![forbid(unsafe_code)]
+
+pub(crate) mod core;
+pub mod placement;
+pub mod stream_cache;
+pub mod usage;
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bytemuck::Pod;
+
+use self::core::PoolCore;
+use crate::backend::DevicePtr;
+use crate::error::{Error, Result};
+use crate::runtime::{Runtime, RuntimeInner};
+use crate::stream::Stream;
+
+/// `hipMemPoolAttr`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PoolAttribute {
+    /// `hipMemPoolReuseFollowEventDependencies` (1): reuse memory freed on
+    /// another stream once this stream waited on an event recorded after the free.
+    ReuseFollowEventDependencies,
+    /// `hipMemPoolReuseAllowOpportunistic` (2): reuse memory whose free has
+    /// completed on the device, without a dependency.
+    ReuseAllowOpportunistic,
+    /// `hipMemPoolReuseAllowInternalDependencies` (3): make the allocating
+    /// stream wait for the freeing stream rather than fail to grow.
+    ReuseAllowInternalDependencies,
+    /// `hipMemPoolAttrReleaseThreshold` (4): unused bytes kept at synchronization.
+    ReleaseThreshold,
+    /// `hipMemPoolAttrReservedMemCurrent` (5, read-only).
+    ReservedMemCurrent,
+    /// `hipMemPoolAttrReservedMemHigh` (6, reset by setting 0).
+    ReservedMemHigh,
+    /// `hipMemPoolAttrUsedMemCurrent` (7, read-only).
+    UsedMemCurrent,
+    /// `hipMemPoolAttrUsedMemHigh` (8, reset by setting 0).
+    UsedMemHigh,
+}
+
+impl PoolAttribute {
+    /// Every attribute.
+    pub const ALL: [PoolAttribute; 8] = [
+        PoolAttribute::ReuseFollowEventDependencies,
+        PoolAttribute::ReuseAllowOpportunistic,
+        PoolAttribute::ReuseAllowInternalDependencies,
+        PoolAttribute::ReleaseThreshold,
+        PoolAttribute::ReservedMemCurrent,
+        PoolAttribute::ReservedMemHigh,
+        PoolAttribute::UsedMemCurrent,
+        PoolAttribute::UsedMemHigh,
+    ];
+
+    /// Parses the numeric attribute; anything else is InvalidValue.
+    pub fn from_raw(raw: i32) -> Result<PoolAttribute> {
+        if (1..=8).contains(&raw) {
+            Ok(Self::ALL[raw as usize - 1])
+        } else {
+            Err(Error::InvalidValue(format!("{raw} is not a hipMemPoolAttr (1 to 8)")))
+        }
+    }
+
+    /// The numeric value.
+    pub fn raw(&self) -> i32 {
+        Self::ALL.iter().position(|a| a == self).map(|i| i as i32 + 1).unwrap_or(0)
+    }
+
+    /// Whether the value is a 32-bit int (the reuse flags) rather than a u64.
+    pub fn is_int(&self) -> bool {
+        matches!(
+            self,
+            PoolAttribute::ReuseFollowEventDependencies
+                | PoolAttribute::ReuseAllowOpportunistic
+                | PoolAttribute::ReuseAllowInternalDependencies
+        )
+    }
+}
+
+/// `hipMemAccessFlags`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AccessFlags {
+    /// `hipMemAccessFlagsProtNone` (0).
+    None,
+    /// `hipMemAccessFlagsProtRead` (1).
+    Read,
+    /// `hipMemAccessFlagsProtReadWrite` (3).
+    ReadWrite,
+}
+
+impl AccessFlags {
+    /// Parses the numeric flags; anything else is InvalidValue.
+    pub fn from_raw(raw: u32) -> Result<AccessFlags> {
+        match raw {
+            0 => Ok(AccessFlags::None),
+            1 => Ok(AccessFlags::Read),
+            3 => Ok(AccessFlags::ReadWrite),
+            other => {
+                Err(Error::InvalidValue(format!("{other} is not a hipMemAccessFlags value (0, 1 or 3)")))
+            }
+        }
+    }
+
+    /// The numeric value.
+    pub fn raw(&self) -> u32 {
+        match self {
+            AccessFlags::None => 0,
+            AccessFlags::Read => 1,
+            AccessFlags::ReadWrite => 3,
+        }
+    }
+}
+
+/// `hipMemAllocationHandleType` bits a pool can export.
+pub mod handle_type {
+    /// `hipMemHandleTypeNone`.
+    pub const NONE: u32 = 0;
+    /// `hipMemHandleTypePosixFileDescriptor`.
+    pub const POSIX_FILE_DESCRIPTOR: u32 = 1;
+    /// `hipMemHandleTypeWin32`.
+    pub const WIN32: u32 = 2;
+    /// `hipMemHandleTypeWin32Kmt`.
+    pub const WIN32_KMT: u32 = 4;
+}
+
+/// What a pool is created with (`hipMemPoolProps`, less the fields every
+/// hipmem pool has the same: pinned device memory).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolProps {
+    /// Device ordinal the memory lives on.
+    pub device: usize,
+    /// `hipMemAllocationHandleType` bits the pool can be exported with.
+    pub handle_types: u32,
+    /// Most bytes the pool may reserve (0: no limit but the device).
+    pub max_size: u64,
+}
+
+/// The four statistics of a pool, in bytes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    /// Memory the pool holds from the backend.
+    pub reserved_current: u64,
+    /// Most reserved since the last reset.
+    pub reserved_high: u64,
+    /// Memory of live allocations (block sizes, 256-byte granules).
+    pub used_current: u64,
+    /// Most used since the last reset.
+    pub used_high: u64,
+}
+
+/// Destroys a created pool when its last handle goes.
+struct PoolOwner {
+    core: Arc<PoolCore>,
+    rt: Runtime,
+}
+
+impl Drop for PoolOwner {
+    fn drop(&mut self) {
+        self.rt.inner.pools.destroy(&self.rt.inner, &self.core);
+    }
+}
+
+/// A memory pool (`hipMemPool_t`). Clones are the same pool. A pool made with
+/// [`MemPool::create`] is destroyed when its last handle is dropped or by
+/// [`MemPool::destroy`]; allocations still live stay valid and may be freed
+/// later. The default pool is never destroyed.
+#[derive(Clone)]
+pub struct MemPool {
+    core: Arc<PoolCore>,
+    owner: Option<Arc<PoolOwner>>,
+    rt: Runtime,
+}
+
+impl std::fmt::Debug for MemPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemPool")
+            .field("id", &self.core.id)
+            .field("device", &self.core.device)
+            .field("default", &self.core.is_default)
+            .finish()
+    }
+}
+
+impl PartialEq for MemPool {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.core, &other.core)
+    }
+}
+
+impl MemPool {
+    /// `hipMemPoolCreate`: a new hipmem pool on `props.device`.
+    pub fn create(rt: &Runtime, props: PoolProps) -> Result<MemPool> {
+        rt.check_device(props.device).map_err(|e| Error::InvalidValue(e.message().to_string()))?;
+        let known = handle_type::POSIX_FILE_DESCRIPTOR | handle_type::WIN32 | handle_type::WIN32_KMT;
+        if props.handle_types & !known != 0 {
+            return Err(Error::InvalidValue(format!("unknown handle type bits {:#x}", props.handle_types)));
+        }
+        if props.handle_types & (handle_type::WIN32 | handle_type::WIN32_KMT) != 0 {
+            return Err(Error::NotSupported("Win32 handle types do not exist on Linux".into()));
+        }
+        let core = rt.inner.pools.create(&rt.inner, props, false);
+        let owner = Arc::new(PoolOwner { core: Arc::clone(&core), rt: rt.clone() });
+        Ok(MemPool { core, owner: Some(owner), rt: rt.clone() })
+    }
+
+    /// `hipMemPoolDestroy`: destroys the pool now. The default pool, or a pool
+    /// destroyed already, is InvalidValue. Live allocations stay valid.
+    pub fn destroy(self) -> Result<()> {
+        if self.core.is_default {
+            return Err(Error::InvalidValue("the default memory pool cannot be destroyed".into()));
+        }
+        if self.core.is_destroyed() {
+            return Err(Error::InvalidValue(format!(
+                "memory pool {:#x} was already destroyed",
+                self.core.id
+            )));
+        }
+        self.rt.inner.pools.destroy(&self.rt.inner, &self.core);
+        Ok(())
+    }
+
+    /// A process-unique id.
+    pub fn id(&self) -> u64 {
+        self.core.id
+    }
+
+    /// The device ordinal.
+    pub fn device(&self) -> usize {
+        self.core.device
+    }
+
+    /// The properties it was created with.
+    pub fn props(&self) -> PoolProps {
+        self.core.props
+    }
+
+    /// Whether this is a device's default pool.
+    pub fn is_default(&self) -> bool {
+        self.core.is_default
+    }
+
+    /// Whether the pool was destroyed.
+    pub fn is_destroyed(&self) -> bool {
+        self.core.is_destroyed()
+    }
+
+    /// `hipMallocFromPoolAsync`: `size` bytes usable by work queued on `stream`
+    /// after this call (size 0 gives the null pointer).
+    pub fn alloc_raw(&self, size: u64, stream: &Stream) -> Result<DevicePtr> {
+        if size == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        self.check_stream(stream)?;
+        self.core.alloc(size, &stream.inner.clock, stream.raw())
+    }
+
+    /// Typed memory for `len` elements, freed in `stream`'s order when dropped.
+    pub fn alloc<T: Pod>(&self, len: usize, stream: &Stream) -> Result<PoolBuffer<T>> {
+        let bytes = (len as u64)
+            .checked_mul(std::mem::size_of::<T>() as u64)
+            .ok_or_else(|| Error::OutOfMemory(format!("{len} elements overflow the address space")))?;
+        let ptr = self.alloc_raw(bytes, stream)?;
+        Ok(PoolBuffer { core: Arc::clone(&self.core), ptr, len, stream: stream.clone(), _t: PhantomData })
+    }
+
+    fn check_stream(&self, stream: &Stream) -> Result<()> {
+        if stream.device() != self.core.device {
+            return Err(Error::InvalidValue(format!(
+                "the pool is on device {}, the stream on device {}",
+                self.core.device,
+                stream.device()
+            )));
+        }
+        if !Arc::ptr_eq(&stream.inner.rt.inner, &self.rt.inner) {
+            return Err(Error::InvalidHandle("the stream belongs to another runtime".into()));
+        }
+        Ok(())
+    }
+
+    /// `hipMemPoolGetAttribute`.
+    pub fn attribute(&self, attr: PoolAttribute) -> u64 {
+        self.core.get_attribute(attr)
+    }
+
+    /// `hipMemPoolSetAttribute`: read-only statistics, or a High statistic set
+    /// to anything but 0, are InvalidValue.
+    pub fn set_attribute(&self, attr: PoolAttribute, value: u64) -> Result<()> {
+        self.core.set_attribute(attr, value)
+    }
+
+    /// The four statistics at once.
+    pub fn stats(&self) -> PoolStats {
+        self.core.stats()
+    }
+
+    /// Sets the release threshold (`u64::MAX` keeps everything).
+    pub fn set_release_threshold(&self, bytes: u64) {
+        let _ = self.core.set_attribute(PoolAttribute::ReleaseThreshold, bytes);
+    }
+
+    /// `hipMemPoolTrimTo`: releases unused memory down to `keep` reserved bytes,
+    /// never memory of live allocations or of frees the device has not completed.
+    pub fn trim_to(&self, keep: u64) -> Result<()> {
+        self.core.trim_to(keep)
+    }
+
+    /// `hipMemPoolSetAccess` for one device.
+    pub fn set_access(&self, device: usize, flags: AccessFlags) -> Result<()> {
+        self.rt.check_device(device)?;
+        self.core.set_access(device, flags)
+    }
+
+    /// `hipMemPoolGetAccess`: the pool's device reads ReadWrite, others None until set.
+    pub fn access(&self, device: usize) -> Result<AccessFlags> {
+        self.rt.check_device(device)?;
+        self.core.access(device)
+    }
+
+    /// Checks the placement invariants (for tests and debugging).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.core.check_invariants()
+    }
+}
+
+/// Memory for `len` elements of `T` from a pool, freed in the order of its
+/// stream when dropped. [`PoolBuffer::free_on`] frees it on another stream.
+pub struct PoolBuffer<T: Pod> {
+    core: Arc<PoolCore>,
+    ptr: DevicePtr,
+    len: usize,
+    stream: Stream,
+    _t: PhantomData<T>,
+}
+
+impl<T: Pod> std::fmt::Debug for PoolBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolBuffer").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl<T: Pod> PoolBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there is no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.len as u64 * std::mem::size_of::<T>() as u64
+    }
+
+    /// The device address (null when empty).
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// The stream the buffer is freed on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Frees the buffer in the order of `stream` instead of its own.
+    pub fn free_on(mut self, stream: &Stream) -> Result<()> {
+        let ptr = std::mem::replace(&mut self.ptr, DevicePtr::NULL);
+        free_block(&self.core, ptr, stream)
+    }
+}
+
+fn free_block(core: &PoolCore, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    if core.free(ptr, &stream.inner.clock, stream.raw()) {
+        Ok(())
+    } else {
+        Err(Error::InvalidValue(format!("{ptr} is not a live allocation of pool {:#x}", core.id)))
+    }
+}
+
+impl<T: Pod> Drop for PoolBuffer<T> {
+    fn drop(&mut self) {
+        if let Err(e) = free_block(&self.core, self.ptr, &self.stream) {
+            self.stream.runtime().record_drop_error("hipFreeAsync of a PoolBuffer", e);
+        }
+    }
+}
+
+/// The runtime's table of pools: every pool by id, each device's default and
+/// current pool.
+#[derive(Default)]
+pub(crate) struct PoolTable {
+    pools: Mutex<HashMap<u64, Arc<PoolCore>>>,
+    defaults: Mutex<HashMap<usize, Arc<PoolCore>>>,
+    current: Mutex<HashMap<usize, (Arc<PoolCore>, Weak<PoolOwner>)>>,
+    current_ids: Vec<AtomicU64>,
+    next_id: AtomicU64,
+}
+
+impl PoolTable {
+    pub(crate) fn new(devices: usize) -> PoolTable {
+        PoolTable {
+            current_ids: (0..devices).map(|_| AtomicU64::new(0)).collect(),
+            next_id: AtomicU64::new(1),
+            ..Default::default()
+        }
+    }
+
+    fn create(&self, rt: &Arc<RuntimeInner>, props: PoolProps, is_default: bool) -> Arc<PoolCore> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let core = Arc::new(PoolCore::new(rt, id, props.device, props, is_default));
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::clone(&core));
+        core
+    }
+
+    /// The default pool of `device`, created on first use.
+    pub(crate) fn default_pool(&self, rt: &Arc<RuntimeInner>, device: usize) -> Arc<PoolCore> {
+        let mut defaults = self.defaults.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(
+            defaults
+                .entry(device)
+                .or_insert_with(|| self.create(rt, PoolProps { device, handle_types: 0, max_size: 0 }, true)),
+        )
+    }
+
+    /// The id of `device`'s current pool (0: the default pool).
+    pub(crate) fn current_id(&self, device: usize) -> u64 {
+        self.current_ids.get(device).map(|c| c.load(Ordering::Acquire)).unwrap_or(0)
+    }
+
+    /// The pool with `id`, from this thread's recent pools when possible (no
+    /// shared lock, no shared reference count).
+    pub(crate) fn get_cached(&self, id: u64) -> Option<Arc<PoolCore>> {
+        thread_local! {
+            static RECENT_POOLS: std::cell::RefCell<Vec<Arc<PoolCore>>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let hit = RECENT_POOLS.try_with(|r| r.borrow().iter().find(|p| p.id == id).cloned()).ok().flatten();
+        if hit.is_some() {
+            return hit;
+        }
+        let core = self.get(id)?;
+        let _ = RECENT_POOLS.try_with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= 4 {
+                r.remove(0);
+            }
+            r.push(Arc::clone(&core));
+        });
+        Some(core)
+    }
+
+    pub(crate) fn get(&self, id: u64) -> Option<Arc<PoolCore>> {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+
+    /// Every pool of `device` that is not destroyed.
+    pub(crate) fn hipmem_pools_of(&self, device: usize) -> Vec<Arc<PoolCore>> {
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|p| p.device == device)
+            .cloned()
+            .collect()
+    }
+
+    fn destroy(&self, rt: &Arc<RuntimeInner>, core: &Arc<PoolCore>) {
+        if core.is_default || core.is_destroyed() {
+            return;
+        }
+        core.destroy();
+        stream_cache::forget_pool(core.id);
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.get(&core.device).is_some_and(|(c, _)| Arc::ptr_eq(c, core)) {
+            current.remove(&core.device);
+            self.current_ids[core.device].store(0, Ordering::Release);
+        }
+        drop(current);
+        let _ = rt;
+    }
+}
+
+impl Runtime {
+    /// `hipDeviceGetDefaultMemPool`.
+    pub fn default_mem_pool(&self, device: usize) -> Result<MemPool> {
+        self.check_device(device)?;
+        let core = self.inner.pools.default_pool(&self.inner, device);
+        Ok(MemPool { core, owner: None, rt: self.clone() })
+    }
+
+    /// `hipDeviceGetMemPool`: the pool `hipMallocAsync` uses on `device`.
+    pub fn mem_pool(&self, device: usize) -> Result<MemPool> {
+        self.check_device(device)?;
+        let current =
+            self.inner.pools.current.lock().unwrap_or_else(|p| p.into_inner()).get(&device).cloned();
+        if let Some((core, owner)) = current {
+            if let Some(owner) = owner.upgrade() {
+                return Ok(MemPool { core, owner: Some(owner), rt: self.clone() });
+            }
+        }
+        self.default_mem_pool(device)
+    }
+
+    /// `hipDeviceSetMemPool`: makes `pool` the one `hipMallocAsync` uses on
+    /// `device` (which must be the pool's device).
+    pub fn set_mem_pool(&self, device: usize, pool: &MemPool) -> Result<()> {
+        self.check_device(device)?;
+        if pool.device() != device {
+            return Err(Error::InvalidDevice(format!(
+                "the pool belongs to device {}, not device {device}",
+                pool.device()
+            )));
+        }
+        if pool.is_destroyed() {
+            return Err(Error::InvalidValue("the pool was destroyed".into()));
+        }
+        let mut current = self.inner.pools.current.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.is_default() {
+            current.remove(&device);
+            self.inner.pools.current_ids[device].store(0, Ordering::Release);
+        } else {
+            let owner = pool.owner.as_ref().map(Arc::downgrade).unwrap_or_default();
+            current.insert(device, (Arc::clone(&pool.core), owner));
+            self.inner.pools.current_ids[device].store(pool.core.id, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// `hipMallocAsync`: `size` bytes from the current pool of the stream's
+    /// device, usable by work queued on `stream` after this call.
+    pub fn malloc_async(&self, size: u64, stream: &Stream) -> Result<DevicePtr> {
+        if size == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        let device = stream.device();
+        let id = self.inner.pools.current_id(device);
+        let core = if id == 0 {
+            self.inner.pools.default_pool(&self.inner, device)
+        } else {
+            match self.inner.pools.get(id) {
+                Some(c) if !c.is_destroyed() => c,
+                _ => self.inner.pools.default_pool(&self.inner, device),
+            }
+        };
+        core.alloc(size, &stream.inner.clock, stream.raw())
+    }
+
+    /// `hipFreeAsync`: frees pool memory in `stream`'s order. A pointer from
+    /// `hipMalloc` is accepted and freed at once (synchronously); null, an
+    /// unknown pointer or a double free is InvalidValue.
+    pub fn free_async(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+        if ptr.is_null() {
+            return Err(Error::InvalidValue("hipFreeAsync of a null pointer".into()));
+        }
+        // Fast path: the stream's slots this thread used recently.
+        if let Some(slot) = stream_cache::recent_slot_of_stream(stream.id()) {
+            if let Some(core) = self.inner.pools.get_cached(slot.pool_id) {
+                if core.free(ptr, &stream.inner.clock, stream.raw()) {
+                    return Ok(());
+                }
+            }
+        }
+        match self.allocations().find(ptr.0) {
+            Some(a) => match a.kind {
+                crate::runtime::MemoryKind::PoolSegment(id) => {
+                    let core = self.inner.pools.get(id).ok_or_else(|| {
+                        Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
+                    })?;
+                    free_block(&core, ptr, stream).map_err(|_| {
+                        Error::InvalidValue(format!("{ptr} is not a live pool allocation (double free?)"))
+                    })
+                }
+                _ => self.free(ptr),
+            },
+            None => Err(Error::InvalidValue(format!(
+                "{ptr} is not a live hipmem allocation (never allocated, already freed, or host memory)"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The per-stream front of a pool: what one stream needs on the fast path.
+//!
+//! Each (pool, stream) pair has a [`Slot`] with its own lock:
+//! - a small cache of blocks recently freed on that stream, reusable by the
+//!   same stream at once (stream order makes it safe) with no driver call and
+//!   without touching the pool's shared heap;
+//! - the live blocks allocated on that stream (address → size), so a free
+//!   by pointer finds its block without a global lookup;
+//! - the stream's share of the pool's used bytes (see `usage.rs`).
+//!
+//! Threads that allocate on their own streams therefore take only their own
+//! slot's lock. A thread-local table maps (pool, stream) to the slot, so
+//! finding it takes no lock either.
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::backend::RawStream;
+use crate::runtime::ordering::StreamClock;
+
+/// Most blocks a stream's cache holds before the oldest goes to the heap.
+pub const CACHE_BLOCKS: usize = 16;
+
+/// A cached block may be at most this fraction (1/N) larger than the request.
+pub const CACHE_SLACK_DIVISOR: u64 = 8;
+
+/// A block in a stream's cache: still marked allocated in the heap.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CachedBlock {
+    /// Address.
+    pub addr: u64,
+    /// Block size.
+    pub size: u64,
+    /// Stream epoch of the free.
+    pub tag: u64,
+}
+
+/// A multiplicative hash for block addresses (256-byte aligned numbers).
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+/// Address → block size.
+pub type LiveMap = HashMap<u64, u64, BuildHasherDefault<AddrHasher>>;
+
+/// The mutable state of a slot.
+#[derive(Debug, Default)]
+pub struct SlotState {
+    /// Blocks freed on this stream, newest last.
+    pub cache: Vec<CachedBlock>,
+    /// Live blocks allocated on this stream.
+    pub live: LiveMap,
+    /// Net bytes allocated minus freed through this slot (may go below zero
+    /// when blocks allocated elsewhere are freed here).
+    pub used: i64,
+    /// The slot's share of the pool's used high watermark (see `usage.rs`).
+    pub baseline: i64,
+}
+
+impl SlotState {
+    /// Takes a cached block of `size..=size + size / CACHE_SLACK_DIVISOR`
+    /// bytes, newest first.
+    pub fn take_cached(&mut self, size: u64) -> Option<CachedBlock> {
+        let limit = size + size / CACHE_SLACK_DIVISOR;
+        let i = self.cache.iter().rposition(|b| b.size >= size && b.size <= limit)?;
+        Some(self.cache.remove(i))
+    }
+
+    /// Caches a freed block; returns the oldest block if the cache overflows.
+    pub fn cache_block(&mut self, block: CachedBlock) -> Option<CachedBlock> {
+        self.cache.push(block);
+        if self.cache.len() > CACHE_BLOCKS { Some(self.cache.remove(0)) } else { None }
+    }
+}
+
+/// One stream's front of one pool.
+#[derive(Debug)]
+pub struct Slot {
+    /// The pool's id.
+    pub pool_id: u64,
+    /// The stream's clock (its id and epochs).
+    pub clock: Arc<StreamClock>,
+    /// The stream's backend handle.
+    pub raw: RawStream,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    /// A slot for a stream.
+    pub fn new(pool_id: u64, clock: Arc<StreamClock>, raw: RawStream) -> Slot {
+        Slot { pool_id, clock, raw, state: Mutex::new(SlotState::default()) }
+    }
+
+    /// The stream's id.
+    pub fn stream_id(&self) -> u64 {
+        self.clock.stream_id
+    }
+
+    /// Locks the state.
+    pub fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+const RECENT: usize = 8;
+
+thread_local! {
+    static RECENT_SLOTS: RefCell<Vec<Arc<Slot>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The slot of (`pool_id`, `stream_id`) this thread used recently, if any.
+pub fn recent_slot(pool_id: u64, stream_id: u64) -> Option<Arc<Slot>> {
+    RECENT_SLOTS
+        .try_with(|r| {
+            let r = r.borrow();
+            r.iter().rev().find(|s| s.pool_id == pool_id && s.clock.stream_id == stream_id).cloned()
+        })
+        .ok()
+        .flatten()
+}
+
+/// The slot of `stream_id` (any pool) this thread used most recently.
+pub fn recent_slot_of_stream(stream_id: u64) -> Option<Arc<Slot>> {
+    RECENT_SLOTS
+        .try_with(|r| r.borrow().iter().rev().find(|s| s.clock.stream_id == stream_id).cloned())
+        .ok()
+        .flatten()
+}
+
+/// Remembers a slot this thread uses.
+pub fn remember_slot(slot: &Arc<Slot>) {
+    let _ = RECENT_SLOTS.try_with(|r| {
+        let mut r = r.borrow_mut();
+        r.retain(|s| !Arc::ptr_eq(s, slot));
+        if r.len() >= RECENT {
+            r.remove(0);
+        }
+        r.push(Arc::clone(slot));
+    });
+}
+
+/// Forgets every slot of a pool (when the pool is destroyed).
+pub fn forget_pool(pool_id: u64) {
+    let _ = RECENT_SLOTS.try_with(|r| r.borrow_mut().retain(|s| s.pool_id != pool_id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_serves_close_sizes_newest_first_and_bounds_itself() {
+        let mut s = SlotState::default();
+        assert!(s.cache_block(CachedBlock { addr: 0x1000, size: 1024, tag: 1 }).is_none());
+        assert!(s.cache_block(CachedBlock { addr: 0x2000, size: 1024, tag: 2 }).is_none());
+        assert!(s.cache_block(CachedBlock { addr: 0x3000, size: 4096, tag: 3 }).is_none());
+        assert_eq!(s.take_cached(1024).unwrap().addr, 0x2000);
+        assert!(s.take_cached(2048).is_none(), "4096 is more than 1/8 too large for 2048");
+        assert_eq!(s.take_cached(4096).unwrap().addr, 0x3000);
+        for i in 0..CACHE_BLOCKS as u64 {
+            let evicted = s.cache_block(CachedBlock { addr: 0x10000 + i * 256, size: 256, tag: 9 });
+            if i + 1 < CACHE_BLOCKS as u64 {
+                assert!(evicted.is_none());
+            } else {
+                assert_eq!(evicted.unwrap().addr, 0x1000);
+            }
+        }
+        assert_eq!(s.cache.len(), CACHE_BLOCKS);
+    }
+}

@@ -7,6 +7,7 @@ use crate::backend::{DeviceProperties, EventFlags, MemInfo, RawStream, StreamFla
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::event::Event;
+use crate::pool::{MemPool, PoolProps};
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 
@@ -92,5 +93,25 @@ impl Device {
         let mut buf = DeviceBuffer::uninit(self, data.len())?;
         buf.copy_from_host(data)?;
         Ok(buf)
+    }
+
+    /// The device's default memory pool (`hipDeviceGetDefaultMemPool`).
+    pub fn default_mem_pool(&self) -> Result<MemPool> {
+        self.rt.default_mem_pool(self.ordinal)
+    }
+
+    /// The pool `hipMallocAsync` uses on this device (`hipDeviceGetMemPool`).
+    pub fn mem_pool(&self) -> Result<MemPool> {
+        self.rt.mem_pool(self.ordinal)
+    }
+
+    /// Makes `pool` the one `hipMallocAsync` uses here (`hipDeviceSetMemPool`).
+    pub fn set_mem_pool(&self, pool: &MemPool) -> Result<()> {
+        self.rt.set_mem_pool(self.ordinal, pool)
+    }
+
+    /// A new hipmem memory pool on this device (`hipMemPoolCreate`).
+    pub fn create_mem_pool(&self, handle_types: u32, max_size: u64) -> Result<MemPool> {
+        MemPool::create(&self.rt, PoolProps { device: self.ordinal, handle_types, max_size })
     }
 }

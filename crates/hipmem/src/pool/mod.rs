@@ -405,13 +405,16 @@ impl<T: Pod> Drop for PoolBuffer<T> {
     }
 }
 
+/// A device's current pool and the owner that keeps it alive.
+type CurrentPool = (Arc<PoolCore>, Weak<PoolOwner>);
+
 /// The runtime's table of pools: every pool by id, each device's default and
 /// current pool.
 #[derive(Default)]
 pub(crate) struct PoolTable {
     pools: Mutex<HashMap<u64, Arc<PoolCore>>>,
     defaults: Mutex<HashMap<usize, Arc<PoolCore>>>,
-    current: Mutex<HashMap<usize, (Arc<PoolCore>, Weak<PoolOwner>)>>,
+    current: Mutex<HashMap<usize, CurrentPool>>,
     current_ids: Vec<AtomicU64>,
     next_id: AtomicU64,
 }

@@ -485,6 +485,9 @@ impl Runtime {
     /// `dst` with `kind`, checking both ranges: a device side must lie inside
     /// one live allocation, and an explicit kind must match the pointers.
     pub fn resolve_copy(&self, dst: u64, src: u64, size: u64, kind: MemcpyKind) -> Result<ResolvedCopy> {
+        if size == 0 {
+            return Ok(ResolvedCopy::Nothing);
+        }
         if dst == 0 || src == 0 {
             return Err(Error::InvalidValue(format!(
                 "hipMemcpy: null {} pointer",

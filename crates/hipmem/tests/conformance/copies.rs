@@ -6,22 +6,14 @@ use hipmem::bytemuck::Pod;
 use hipmem::runtime::ResolvedCopy;
 use hipmem::{DevicePtr, MemcpyKind};
 
-use crate::{
-    DELAY, device, expect_err, host_addr, non_blocking, read0, runtime, second_device, zeroed_flag,
-};
+use crate::{DELAY, device, expect_err, host_addr, non_blocking, read0, runtime, second_device, zeroed_flag};
 
 fn round_trip<T: Pod + PartialEq + std::fmt::Debug>(data: &[T]) {
     let dev = device(0);
     // Through alloc_from_slice / to_vec.
     let buf = dev.alloc_from_slice(data).unwrap();
     assert_eq!(buf.len(), data.len());
-    assert_eq!(
-        buf.to_vec().unwrap(),
-        data,
-        "round trip of {} {}",
-        data.len(),
-        std::any::type_name::<T>()
-    );
+    assert_eq!(buf.to_vec().unwrap(), data, "round trip of {} {}", data.len(), std::any::type_name::<T>());
     // Through copy_from_host / copy_to_host.
     let mut buf = dev.alloc::<T>(data.len()).unwrap();
     buf.copy_from_host(data).unwrap();
@@ -52,18 +44,10 @@ fn round_trips_of_bytes_of_odd_lengths() {
 
 #[test]
 fn round_trips_of_wider_element_types() {
-    round_trip(
-        &(0..7u16)
-            .map(|i| i.wrapping_mul(40_000))
-            .collect::<Vec<_>>(),
-    );
+    round_trip(&(0..7u16).map(|i| i.wrapping_mul(40_000)).collect::<Vec<_>>());
     round_trip(&(-500..501i32).collect::<Vec<_>>());
     round_trip(&(0..333).map(|i| i as f64 * -0.25).collect::<Vec<_>>());
-    round_trip(
-        &(0..129u64)
-            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-            .collect::<Vec<_>>(),
-    );
+    round_trip(&(0..129u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect::<Vec<_>>());
     round_trip(&[[1.5f32, -2.0, 3.25], [0.0, f32::MAX, f32::MIN_POSITIVE]]);
     round_trip(&[i8::MIN, -1, 0, 1, i8::MAX]);
     round_trip(&[[0u8; 3], [1, 2, 3], [255, 254, 253]]);
@@ -92,12 +76,8 @@ fn device_to_device_copies_synchronous_and_in_stream_order() {
 
     // Raw runtime copies between interior offsets.
     let rt = runtime();
-    rt.copy_device_to_device(
-        DevicePtr(dst.device_ptr().0 + 8),
-        DevicePtr(src.device_ptr().0 + 4),
-        12,
-    )
-    .unwrap();
+    rt.copy_device_to_device(DevicePtr(dst.device_ptr().0 + 8), DevicePtr(src.device_ptr().0 + 4), 12)
+        .unwrap();
     let mut expect = data.clone();
     expect[2..5].copy_from_slice(&data[1..4]);
     assert_eq!(dst.to_vec().unwrap(), expect);
@@ -113,10 +93,7 @@ fn asynchronous_copies_run_in_stream_order() {
     let mut host = [0u32];
     stream.delay(DELAY, &flag, 7).unwrap();
     stream.copy_device_to_device(&flag, &out).unwrap();
-    assert!(
-        !stream.query().unwrap(),
-        "the delay kernel finished at once"
-    );
+    assert!(!stream.query().unwrap(), "the delay kernel finished at once");
     stream
         .scope(|s| {
             // Queued after the delay: it must see the flag the delay wrote.
@@ -124,11 +101,7 @@ fn asynchronous_copies_run_in_stream_order() {
         })
         .unwrap()
         .unwrap();
-    assert_eq!(
-        host,
-        [7],
-        "the asynchronous copy ran before the earlier kernel"
-    );
+    assert_eq!(host, [7], "the asynchronous copy ran before the earlier kernel");
     assert_eq!(read0(&out), 7);
 }
 
@@ -144,18 +117,12 @@ fn asynchronous_copy_returns_before_the_copy_runs() {
         .scope(|s| {
             s.stream().delay(DELAY, &flag, 1)?;
             s.copy_to_device(&input, &buf)?;
-            assert!(
-                !s.stream().query()?,
-                "the copy behind a delay already finished"
-            );
+            assert!(!s.stream().query()?, "the copy behind a delay already finished");
             Ok::<_, hipmem::Error>(())
         })
         .unwrap()
         .unwrap();
-    assert!(
-        stream.query().unwrap(),
-        "scope returned before its stream finished"
-    );
+    assert!(stream.query().unwrap(), "scope returned before its stream finished");
     assert!(buf.to_vec().unwrap().iter().all(|&b| b == 0x3c));
 }
 
@@ -178,14 +145,8 @@ fn an_async_scope_waits_for_its_copies_even_when_it_panics() {
             panic!("deliberate panic inside a stream scope (expected by this test)");
         })
     }));
-    assert!(
-        result.is_err(),
-        "the scope body did not panic (the delay kernel finished at once?)"
-    );
-    assert!(
-        stream.query().unwrap(),
-        "the scope let a panic through before its stream finished"
-    );
+    assert!(result.is_err(), "the scope body did not panic (the delay kernel finished at once?)");
+    assert!(stream.query().unwrap(), "the scope let a panic through before its stream finished");
     assert_eq!(out, vec![5u8; 256]);
 }
 
@@ -195,19 +156,16 @@ fn copies_at_interior_offsets_touch_only_their_range() {
     let dev = device(0);
     let buf = dev.alloc_zeroed::<u8>(64).unwrap();
     let base = buf.device_ptr();
-    rt.copy_host_to_device(DevicePtr(base.0 + 10), &[1, 2, 3, 4, 5])
-        .unwrap();
+    rt.copy_host_to_device(DevicePtr(base.0 + 10), &[1, 2, 3, 4, 5]).unwrap();
     let mut back = [0u8; 3];
-    rt.copy_device_to_host(&mut back, DevicePtr(base.0 + 11))
-        .unwrap();
+    rt.copy_device_to_host(&mut back, DevicePtr(base.0 + 11)).unwrap();
     assert_eq!(back, [2, 3, 4]);
     let all = buf.to_vec().unwrap();
     assert!(all[..10].iter().all(|&b| b == 0));
     assert_eq!(&all[10..15], &[1, 2, 3, 4, 5]);
     assert!(all[15..].iter().all(|&b| b == 0));
     // The last byte.
-    rt.copy_host_to_device(DevicePtr(base.0 + 63), &[9])
-        .unwrap();
+    rt.copy_host_to_device(DevicePtr(base.0 + 63), &[9]).unwrap();
     assert_eq!(buf.to_vec().unwrap()[63], 9);
 }
 
@@ -218,65 +176,25 @@ fn copies_past_the_end_of_the_allocation_are_invalid_value() {
     let a = dev.alloc_zeroed::<u8>(100).unwrap();
     let b = dev.alloc_zeroed::<u8>(100).unwrap();
     let (pa, pb) = (a.device_ptr(), b.device_ptr());
-    expect_err(
-        rt.copy_host_to_device(pa, &[0u8; 101]),
-        1,
-        &["past the end"],
-    );
-    expect_err(
-        rt.copy_host_to_device(DevicePtr(pa.0 + 99), &[0u8; 2]),
-        1,
-        &["past the end"],
-    );
+    expect_err(rt.copy_host_to_device(pa, &[0u8; 101]), 1, &["past the end"]);
+    expect_err(rt.copy_host_to_device(DevicePtr(pa.0 + 99), &[0u8; 2]), 1, &["past the end"]);
     let mut out = [0u8; 101];
     expect_err(rt.copy_device_to_host(&mut out, pa), 1, &["past the end"]);
     let mut out = [0u8; 50];
-    expect_err(
-        rt.copy_device_to_host(&mut out, DevicePtr(pa.0 + 51)),
-        1,
-        &["past the end"],
-    );
+    expect_err(rt.copy_device_to_host(&mut out, DevicePtr(pa.0 + 51)), 1, &["past the end"]);
     expect_err(rt.copy_device_to_device(pb, pa, 101), 1, &["past the end"]);
-    expect_err(
-        rt.copy_device_to_device(DevicePtr(pb.0 + 1), pa, 100),
-        1,
-        &["past the end"],
-    );
-    expect_err(
-        rt.copy_device_to_device(pb, DevicePtr(pa.0 + 1), 100),
-        1,
-        &["past the end"],
-    );
+    expect_err(rt.copy_device_to_device(DevicePtr(pb.0 + 1), pa, 100), 1, &["past the end"]);
+    expect_err(rt.copy_device_to_device(pb, DevicePtr(pa.0 + 1), 100), 1, &["past the end"]);
     expect_err(rt.copy_device_to_device(pb, pa, u64::MAX), 1, &[]);
     let stream = dev.create_stream().unwrap();
-    expect_err(
-        rt.copy_device_to_device_async(pb, pa, 101, stream.raw()),
-        1,
-        &["past the end"],
-    );
+    expect_err(rt.copy_device_to_device_async(pb, pa, 101, stream.raw()), 1, &["past the end"]);
     let host = [0u8; 101];
     // SAFETY: `host` outlives the call, and the call fails before queuing anything.
     let span = unsafe { HostSpan::new(host.as_ptr(), host.len()) };
-    expect_err(
-        rt.copy_host_to_device_async(pa, span, stream.raw()),
-        1,
-        &["past the end"],
-    );
-    expect_err(
-        rt.copy_device_to_host_async(span, pa, stream.raw()),
-        1,
-        &["past the end"],
-    );
-    expect_err(
-        rt.resolve_copy(pa.0, host_addr(&host), 101, MemcpyKind::Default),
-        1,
-        &["past the end"],
-    );
-    expect_err(
-        rt.resolve_copy(pb.0, pa.0 + 1, 100, MemcpyKind::DeviceToDevice),
-        1,
-        &["past the end"],
-    );
+    expect_err(rt.copy_host_to_device_async(pa, span, stream.raw()), 1, &["past the end"]);
+    expect_err(rt.copy_device_to_host_async(span, pa, stream.raw()), 1, &["past the end"]);
+    expect_err(rt.resolve_copy(pa.0, host_addr(&host), 101, MemcpyKind::Default), 1, &["past the end"]);
+    expect_err(rt.resolve_copy(pb.0, pa.0 + 1, 100, MemcpyKind::DeviceToDevice), 1, &["past the end"]);
     stream.synchronize().unwrap();
     // Nothing was written.
     assert!(a.to_vec().unwrap().iter().all(|&x| x == 0));
@@ -290,62 +208,23 @@ fn copies_with_null_pointers_are_invalid_value() {
     let buf = dev.alloc_zeroed::<u8>(16).unwrap();
     let p = buf.device_ptr();
     let host = [0u8; 16];
-    expect_err(
-        rt.copy_host_to_device(DevicePtr::NULL, &[1, 2]),
-        1,
-        &["null"],
-    );
+    expect_err(rt.copy_host_to_device(DevicePtr::NULL, &[1, 2]), 1, &["null"]);
     let mut out = [0u8; 2];
-    expect_err(
-        rt.copy_device_to_host(&mut out, DevicePtr::NULL),
-        1,
-        &["null"],
-    );
-    expect_err(
-        rt.copy_device_to_device(DevicePtr::NULL, p, 4),
-        1,
-        &["null"],
-    );
-    expect_err(
-        rt.copy_device_to_device(p, DevicePtr::NULL, 4),
-        1,
-        &["null"],
-    );
-    for kind in [
-        MemcpyKind::Default,
-        MemcpyKind::HostToDevice,
-        MemcpyKind::DeviceToHost,
-        MemcpyKind::HostToHost,
-    ] {
-        expect_err(
-            rt.resolve_copy(0, p.0, 4, kind),
-            1,
-            &["null", "destination"],
-        );
-        expect_err(
-            rt.resolve_copy(host_addr(&host), 0, 4, kind),
-            1,
-            &["null", "source"],
-        );
+    expect_err(rt.copy_device_to_host(&mut out, DevicePtr::NULL), 1, &["null"]);
+    expect_err(rt.copy_device_to_device(DevicePtr::NULL, p, 4), 1, &["null"]);
+    expect_err(rt.copy_device_to_device(p, DevicePtr::NULL, 4), 1, &["null"]);
+    for kind in
+        [MemcpyKind::Default, MemcpyKind::HostToDevice, MemcpyKind::DeviceToHost, MemcpyKind::HostToHost]
+    {
+        expect_err(rt.resolve_copy(0, p.0, 4, kind), 1, &["null", "destination"]);
+        expect_err(rt.resolve_copy(host_addr(&host), 0, 4, kind), 1, &["null", "source"]);
     }
     let stream = dev.create_stream().unwrap();
-    expect_err(
-        rt.copy_device_to_device_async(DevicePtr::NULL, p, 4, stream.raw()),
-        1,
-        &["null"],
-    );
+    expect_err(rt.copy_device_to_device_async(DevicePtr::NULL, p, 4, stream.raw()), 1, &["null"]);
     // SAFETY: `host` outlives the calls, which fail before queuing anything.
     let span = unsafe { HostSpan::new(host.as_ptr(), 4) };
-    expect_err(
-        rt.copy_host_to_device_async(DevicePtr::NULL, span, stream.raw()),
-        1,
-        &["null"],
-    );
-    expect_err(
-        rt.copy_device_to_host_async(span, DevicePtr::NULL, stream.raw()),
-        1,
-        &["null"],
-    );
+    expect_err(rt.copy_host_to_device_async(DevicePtr::NULL, span, stream.raw()), 1, &["null"]);
+    expect_err(rt.copy_device_to_host_async(span, DevicePtr::NULL, stream.raw()), 1, &["null"]);
 }
 
 #[test]
@@ -353,28 +232,12 @@ fn copies_to_or_from_memory_that_is_not_device_memory_are_invalid_value() {
     let rt = runtime();
     let stack = [0u8; 64];
     let p = DevicePtr(host_addr(&stack));
-    expect_err(
-        rt.copy_host_to_device(p, &[1, 2, 3]),
-        1,
-        &["not inside any live"],
-    );
+    expect_err(rt.copy_host_to_device(p, &[1, 2, 3]), 1, &["not inside any live"]);
     let mut out = [0u8; 3];
-    expect_err(
-        rt.copy_device_to_host(&mut out, p),
-        1,
-        &["not inside any live"],
-    );
+    expect_err(rt.copy_device_to_host(&mut out, p), 1, &["not inside any live"]);
     let dev_buf = device(0).alloc_zeroed::<u8>(8).unwrap();
-    expect_err(
-        rt.copy_device_to_device(dev_buf.device_ptr(), p, 8),
-        1,
-        &["not inside any live"],
-    );
-    expect_err(
-        rt.copy_device_to_device(p, dev_buf.device_ptr(), 8),
-        1,
-        &["not inside any live"],
-    );
+    expect_err(rt.copy_device_to_device(dev_buf.device_ptr(), p, 8), 1, &["not inside any live"]);
+    expect_err(rt.copy_device_to_device(p, dev_buf.device_ptr(), 8), 1, &["not inside any live"]);
     assert_eq!(stack, [0u8; 64]);
 }
 
@@ -387,18 +250,14 @@ fn zero_byte_copies_succeed_before_any_other_check() {
     rt.copy_host_to_device(odd, &[]).unwrap();
     rt.copy_device_to_host(&mut [], DevicePtr::NULL).unwrap();
     rt.copy_device_to_host(&mut [], odd).unwrap();
-    rt.copy_device_to_device(DevicePtr::NULL, DevicePtr::NULL, 0)
-        .unwrap();
+    rt.copy_device_to_device(DevicePtr::NULL, DevicePtr::NULL, 0).unwrap();
     rt.copy_device_to_device(odd, DevicePtr(0x10), 0).unwrap();
     let stream = device(0).create_stream().unwrap();
     // SAFETY: an empty span touches no memory.
     let empty = unsafe { HostSpan::new(std::ptr::null(), 0) };
-    rt.copy_host_to_device_async(DevicePtr::NULL, empty, stream.raw())
-        .unwrap();
-    rt.copy_device_to_host_async(empty, DevicePtr::NULL, stream.raw())
-        .unwrap();
-    rt.copy_device_to_device_async(DevicePtr::NULL, DevicePtr::NULL, 0, stream.raw())
-        .unwrap();
+    rt.copy_host_to_device_async(DevicePtr::NULL, empty, stream.raw()).unwrap();
+    rt.copy_device_to_host_async(empty, DevicePtr::NULL, stream.raw()).unwrap();
+    rt.copy_device_to_device_async(DevicePtr::NULL, DevicePtr::NULL, 0, stream.raw()).unwrap();
     stream.synchronize().unwrap();
 }
 
@@ -418,10 +277,7 @@ fn resolving_a_zero_byte_copy_succeeds_before_any_other_check() {
     ] {
         for (dst, src) in [(0, 0), (0, buf.device_ptr().0), (host_addr(&host), 0)] {
             let r = rt.resolve_copy(dst, src, 0, kind);
-            assert!(
-                r.is_ok(),
-                "hipMemcpy of 0 bytes ({dst:#x} <- {src:#x}, {kind:?}) failed: {r:?}"
-            );
+            assert!(r.is_ok(), "hipMemcpy of 0 bytes ({dst:#x} <- {src:#x}, {kind:?}) failed: {r:?}");
         }
     }
 }
@@ -452,10 +308,7 @@ fn default_kind_is_inferred_from_the_pointers() {
     let host = [0u8; 64];
     let h = host_addr(&host);
     let (da, db) = (a.device_ptr().0, b.device_ptr().0);
-    assert_eq!(
-        rt.resolve_copy(h, h, 64, MemcpyKind::Default).unwrap(),
-        ResolvedCopy::HostToHost
-    );
+    assert_eq!(rt.resolve_copy(h, h, 64, MemcpyKind::Default).unwrap(), ResolvedCopy::HostToHost);
     assert_eq!(
         rt.resolve_copy(da, h, 64, MemcpyKind::Default).unwrap(),
         ResolvedCopy::Backend(CopyDirection::HostToDevice)
@@ -470,28 +323,21 @@ fn default_kind_is_inferred_from_the_pointers() {
     );
     // Interior pointers are device memory too.
     assert_eq!(
-        rt.resolve_copy(da + 10, db + 20, 44, MemcpyKind::Default)
-            .unwrap(),
+        rt.resolve_copy(da + 10, db + 20, 44, MemcpyKind::Default).unwrap(),
         ResolvedCopy::Backend(CopyDirection::DeviceToDevice)
     );
     // Explicit kinds that agree with the pointers.
+    assert_eq!(rt.resolve_copy(h, h, 64, MemcpyKind::HostToHost).unwrap(), ResolvedCopy::HostToHost);
     assert_eq!(
-        rt.resolve_copy(h, h, 64, MemcpyKind::HostToHost).unwrap(),
-        ResolvedCopy::HostToHost
-    );
-    assert_eq!(
-        rt.resolve_copy(da, h, 64, MemcpyKind::HostToDevice)
-            .unwrap(),
+        rt.resolve_copy(da, h, 64, MemcpyKind::HostToDevice).unwrap(),
         ResolvedCopy::Backend(CopyDirection::HostToDevice)
     );
     assert_eq!(
-        rt.resolve_copy(h, da, 64, MemcpyKind::DeviceToHost)
-            .unwrap(),
+        rt.resolve_copy(h, da, 64, MemcpyKind::DeviceToHost).unwrap(),
         ResolvedCopy::Backend(CopyDirection::DeviceToHost)
     );
     assert_eq!(
-        rt.resolve_copy(da, db, 64, MemcpyKind::DeviceToDevice)
-            .unwrap(),
+        rt.resolve_copy(da, db, 64, MemcpyKind::DeviceToDevice).unwrap(),
         ResolvedCopy::Backend(CopyDirection::DeviceToDevice)
     );
 }
@@ -519,16 +365,9 @@ fn a_kind_that_contradicts_the_pointers_is_rejected() {
         (da, db, MemcpyKind::HostToHost),
     ];
     for (dst, src, kind) in wrong {
-        let err = expect_err(
-            rt.resolve_copy(dst, src, 64, kind),
-            1,
-            &[&format!("{kind:?}")],
-        );
+        let err = expect_err(rt.resolve_copy(dst, src, 64, kind), 1, &[&format!("{kind:?}")]);
         let text = err.message().to_lowercase();
-        assert!(
-            text.contains("destination") && text.contains("source"),
-            "{err}"
-        );
+        assert!(text.contains("destination") && text.contains("source"), "{err}");
     }
 }
 
@@ -542,17 +381,10 @@ fn copies_between_devices() {
     let a = dev0.alloc_from_slice(&data).unwrap();
     let b = dev1.alloc_zeroed::<u16>(999).unwrap();
     let rt = runtime();
-    rt.copy_device_to_device(b.device_ptr(), a.device_ptr(), 999 * 2)
-        .unwrap();
+    rt.copy_device_to_device(b.device_ptr(), a.device_ptr(), 999 * 2).unwrap();
     assert_eq!(b.to_vec().unwrap(), data);
     assert_eq!(
-        rt.resolve_copy(
-            b.device_ptr().0,
-            a.device_ptr().0,
-            1998,
-            MemcpyKind::Default
-        )
-        .unwrap(),
+        rt.resolve_copy(b.device_ptr().0, a.device_ptr().0, 1998, MemcpyKind::Default).unwrap(),
         ResolvedCopy::Backend(CopyDirection::DeviceToDevice)
     );
     let c = dev0.alloc_zeroed::<u16>(999).unwrap();

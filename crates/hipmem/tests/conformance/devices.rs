@@ -13,15 +13,9 @@ fn there_is_at_least_one_device_and_each_describes_itself() {
     for ordinal in 0..rt.device_count() {
         let props = rt.device_properties(ordinal).unwrap();
         assert_eq!(props.ordinal, ordinal);
-        assert!(
-            !props.name.trim().is_empty(),
-            "device {ordinal} has no name"
-        );
+        assert!(!props.name.trim().is_empty(), "device {ordinal} has no name");
         assert!(props.total_memory > 0, "device {ordinal} reports no memory");
-        assert!(
-            props.multiprocessor_count > 0,
-            "device {ordinal} has no multiprocessors"
-        );
+        assert!(props.multiprocessor_count > 0, "device {ordinal} has no multiprocessors");
         let dev = rt.device(ordinal).unwrap();
         assert_eq!(dev.ordinal(), ordinal);
         assert_eq!(dev.properties(), props);
@@ -44,17 +38,7 @@ fn invalid_device_ordinal_is_invalid_device_everywhere() {
         expect_err(rt.mem_get_info(bad), 101, &[&text]);
         expect_err(rt.device_synchronize(bad), 101, &[&text]);
         expect_err(Stream::from_raw(rt, RawStream::null(bad)), 101, &[&text]);
-        expect_err(
-            Stream::from_raw(
-                rt,
-                RawStream {
-                    device: bad,
-                    handle: 0x1230,
-                },
-            ),
-            101,
-            &[&text],
-        );
+        expect_err(Stream::from_raw(rt, RawStream { device: bad, handle: 0x1230 }), 101, &[&text]);
     }
 }
 
@@ -72,16 +56,8 @@ fn mem_get_info_reports_free_within_total() {
         let info = rt.mem_get_info(ordinal).unwrap();
         assert!(info.total > 0, "device {ordinal}: total is 0");
         assert!(info.free > 0, "device {ordinal}: nothing free");
-        assert!(
-            info.free <= info.total,
-            "device {ordinal}: free {} > total {}",
-            info.free,
-            info.total
-        );
-        assert_eq!(
-            info.total,
-            rt.device_properties(ordinal).unwrap().total_memory
-        );
+        assert!(info.free <= info.total, "device {ordinal}: free {} > total {}", info.free, info.total);
+        assert_eq!(info.total, rt.device_properties(ordinal).unwrap().total_memory);
         assert_eq!(device(ordinal).mem_info().unwrap().total, info.total);
     }
 }
@@ -112,10 +88,7 @@ fn mem_get_info_free_follows_a_large_allocation() {
         rt.free(ptr).unwrap();
         ptr = hipmem::DevicePtr::NULL;
     }
-    assert!(
-        ok,
-        "free memory did not drop by {size} bytes after hipMalloc: (before, after) = {dropped:?}"
-    );
+    assert!(ok, "free memory did not drop by {size} bytes after hipMalloc: (before, after) = {dropped:?}");
     let mut rose = Vec::new();
     let mut ok = false;
     for attempt in 0..5 {
@@ -131,10 +104,7 @@ fn mem_get_info_free_follows_a_large_allocation() {
             break;
         }
     }
-    assert!(
-        ok,
-        "free memory did not rise by {size} bytes after hipFree: (before, after) = {rose:?}"
-    );
+    assert!(ok, "free memory did not rise by {size} bytes after hipFree: (before, after) = {rose:?}");
 }
 
 #[test]
@@ -146,19 +116,10 @@ fn device_synchronize_waits_for_every_stream_of_the_device() {
     blocking.delay(DELAY, &f1, 1).unwrap();
     nb.delay(DELAY, &f2, 2).unwrap();
     dev.null_stream().delay(DELAY, &f3, 3).unwrap();
-    assert!(
-        !blocking.query().unwrap() && !nb.query().unwrap(),
-        "the delays finished at once"
-    );
+    assert!(!blocking.query().unwrap() && !nb.query().unwrap(), "the delays finished at once");
     dev.synchronize().unwrap();
-    assert!(
-        blocking.query().unwrap(),
-        "hipDeviceSynchronize returned before a blocking stream"
-    );
-    assert!(
-        nb.query().unwrap(),
-        "hipDeviceSynchronize returned before a non-blocking stream"
-    );
+    assert!(blocking.query().unwrap(), "hipDeviceSynchronize returned before a blocking stream");
+    assert!(nb.query().unwrap(), "hipDeviceSynchronize returned before a non-blocking stream");
     assert_eq!(crate::read0(&f1), 1);
     assert_eq!(crate::read0(&f2), 2);
     assert_eq!(crate::read0(&f3), 3);
@@ -181,11 +142,7 @@ fn two_devices_have_their_own_memory_and_streams() {
     s1.fill(&b, 9).unwrap();
     s1.synchronize().unwrap();
     assert_eq!(b.to_vec().unwrap(), vec![9; 5]);
-    assert_eq!(
-        a.to_vec().unwrap(),
-        vec![1, 2, 3, 4, 5],
-        "work on device 1 changed device 0's memory"
-    );
+    assert_eq!(a.to_vec().unwrap(), vec![1, 2, 3, 4, 5], "work on device 1 changed device 0's memory");
     let attrs = runtime().pointer_attributes(b.device_ptr().0).unwrap();
     assert_eq!(attrs.device, 1);
 }

@@ -7,37 +7,13 @@ fn all_variants() -> Vec<(Error, i32, &'static str)> {
     vec![
         (Error::InvalidValue("v".into()), 1, "hipErrorInvalidValue"),
         (Error::OutOfMemory("v".into()), 2, "hipErrorOutOfMemory"),
-        (
-            Error::NotInitialized("v".into()),
-            3,
-            "hipErrorNotInitialized",
-        ),
-        (
-            Error::InvalidDevicePointer("v".into()),
-            17,
-            "hipErrorInvalidDevicePointer",
-        ),
-        (
-            Error::InvalidMemcpyDirection("v".into()),
-            21,
-            "hipErrorInvalidMemcpyDirection",
-        ),
-        (
-            Error::InvalidDevice("v".into()),
-            101,
-            "hipErrorInvalidDevice",
-        ),
-        (
-            Error::InvalidHandle("v".into()),
-            400,
-            "hipErrorInvalidHandle",
-        ),
+        (Error::NotInitialized("v".into()), 3, "hipErrorNotInitialized"),
+        (Error::InvalidDevicePointer("v".into()), 17, "hipErrorInvalidDevicePointer"),
+        (Error::InvalidMemcpyDirection("v".into()), 21, "hipErrorInvalidMemcpyDirection"),
+        (Error::InvalidDevice("v".into()), 101, "hipErrorInvalidDevice"),
+        (Error::InvalidHandle("v".into()), 400, "hipErrorInvalidHandle"),
         (Error::NotReady("v".into()), 600, "hipErrorNotReady"),
-        (
-            Error::ContextIsDestroyed("v".into()),
-            709,
-            "hipErrorContextIsDestroyed",
-        ),
+        (Error::ContextIsDestroyed("v".into()), 709, "hipErrorContextIsDestroyed"),
         (Error::NotSupported("v".into()), 801, "hipErrorNotSupported"),
         (Error::Unknown("v".into()), 999, "hipErrorUnknown"),
     ]
@@ -51,11 +27,7 @@ fn every_variant_has_the_contract_code_and_name() {
         assert_eq!(name_of_code(num), name);
         assert_eq!(err.message(), "v");
         assert_eq!(err.to_string(), format!("{name}: v"));
-        assert_ne!(
-            description_of_code(num),
-            description_of_code(0),
-            "{name} has no description"
-        );
+        assert_ne!(description_of_code(num), description_of_code(0), "{name} has no description");
     }
     assert_eq!(name_of_code(0), "hipSuccess");
     assert_eq!(name_of_code(12_345), "hipErrorUnknown");
@@ -102,29 +74,12 @@ fn context_keeps_the_code_and_prefixes_the_message() {
 
 #[test]
 fn backend_choices_parse() {
-    assert_eq!(
-        "host".parse::<BackendChoice>().unwrap(),
-        BackendChoice::Host
-    );
-    assert_eq!(
-        " CUDA ".parse::<BackendChoice>().unwrap(),
-        BackendChoice::Cuda
-    );
+    assert_eq!("host".parse::<BackendChoice>().unwrap(), BackendChoice::Host);
+    assert_eq!(" CUDA ".parse::<BackendChoice>().unwrap(), BackendChoice::Cuda);
     assert_eq!("".parse::<BackendChoice>().unwrap(), BackendChoice::Auto);
-    assert_eq!(
-        "auto".parse::<BackendChoice>().unwrap(),
-        BackendChoice::Auto
-    );
-    crate::expect_err(
-        "rocm-or-so".parse::<BackendChoice>(),
-        1,
-        &["unknown backend"],
-    );
-    for c in [
-        BackendChoice::Auto,
-        BackendChoice::Host,
-        BackendChoice::Cuda,
-    ] {
+    assert_eq!("auto".parse::<BackendChoice>().unwrap(), BackendChoice::Auto);
+    crate::expect_err("rocm-or-so".parse::<BackendChoice>(), 1, &["unknown backend"]);
+    for c in [BackendChoice::Auto, BackendChoice::Host, BackendChoice::Cuda] {
         assert_eq!(c.to_string().parse::<BackendChoice>().unwrap(), c);
     }
 }
@@ -136,16 +91,10 @@ fn errors_from_calls_say_what_was_wrong() {
     let rt = crate::runtime();
     let e = rt.device(rt.device_count() + 3).unwrap_err();
     assert_eq!(e.code(), code::INVALID_DEVICE);
-    assert!(
-        e.message().contains(&(rt.device_count() + 3).to_string()),
-        "{e}"
-    );
+    assert!(e.message().contains(&(rt.device_count() + 3).to_string()), "{e}");
     assert!(e.to_string().starts_with("hipErrorInvalidDevice: "), "{e}");
     let e = hipmem::MemcpyKind::from_raw(7).unwrap_err();
     assert_eq!(e.code(), code::INVALID_MEMCPY_DIRECTION);
     assert!(e.message().contains('7'), "{e}");
-    assert_eq!(
-        description_of_code(e.code()),
-        "invalid copy direction for memcpy"
-    );
+    assert_eq!(description_of_code(e.code()), "invalid copy direction for memcpy");
 }

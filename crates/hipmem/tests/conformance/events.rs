@@ -37,15 +37,8 @@ fn bad_event_flags_are_invalid_value() {
 /// refused (hipEventCreateWithFlags(hipEventInterprocess) is InvalidValue).
 #[test]
 fn creating_an_interprocess_event_without_disable_timing_is_invalid_value() {
-    let flags = EventFlags {
-        interprocess: true,
-        ..EventFlags::default()
-    };
-    expect_err(
-        device(0).create_event_with_flags(flags),
-        1,
-        &["DisableTiming"],
-    );
+    let flags = EventFlags { interprocess: true, ..EventFlags::default() };
+    expect_err(device(0).create_event_with_flags(flags), 1, &["DisableTiming"]);
 }
 
 #[test]
@@ -81,17 +74,10 @@ fn an_event_after_pending_work_is_not_complete_until_the_work_is() {
         let event = dev.create_event_with_flags(flags).unwrap();
         stream.delay(DELAY, &flag, 7).unwrap();
         event.record(&stream).unwrap();
-        assert!(
-            !event.query().unwrap(),
-            "event recorded behind a delay is complete at once ({flags:?})"
-        );
+        assert!(!event.query().unwrap(), "event recorded behind a delay is complete at once ({flags:?})");
         event.synchronize().unwrap();
         assert!(event.query().unwrap());
-        assert_eq!(
-            read0(&flag),
-            7,
-            "hipEventSynchronize returned before the work before the event"
-        );
+        assert_eq!(read0(&flag), 7, "hipEventSynchronize returned before the work before the event");
     }
 }
 
@@ -106,10 +92,7 @@ fn re_recording_an_event_makes_it_pending_again() {
     assert!(event.query().unwrap());
     stream.delay(DELAY, &flag, 2).unwrap();
     stream.record_event(&event).unwrap();
-    assert!(
-        !event.query().unwrap(),
-        "the re-recorded event still reports its old record"
-    );
+    assert!(!event.query().unwrap(), "the re-recorded event still reports its old record");
     event.synchronize().unwrap();
     assert_eq!(read0(&flag), 2);
 }
@@ -122,10 +105,7 @@ fn events_on_the_null_stream_follow_legacy_ordering() {
     let event = dev.create_event().unwrap();
     blocking.delay(DELAY, &flag, 5).unwrap();
     event.record(&dev.null_stream()).unwrap();
-    assert!(
-        !event.query().unwrap(),
-        "a null-stream event did not wait for a blocking stream's work"
-    );
+    assert!(!event.query().unwrap(), "a null-stream event did not wait for a blocking stream's work");
     event.synchronize().unwrap();
     assert!(blocking.query().unwrap());
     assert_eq!(read0(&flag), 5);
@@ -143,10 +123,7 @@ fn elapsed_time_covers_the_work_between_two_events() {
     end.synchronize().unwrap();
     let ms = start.elapsed_ms(&end).unwrap();
     let want = DELAY.as_secs_f32() * 1e3;
-    assert!(
-        ms >= want * 0.95,
-        "elapsed {ms} ms across a {want} ms delay"
-    );
+    assert!(ms >= want * 0.95, "elapsed {ms} ms across a {want} ms delay");
     assert!(ms < 60_000.0, "elapsed {ms} ms is absurd");
     assert!(ms.is_finite());
     // An event against itself.
@@ -158,9 +135,8 @@ fn elapsed_time_with_a_disable_timing_event_is_invalid_handle() {
     let dev = device(0);
     let stream = dev.create_stream().unwrap();
     let timed = dev.create_event().unwrap();
-    let untimed = dev
-        .create_event_with_flags(EventFlags::from_bits(EventFlags::DISABLE_TIMING).unwrap())
-        .unwrap();
+    let untimed =
+        dev.create_event_with_flags(EventFlags::from_bits(EventFlags::DISABLE_TIMING).unwrap()).unwrap();
     timed.record(&stream).unwrap();
     untimed.record(&stream).unwrap();
     stream.synchronize().unwrap();
@@ -200,19 +176,14 @@ fn elapsed_time_with_an_incomplete_event_is_not_ready() {
 
 #[test]
 fn recording_an_event_on_another_devices_stream_is_invalid_handle() {
-    let Some(dev1) =
-        second_device("recording_an_event_on_another_devices_stream_is_invalid_handle")
-    else {
+    let Some(dev1) = second_device("recording_an_event_on_another_devices_stream_is_invalid_handle") else {
         return;
     };
     let event0 = device(0).create_event().unwrap();
     let s1 = dev1.create_stream().unwrap();
     expect_err(event0.record(&s1), 400, &[]);
     expect_err(event0.record(&dev1.null_stream()), 400, &[]);
-    assert!(
-        event0.query().unwrap(),
-        "the failed record changed the event"
-    );
+    assert!(event0.query().unwrap(), "the failed record changed the event");
 }
 
 #[test]
@@ -230,14 +201,8 @@ fn a_stream_can_wait_on_an_event_of_another_device() {
     event0.record(&s0).unwrap();
     s1.wait_event(&event0).unwrap();
     s1.fill(&buf1, 8).unwrap();
-    assert!(
-        !s1.query().unwrap(),
-        "device 1's stream did not wait for device 0's event"
-    );
+    assert!(!s1.query().unwrap(), "device 1's stream did not wait for device 0's event");
     s1.synchronize().unwrap();
-    assert!(
-        event0.query().unwrap(),
-        "device 1's stream finished before the event it waits on"
-    );
+    assert!(event0.query().unwrap(), "device 1's stream finished before the event it waits on");
     assert_eq!(buf1.to_vec().unwrap(), vec![8; 4]);
 }

@@ -21,10 +21,7 @@ fn malloc_returns_distinct_usable_allocations() {
     let ptrs: Vec<DevicePtr> = sizes.iter().map(|&s| rt.malloc(0, s).unwrap()).collect();
     for (i, (&p, &s)) in ptrs.iter().zip(&sizes).enumerate() {
         assert!(!p.is_null(), "hipMalloc({s}) gave null");
-        let a = rt
-            .allocations()
-            .get(p)
-            .expect("the allocation is registered");
+        let a = rt.allocations().get(p).expect("the allocation is registered");
         assert_eq!((a.base, a.size, a.device), (p, s, 0));
         for (&q, &t) in ptrs.iter().zip(&sizes).skip(i + 1) {
             let disjoint = p.0 + s <= q.0 || q.0 + t <= p.0;
@@ -46,12 +43,7 @@ fn malloc_returns_distinct_usable_allocations() {
 fn impossible_sizes_are_out_of_memory() {
     let rt = runtime();
     let total = rt.mem_get_info(0).unwrap().total;
-    for size in [
-        1u64 << 60,
-        u64::MAX,
-        u64::MAX - 4095,
-        total.saturating_mul(4),
-    ] {
+    for size in [1u64 << 60, u64::MAX, u64::MAX - 4095, total.saturating_mul(4)] {
         let err = expect_err(rt.malloc(0, size), 2, &[]);
         assert_eq!(err.name(), "hipErrorOutOfMemory");
     }
@@ -68,11 +60,7 @@ fn free_of_memory_never_allocated_is_invalid_value() {
     let on_stack = [0u64; 4];
     expect_err(rt.free(DevicePtr(host_addr(&on_stack))), 1, &["not a live"]);
     let on_heap: Vec<u8> = std::iter::repeat_n(0, 64).collect();
-    expect_err(
-        rt.free(DevicePtr(on_heap.as_ptr() as u64)),
-        1,
-        &["not a live"],
-    );
+    expect_err(rt.free(DevicePtr(on_heap.as_ptr() as u64)), 1, &["not a live"]);
     expect_err(rt.free(DevicePtr(0x10)), 1, &["not a live"]);
 }
 
@@ -81,15 +69,8 @@ fn free_of_an_interior_pointer_is_invalid_value_and_keeps_the_allocation() {
     let rt = runtime();
     let base = rt.malloc(0, 4096).unwrap();
     for offset in [1u64, 4, 2048, 4095] {
-        let err = expect_err(
-            rt.free(DevicePtr(base.0 + offset)),
-            1,
-            &[&format!("{offset} bytes into")],
-        );
-        assert!(
-            err.message().contains(&base.to_string()),
-            "message does not name the allocation: {err}"
-        );
+        let err = expect_err(rt.free(DevicePtr(base.0 + offset)), 1, &[&format!("{offset} bytes into")]);
+        assert!(err.message().contains(&base.to_string()), "message does not name the allocation: {err}");
     }
     // Still live and usable.
     rt.copy_host_to_device(base, &[7u8; 4096]).unwrap();
@@ -107,17 +88,9 @@ fn double_free_is_invalid_value() {
     expect_err(rt.free(p), 1, &["not a live", "already freed"]);
     assert!(rt.allocations().get(p).is_none());
     // A freed pointer is no longer device memory for anything else either.
-    expect_err(
-        rt.copy_host_to_device(p, &[1, 2, 3]),
-        1,
-        &["not inside any live"],
-    );
+    expect_err(rt.copy_host_to_device(p, &[1, 2, 3]), 1, &["not inside any live"]);
     let mut back = [0u8; 3];
-    expect_err(
-        rt.copy_device_to_host(&mut back, p),
-        1,
-        &["not inside any live"],
-    );
+    expect_err(rt.copy_device_to_host(&mut back, p), 1, &["not inside any live"]);
 }
 
 #[test]
@@ -137,15 +110,9 @@ fn free_waits_for_work_queued_on_the_memory() {
     let stream = dev.create_stream_with_flags(crate::non_blocking()).unwrap();
     let flag = zeroed_flag(&dev);
     stream.delay(DELAY, &flag, 7).unwrap();
-    assert!(
-        !stream.query().unwrap(),
-        "the delay kernel finished at once"
-    );
+    assert!(!stream.query().unwrap(), "the delay kernel finished at once");
     drop(flag); // hipFree
-    assert!(
-        stream.query().unwrap(),
-        "hipFree returned while a kernel still used the memory"
-    );
+    assert!(stream.query().unwrap(), "hipFree returned while a kernel still used the memory");
 }
 
 #[test]
@@ -162,10 +129,7 @@ fn device_buffers_free_themselves_and_report_their_shape() {
     assert_eq!(rt.allocations().get(ptr).unwrap().size, 2002);
     assert_eq!(rt.allocations().len(), 1);
     drop(buf);
-    assert!(
-        rt.allocations().get(ptr).is_none(),
-        "dropping the buffer did not free it"
-    );
+    assert!(rt.allocations().get(ptr).is_none(), "dropping the buffer did not free it");
     assert!(rt.allocations().is_empty());
     expect_err(rt.free(ptr), 1, &["not a live"]);
     assert!(rt.take_drop_errors().is_empty());
@@ -219,26 +183,14 @@ fn dropping_a_buffer_freed_behind_its_back_records_one_drop_error() {
     assert_eq!(errors.len(), 1, "expected one drop error, got {errors:?}");
     let err = &errors[0];
     assert_eq!(err.code(), 1, "{err}");
-    assert!(
-        err.message().contains("hipFree"),
-        "drop error does not say what failed: {err}"
-    );
-    assert!(
-        err.message().contains(&ptr.to_string()),
-        "drop error does not name the pointer: {err}"
-    );
-    assert!(
-        rt.take_drop_errors().is_empty(),
-        "take_drop_errors did not clear the log"
-    );
+    assert!(err.message().contains("hipFree"), "drop error does not say what failed: {err}");
+    assert!(err.message().contains(&ptr.to_string()), "drop error does not name the pointer: {err}");
+    assert!(rt.take_drop_errors().is_empty(), "take_drop_errors did not clear the log");
     // The runtime goes on working.
     let again = dev.alloc_from_slice(&[4u32]).unwrap();
     assert_eq!(again.to_vec().unwrap(), vec![4]);
     drop(again);
-    assert!(
-        rt.take_drop_errors().is_empty(),
-        "a normal drop recorded an error"
-    );
+    assert!(rt.take_drop_errors().is_empty(), "a normal drop recorded an error");
 }
 
 #[test]

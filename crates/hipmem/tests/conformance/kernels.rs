@@ -15,12 +15,7 @@ fn check_fill<T: FillElement + PartialEq + std::fmt::Debug>(value: T, lens: &[us
         stream.fill(&buf, value).unwrap();
         stream.synchronize().unwrap();
         let got = buf.to_vec().unwrap();
-        assert_eq!(
-            got,
-            vec![value; len],
-            "fill of {len} {}",
-            std::any::type_name::<T>()
-        );
+        assert_eq!(got, vec![value; len], "fill of {len} {}", std::any::type_name::<T>());
     }
 }
 
@@ -67,14 +62,7 @@ fn fill_replaces_only_its_buffer() {
 fn iota_writes_i_times_k() {
     let dev = device(0);
     let stream = dev.create_stream().unwrap();
-    for (len, k) in [
-        (1usize, 5),
-        (7, 1),
-        (1000, 2),
-        (1001, -3),
-        (4099, 0),
-        (65_536, 7),
-    ] {
+    for (len, k) in [(1usize, 5), (7, 1), (1000, 2), (1001, -3), (4099, 0), (65_536, 7)] {
         let buf = dev.alloc_zeroed::<i32>(len).unwrap();
         stream.iota(&buf, k).unwrap();
         stream.synchronize().unwrap();
@@ -105,10 +93,7 @@ fn kernels_on_one_stream_run_in_order() {
     stream.iota(&buf, 3).unwrap();
     assert!(!stream.query().unwrap());
     stream.synchronize().unwrap();
-    assert_eq!(
-        buf.to_vec().unwrap(),
-        (0..100).map(|i| i * 3).collect::<Vec<_>>()
-    );
+    assert_eq!(buf.to_vec().unwrap(), (0..100).map(|i| i * 3).collect::<Vec<_>>());
     stream.iota(&buf, 3).unwrap();
     stream.fill(&buf, -1).unwrap();
     stream.synchronize().unwrap();
@@ -141,10 +126,7 @@ fn delay_with_an_empty_flag_buffer_is_invalid_value() {
     let stream = dev.create_stream().unwrap();
     let empty = dev.alloc::<u32>(0).unwrap();
     expect_err(stream.delay(DELAY, &empty, 1), 1, &["empty"]);
-    assert!(
-        stream.query().unwrap(),
-        "a refused delay kernel was queued anyway"
-    );
+    assert!(stream.query().unwrap(), "a refused delay kernel was queued anyway");
 }
 
 #[test]
@@ -162,10 +144,7 @@ fn kernels_run_on_the_null_stream_and_on_device_one() {
     let s1 = dev1.create_stream().unwrap();
     s1.iota(&ints, 4).unwrap();
     s1.synchronize().unwrap();
-    assert_eq!(
-        ints.to_vec().unwrap(),
-        (0..33).map(|i| i * 4).collect::<Vec<_>>()
-    );
+    assert_eq!(ints.to_vec().unwrap(), (0..33).map(|i| i * 4).collect::<Vec<_>>());
     dev1.null_stream().fill(&ints, -2).unwrap();
     dev1.null_stream().synchronize().unwrap();
     assert_eq!(ints.to_vec().unwrap(), vec![-2; 33]);

@@ -52,18 +52,13 @@ pub fn private_runtime() -> Runtime {
 
 /// Device `ordinal` of the shared runtime.
 pub fn device(ordinal: usize) -> Device {
-    runtime()
-        .device(ordinal)
-        .unwrap_or_else(|e| panic!("device {ordinal}: {e}"))
+    runtime().device(ordinal).unwrap_or_else(|e| panic!("device {ordinal}: {e}"))
 }
 
 /// The second device, or `None` (with a note) where there is only one.
 pub fn second_device(test: &str) -> Option<Device> {
     if runtime().device_count() < 2 {
-        eprintln!(
-            "{test}: skipped, needs 2 devices, {} present",
-            runtime().device_count()
-        );
+        eprintln!("{test}: skipped, needs 2 devices, {} present", runtime().device_count());
         return None;
     }
     Some(device(1))
@@ -76,8 +71,7 @@ pub fn non_blocking() -> StreamFlags {
 
 /// A one-element zeroed flag buffer for the delay kernel.
 pub fn zeroed_flag(dev: &Device) -> DeviceBuffer<u32> {
-    dev.alloc_zeroed::<u32>(1)
-        .expect("allocating a flag buffer")
+    dev.alloc_zeroed::<u32>(1).expect("allocating a flag buffer")
 }
 
 /// Reads element 0 of a buffer (synchronous copy).
@@ -90,24 +84,12 @@ pub fn read0<T: hipmem::bytemuck::Pod>(buf: &DeviceBuffer<T>) -> T {
 #[track_caller]
 pub fn expect_err<T: Debug>(result: hipmem::Result<T>, code: i32, needles: &[&str]) -> Error {
     let err = match result {
-        Ok(v) => panic!(
-            "expected {} ({code}), got Ok({v:?})",
-            hipmem::error::name_of_code(code)
-        ),
+        Ok(v) => panic!("expected {} ({code}), got Ok({v:?})", hipmem::error::name_of_code(code)),
         Err(e) => e,
     };
-    assert_eq!(
-        err.code(),
-        code,
-        "expected {} ({code}), got {err}",
-        hipmem::error::name_of_code(code)
-    );
+    assert_eq!(err.code(), code, "expected {} ({code}), got {err}", hipmem::error::name_of_code(code));
     let message = err.message();
-    assert!(
-        !message.trim().is_empty(),
-        "{} has an empty message",
-        err.name()
-    );
+    assert!(!message.trim().is_empty(), "{} has an empty message", err.name());
     let lower = message.to_lowercase();
     for needle in needles {
         assert!(
@@ -116,10 +98,7 @@ pub fn expect_err<T: Debug>(result: hipmem::Result<T>, code: i32, needles: &[&st
             err.name()
         );
     }
-    assert!(
-        err.to_string().contains(err.name()),
-        "Display lacks the error name: {err}"
-    );
+    assert!(err.to_string().contains(err.name()), "Display lacks the error name: {err}");
     err
 }
 

@@ -43,11 +43,7 @@ fn an_interior_pointer_belongs_to_the_same_allocation() {
         let a = rt.pointer_attributes(p.0 + offset).unwrap();
         assert_eq!(a.memory_type, MemoryType::Device);
         assert_eq!(a.device, 0);
-        assert_eq!(
-            a.device_pointer,
-            DevicePtr(p.0 + offset),
-            "devicePointer of an interior pointer"
-        );
+        assert_eq!(a.device_pointer, DevicePtr(p.0 + offset), "devicePointer of an interior pointer");
         let alloc = a.allocation.unwrap();
         assert_eq!((alloc.base, alloc.size), (p, 1024));
     }
@@ -59,9 +55,7 @@ fn memory_of_the_second_device_reads_as_that_device() {
         return;
     };
     let buf = dev1.alloc_zeroed::<u8>(64).unwrap();
-    let a = runtime()
-        .pointer_attributes(buf.device_ptr().0 + 10)
-        .unwrap();
+    let a = runtime().pointer_attributes(buf.device_ptr().0 + 10).unwrap();
     assert_eq!(a.memory_type, MemoryType::Device);
     assert_eq!(a.device, 1);
     assert_eq!(a.allocation.unwrap().device, 1);
@@ -73,18 +67,9 @@ fn host_memory_reads_as_unregistered() {
     let stack = [0u64; 8];
     let heap = vec![0u8; 4096];
     let boxed = Box::new(17u32);
-    for addr in [
-        host_addr(&stack),
-        heap.as_ptr() as u64,
-        host_addr(&*boxed),
-        host_addr(&stack[3]),
-    ] {
+    for addr in [host_addr(&stack), heap.as_ptr() as u64, host_addr(&*boxed), host_addr(&stack[3])] {
         let a = rt.pointer_attributes(addr).unwrap();
-        assert_eq!(
-            a.memory_type,
-            MemoryType::Unregistered,
-            "host memory {addr:#x}"
-        );
+        assert_eq!(a.memory_type, MemoryType::Unregistered, "host memory {addr:#x}");
         assert_eq!(a.memory_type.raw(), 0);
         assert_eq!(a.device, -2, "hipInvalidDeviceId for unregistered memory");
         assert!(a.device_pointer.is_null());
@@ -102,10 +87,7 @@ fn attributes_of_null_are_invalid_value() {
 fn freed_memory_reads_as_unregistered() {
     let rt = private_runtime();
     let p = rt.malloc(0, 512).unwrap();
-    assert_eq!(
-        rt.pointer_attributes(p.0).unwrap().memory_type,
-        MemoryType::Device
-    );
+    assert_eq!(rt.pointer_attributes(p.0).unwrap().memory_type, MemoryType::Device);
     rt.free(p).unwrap();
     let a = rt.pointer_attributes(p.0).unwrap();
     assert_eq!(a.memory_type, MemoryType::Unregistered);

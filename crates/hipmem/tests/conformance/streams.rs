@@ -7,34 +7,21 @@ use hipmem::backend::RawStream;
 use hipmem::{Stream, StreamFlags};
 
 use crate::{
-    DELAY, device, expect_err, non_blocking, private_runtime, read0, runtime, second_device,
-    zeroed_flag,
+    DELAY, device, expect_err, non_blocking, private_runtime, read0, runtime, second_device, zeroed_flag,
 };
 
 #[test]
 fn stream_flags_parse_from_their_bits() {
     assert_eq!(StreamFlags::from_bits(0).unwrap(), StreamFlags::default());
-    assert!(
-        !StreamFlags::from_bits(StreamFlags::DEFAULT)
-            .unwrap()
-            .non_blocking
-    );
-    assert!(
-        StreamFlags::from_bits(StreamFlags::NON_BLOCKING)
-            .unwrap()
-            .non_blocking
-    );
+    assert!(!StreamFlags::from_bits(StreamFlags::DEFAULT).unwrap().non_blocking);
+    assert!(StreamFlags::from_bits(StreamFlags::NON_BLOCKING).unwrap().non_blocking);
     assert_eq!(StreamFlags::DEFAULT, 0);
     assert_eq!(StreamFlags::NON_BLOCKING, 1);
     for bits in [0, 1] {
         assert_eq!(StreamFlags::from_bits(bits).unwrap().bits(), bits);
     }
     for bad in [2u32, 3, 4, 0x100, 0x8000_0000, u32::MAX] {
-        expect_err(
-            StreamFlags::from_bits(bad),
-            1,
-            &["unknown", &format!("{bad:#x}")],
-        );
+        expect_err(StreamFlags::from_bits(bad), 1, &["unknown", &format!("{bad:#x}")]);
     }
 }
 
@@ -43,9 +30,7 @@ fn created_streams_know_their_flags_device_and_identity() {
     let dev = device(0);
     let a = dev.create_stream().unwrap();
     let b = dev.create_stream_with_flags(non_blocking()).unwrap();
-    let c = dev
-        .create_stream_with_flags(StreamFlags::default())
-        .unwrap();
+    let c = dev.create_stream_with_flags(StreamFlags::default()).unwrap();
     assert!(!a.flags().non_blocking);
     assert!(b.flags().non_blocking);
     assert!(!c.flags().non_blocking);
@@ -88,15 +73,9 @@ fn query_is_false_while_work_is_pending_and_synchronize_waits_for_it() {
         let stream = dev.create_stream_with_flags(flags).unwrap();
         let flag = zeroed_flag(&dev);
         stream.delay(DELAY, &flag, 7).unwrap();
-        assert!(
-            !stream.query().unwrap(),
-            "hipStreamQuery is true right after queuing a delay ({flags:?})"
-        );
+        assert!(!stream.query().unwrap(), "hipStreamQuery is true right after queuing a delay ({flags:?})");
         stream.synchronize().unwrap();
-        assert!(
-            stream.query().unwrap(),
-            "hipStreamQuery is false after hipStreamSynchronize"
-        );
+        assert!(stream.query().unwrap(), "hipStreamQuery is false after hipStreamSynchronize");
         assert_eq!(read0(&flag), 7);
     }
 }
@@ -113,11 +92,7 @@ fn work_in_one_stream_runs_in_the_order_queued() {
     stream.fill(&flag, 8).unwrap();
     stream.copy_device_to_device(&flag, &out2).unwrap();
     stream.synchronize().unwrap();
-    assert_eq!(
-        read0(&out),
-        7,
-        "a copy overtook the kernel queued before it"
-    );
+    assert_eq!(read0(&out), 7, "a copy overtook the kernel queued before it");
     assert_eq!(read0(&out2), 8, "a copy overtook the fill queued before it");
     assert_eq!(read0(&flag), 8);
 }
@@ -136,21 +111,11 @@ fn a_stream_waiting_on_an_event_sees_the_work_before_it() {
     producer.record_event(&event).unwrap();
     consumer.wait_event(&event).unwrap();
     consumer.copy_device_to_device(&flag, &out).unwrap();
-    assert!(
-        !consumer.query().unwrap(),
-        "the waiting stream did not wait for the event"
-    );
+    assert!(!consumer.query().unwrap(), "the waiting stream did not wait for the event");
     assert!(!event.query().unwrap());
     consumer.synchronize().unwrap();
-    assert!(
-        event.query().unwrap(),
-        "the waiting stream finished before the event completed"
-    );
-    assert_eq!(
-        read0(&out),
-        7,
-        "the copy after hipStreamWaitEvent ran before the event's work"
-    );
+    assert!(event.query().unwrap(), "the waiting stream finished before the event completed");
+    assert_eq!(read0(&out), 7, "the copy after hipStreamWaitEvent ran before the event's work");
 }
 
 #[test]
@@ -182,10 +147,7 @@ fn wait_event_captures_the_latest_record_at_the_time_of_the_call() {
     event.record(&a).unwrap(); // re-recorded behind a delay
     b.fill(&buf, 4).unwrap();
     b.synchronize().unwrap();
-    assert!(
-        !event.query().unwrap(),
-        "b waited for a record made after its hipStreamWaitEvent"
-    );
+    assert!(!event.query().unwrap(), "b waited for a record made after its hipStreamWaitEvent");
     assert_eq!(read0(&buf), 4);
     a.synchronize().unwrap();
 }
@@ -206,25 +168,12 @@ fn stream_from_raw_finds_live_streams_and_rejects_dead_ones() {
     drop(s);
     expect_err(Stream::from_raw(&rt, raw), 400, &["destroyed"]);
     // A handle that never existed.
-    expect_err(
-        Stream::from_raw(
-            &rt,
-            RawStream {
-                device: 0,
-                handle: 0x000d_eadb_eef0,
-            },
-        ),
-        400,
-        &[],
-    );
+    expect_err(Stream::from_raw(&rt, RawStream { device: 0, handle: 0x000d_eadb_eef0 }), 400, &[]);
     // A live stream of another runtime is not a stream of this one.
     let other = runtime().device(0).unwrap().create_stream().unwrap();
     expect_err(Stream::from_raw(&rt, other.raw()), 400, &[]);
     let errors = rt.take_drop_errors();
-    assert!(
-        errors.is_empty(),
-        "destroying the stream recorded {errors:?}"
-    );
+    assert!(errors.is_empty(), "destroying the stream recorded {errors:?}");
 }
 
 #[test]
@@ -234,10 +183,7 @@ fn stream_from_raw_rejects_a_handle_with_the_wrong_device() {
     };
     let rt = private_runtime();
     let s = rt.device(0).unwrap().create_stream().unwrap();
-    let wrong = RawStream {
-        device: 1,
-        handle: s.raw().handle,
-    };
+    let wrong = RawStream { device: 1, handle: s.raw().handle };
     expect_err(Stream::from_raw(&rt, wrong), 400, &[]);
 }
 
@@ -254,10 +200,7 @@ fn dropping_a_stream_lets_its_queued_work_finish() {
     stream.fill(&buf, 5).unwrap();
     event.record(&stream).unwrap();
     drop(stream);
-    assert!(
-        !event.query().unwrap(),
-        "work of the destroyed stream finished at once"
-    );
+    assert!(!event.query().unwrap(), "work of the destroyed stream finished at once");
     event.synchronize().unwrap();
     assert_eq!(read0(&flag), 7);
     assert_eq!(buf.to_vec().unwrap(), vec![5; 64]);
@@ -275,16 +218,9 @@ fn a_blocking_stream_waits_for_earlier_null_stream_work() {
     let null = dev.null_stream();
     null.delay(DELAY, &flag, 7).unwrap();
     blocking.copy_device_to_device(&flag, &out).unwrap();
-    assert!(
-        !blocking.query().unwrap(),
-        "the blocking stream did not wait for the null stream"
-    );
+    assert!(!blocking.query().unwrap(), "the blocking stream did not wait for the null stream");
     blocking.synchronize().unwrap();
-    assert_eq!(
-        read0(&out),
-        7,
-        "blocking-stream work overtook earlier null-stream work"
-    );
+    assert_eq!(read0(&out), 7, "blocking-stream work overtook earlier null-stream work");
 }
 
 /// Null-stream work waits for blocking-stream work queued before it.
@@ -297,46 +233,23 @@ fn the_null_stream_waits_for_earlier_blocking_stream_work() {
     let null = dev.null_stream();
     blocking.delay(DELAY, &flag, 9).unwrap();
     null.copy_device_to_device(&flag, &out).unwrap();
-    assert!(
-        !null.query().unwrap(),
-        "the null stream reports idle while a blocking stream runs"
-    );
+    assert!(!null.query().unwrap(), "the null stream reports idle while a blocking stream runs");
     null.synchronize().unwrap();
-    assert!(
-        blocking.query().unwrap(),
-        "null-stream synchronize returned before a blocking stream"
-    );
-    assert_eq!(
-        read0(&out),
-        9,
-        "null-stream work overtook earlier blocking-stream work"
-    );
+    assert!(blocking.query().unwrap(), "null-stream synchronize returned before a blocking stream");
+    assert_eq!(read0(&out), 9, "null-stream work overtook earlier blocking-stream work");
     // A synchronous copy (hipMemcpy) is null-stream work too.
     let flag2 = zeroed_flag(&dev);
     blocking.delay(DELAY, &flag2, 11).unwrap();
-    assert_eq!(
-        read0(&flag2),
-        11,
-        "hipMemcpy did not wait for a blocking stream's earlier work"
-    );
+    assert_eq!(read0(&flag2), 11, "hipMemcpy did not wait for a blocking stream's earlier work");
     // And so is a synchronous host-to-device copy: it lands after the
     // blocking stream's kernel, not before it (where the kernel would
     // overwrite it).
     let flag3 = zeroed_flag(&dev);
     blocking.delay(DELAY, &flag3, 13).unwrap();
-    runtime()
-        .copy_host_to_device(flag3.device_ptr(), &3u32.to_ne_bytes())
-        .unwrap();
-    assert!(
-        blocking.query().unwrap(),
-        "hipMemcpy returned before a blocking stream's earlier work"
-    );
+    runtime().copy_host_to_device(flag3.device_ptr(), &3u32.to_ne_bytes()).unwrap();
+    assert!(blocking.query().unwrap(), "hipMemcpy returned before a blocking stream's earlier work");
     blocking.synchronize().unwrap();
-    assert_eq!(
-        read0(&flag3),
-        3,
-        "a blocking stream's earlier kernel overwrote the later hipMemcpy"
-    );
+    assert_eq!(read0(&flag3), 3, "a blocking stream's earlier kernel overwrote the later hipMemcpy");
 }
 
 /// A non-blocking stream does not wait for the null stream.
@@ -354,16 +267,9 @@ fn a_non_blocking_stream_does_not_wait_for_the_null_stream() {
     nb.copy_device_to_device(&flag, &out).unwrap();
     nb.fill(&filled, 2).unwrap();
     nb.synchronize().unwrap();
-    assert!(
-        !null_done.query().unwrap(),
-        "the non-blocking stream waited for the null stream's delay"
-    );
+    assert!(!null_done.query().unwrap(), "the non-blocking stream waited for the null stream's delay");
     null_done.synchronize().unwrap();
-    assert_eq!(
-        read0(&out),
-        0,
-        "the non-blocking stream's copy ran after the null-stream kernel"
-    );
+    assert_eq!(read0(&out), 0, "the non-blocking stream's copy ran after the null-stream kernel");
     assert_eq!(filled.to_vec().unwrap(), vec![2; 16]);
     assert_eq!(read0(&flag), 7);
 }
@@ -378,16 +284,12 @@ fn host_functions_run_in_stream_order() {
     let log = Arc::new(Mutex::new(Vec::new()));
     for i in 0..5 {
         let log = Arc::clone(&log);
-        stream
-            .launch_host_func(move || log.lock().unwrap().push(i))
-            .unwrap();
+        stream.launch_host_func(move || log.lock().unwrap().push(i)).unwrap();
     }
     stream.delay(DELAY, &flag, 1).unwrap();
     for i in 5..10 {
         let log = Arc::clone(&log);
-        stream
-            .launch_host_func(move || log.lock().unwrap().push(i))
-            .unwrap();
+        stream.launch_host_func(move || log.lock().unwrap().push(i)).unwrap();
     }
     assert!(
         log.lock().unwrap().len() <= 5,
@@ -406,19 +308,11 @@ fn a_host_function_runs_after_earlier_device_work() {
     let ran = Arc::new(Mutex::new(false));
     stream.delay(DELAY, &flag, 7).unwrap();
     let r = Arc::clone(&ran);
-    stream
-        .launch_host_func(move || *r.lock().unwrap() = true)
-        .unwrap();
-    assert!(
-        !*ran.lock().unwrap(),
-        "the host function ran before the kernel queued ahead of it"
-    );
+    stream.launch_host_func(move || *r.lock().unwrap() = true).unwrap();
+    assert!(!*ran.lock().unwrap(), "the host function ran before the kernel queued ahead of it");
     assert!(!stream.query().unwrap());
     stream.synchronize().unwrap();
-    assert!(
-        *ran.lock().unwrap(),
-        "hipStreamSynchronize returned before the host function ran"
-    );
+    assert!(*ran.lock().unwrap(), "hipStreamSynchronize returned before the host function ran");
 }
 
 #[test]
@@ -431,22 +325,17 @@ fn host_functions_on_the_null_stream_and_across_streams_keep_event_order() {
     let flag = zeroed_flag(&dev);
     first.delay(DELAY, &flag, 1).unwrap();
     let l = Arc::clone(&log);
-    first
-        .launch_host_func(move || l.lock().unwrap().push("first"))
-        .unwrap();
+    first.launch_host_func(move || l.lock().unwrap().push("first")).unwrap();
     event.record(&first).unwrap();
     second.wait_event(&event).unwrap();
     let l = Arc::clone(&log);
-    second
-        .launch_host_func(move || l.lock().unwrap().push("second"))
-        .unwrap();
+    second.launch_host_func(move || l.lock().unwrap().push("second")).unwrap();
     second.synchronize().unwrap();
     assert_eq!(*log.lock().unwrap(), vec!["first", "second"]);
 
     let null = dev.null_stream();
     let l = Arc::clone(&log);
-    null.launch_host_func(move || l.lock().unwrap().push("null"))
-        .unwrap();
+    null.launch_host_func(move || l.lock().unwrap().push("null")).unwrap();
     null.synchronize().unwrap();
     assert_eq!(log.lock().unwrap().last(), Some(&"null"));
 }
@@ -464,10 +353,7 @@ fn device_one_streams_work_independently() {
     s0.delay(DELAY, &f0, 1).unwrap();
     s1.fill(&b1, 6).unwrap();
     s1.synchronize().unwrap();
-    assert!(
-        !s0.query().unwrap(),
-        "device 1's stream waited for device 0's stream"
-    );
+    assert!(!s0.query().unwrap(), "device 1's stream waited for device 0's stream");
     assert_eq!(b1.to_vec().unwrap(), vec![6; 8]);
     s0.synchronize().unwrap();
     assert_eq!(read0(&f0), 1);

@@ -1,6 +1,7 @@
 //! The `hipmem` command: device information, the guided tour of HIP's memory
 //! model, and benchmarks against the driver's own paths.
 
+mod bench;
 mod info;
 mod report;
 mod tour;
@@ -30,11 +31,29 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmarks: hipmem and the driver's own paths, side by side.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
     /// Walk the seeds' examples end to end on the chosen backend, timing each step.
     Tour {
         /// Elements in the example buffers.
         #[arg(long, default_value_t = 1 << 20)]
         elements: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Stream-ordered allocation: pair latency, the seeds' loop, random_allocations, threads.
+    Alloc {
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// A short run (smoke test; the numbers mean little).
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -56,6 +75,10 @@ fn main() -> ExitCode {
     let result = open_runtime(cli.backend.as_deref()).and_then(|rt| match cli.command {
         Command::Info { json } => info::run(&rt, json),
         Command::Tour { elements } => tour::run(&rt, elements),
+        Command::Bench { which: BenchCommand::Alloc { json, quick } } => {
+            let scale = if quick { bench::alloc::Scale::quick() } else { bench::alloc::Scale::full() };
+            bench::alloc::run(&rt, scale)?.print(json)
+        }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

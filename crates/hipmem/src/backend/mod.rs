@@ -87,6 +87,16 @@ pub struct RawEvent {
     pub handle: u64,
 }
 
+/// A memory pool managed by the driver (`CUmemoryPool`), for the driver's
+/// own pool kind.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RawPool {
+    /// Device ordinal.
+    pub device: usize,
+    /// Backend handle.
+    pub handle: u64,
+}
+
 /// Stream creation flags (`hipStreamDefault` 0, `hipStreamNonBlocking` 1).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StreamFlags {
@@ -418,6 +428,72 @@ pub trait Backend: Send + Sync + fmt::Debug {
         flag_value: u32,
         stream: RawStream,
     ) -> Result<()>;
+
+    // ---- the driver's own memory pools (optional) ---------------------------------
+    // A backend without driver pools keeps these defaults (NotSupported);
+    // hipmem's own pool works on every backend.
+
+    /// The device's default driver pool (`cuDeviceGetDefaultMemPool`).
+    fn driver_pool_default(&self, device: usize) -> Result<RawPool> {
+        Err(not_supported(self.kind(), device, "driver memory pools"))
+    }
+
+    /// Creates a driver pool (`cuMemPoolCreate`).
+    fn driver_pool_create(&self, device: usize, handle_types: u32, max_size: u64) -> Result<RawPool> {
+        let _ = (handle_types, max_size);
+        Err(not_supported(self.kind(), device, "driver memory pools"))
+    }
+
+    /// Destroys a driver pool (`cuMemPoolDestroy`).
+    fn driver_pool_destroy(&self, pool: RawPool) -> Result<()> {
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// Allocates from a driver pool in stream order (`cuMemAllocFromPoolAsync`).
+    fn driver_pool_alloc_async(&self, pool: RawPool, size: u64, stream: RawStream) -> Result<DevicePtr> {
+        let _ = (size, stream);
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// Frees driver-pool memory in stream order (`cuMemFreeAsync`).
+    fn driver_free_async(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
+        let _ = ptr;
+        Err(not_supported(self.kind(), stream.device, "driver memory pools"))
+    }
+
+    /// Sets a pool attribute (`cuMemPoolSetAttribute`; HIP's numbering, 1 to 8).
+    fn driver_pool_set_attribute(&self, pool: RawPool, attr: i32, value: u64) -> Result<()> {
+        let _ = (attr, value);
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// Reads a pool attribute (`cuMemPoolGetAttribute`; HIP's numbering).
+    fn driver_pool_get_attribute(&self, pool: RawPool, attr: i32) -> Result<u64> {
+        let _ = attr;
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// Releases unused memory down to `keep` bytes (`cuMemPoolTrimTo`).
+    fn driver_pool_trim_to(&self, pool: RawPool, keep: u64) -> Result<()> {
+        let _ = keep;
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// Sets another device's access to a pool (`cuMemPoolSetAccess`; 0, 1 or 3).
+    fn driver_pool_set_access(&self, pool: RawPool, device: usize, flags: u32) -> Result<()> {
+        let _ = (device, flags);
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// A device's access to a pool (`cuMemPoolGetAccess`).
+    fn driver_pool_get_access(&self, pool: RawPool, device: usize) -> Result<u32> {
+        let _ = device;
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+}
+
+fn not_supported(kind: BackendKind, device: usize, what: &str) -> Error {
+    Error::NotSupported(format!("the {kind} backend has no {what} (device {device})"))
 }
 
 /// Opens the backend named by `choice`.

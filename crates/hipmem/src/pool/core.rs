@@ -137,20 +137,21 @@ impl PoolCore {
         }
         let want = block_size(size)
             .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes can never be allocated")))?;
+        // 1. The stream's own cache, through this thread's table of slots.
+        let fast = super::stream_cache::with_recent_slot(self.id, clock.stream_id, |s| s.alloc_fast(want));
+        if let Some(Some((addr, _, sample))) = fast {
+            if sample {
+                self.sample_usage(&self.slot(clock, raw));
+            }
+            return Ok(DevicePtr(addr));
+        }
         let slot = self.slot(clock, raw);
-        // 1. The stream's own cache.
-        let mut state = slot.lock();
-        if let Some(b) = state.take_cached(want) {
-            state.live.insert(b.addr, b.size);
-            state.used += b.size as i64;
-            let sample = state.used > state.baseline;
-            drop(state);
+        if let Some((addr, _, sample)) = slot.alloc_fast(want) {
             if sample {
                 self.sample_usage(&slot);
             }
-            return Ok(DevicePtr(b.addr));
+            return Ok(DevicePtr(addr));
         }
-        drop(state);
         let (addr, got) = self.alloc_slow(want, size, &slot)?;
         let mut state = slot.lock();
         state.live.insert(addr, got);
@@ -393,22 +394,20 @@ impl PoolCore {
     /// Frees a block of this pool in the order of the stream with `clock`.
     /// Returns false if `ptr` is not a live block of this pool.
     pub(crate) fn free(&self, ptr: DevicePtr, clock: &Arc<StreamClock>, raw: RawStream) -> bool {
+        use super::stream_cache::FastFree;
         let slot = self.slot(clock, raw);
-        let mut state = slot.lock();
-        let size = match state.live.remove(&ptr.0) {
-            Some(s) => s,
-            None => {
-                drop(state);
+        let evicted = match slot.free_fast(ptr.0) {
+            FastFree::Done => None,
+            FastFree::Evicted(b) => Some(b),
+            FastFree::NotHere => {
                 let Some(size) = self.take_live_elsewhere(ptr.0, slot.stream_id()) else { return false };
-                state = slot.lock();
-                size
+                let mut state = slot.lock();
+                state.used -= size as i64;
+                state.cache_block(CachedBlock { addr: ptr.0, size, tag: clock.free_tag() })
             }
         };
-        state.used -= size as i64;
-        let evicted = state.cache_block(CachedBlock { addr: ptr.0, size, tag: clock.free_tag() });
-        drop(state);
         if let Some(b) = evicted {
-            lock(&self.heap).release_block(b.addr, Owner::Stream { stream: slot.stream_id(), tag: b.tag });
+            self.return_evicted(slot.stream_id(), b);
         }
         if self.is_destroyed() {
             self.flush_slot_cache(&slot);
@@ -417,6 +416,12 @@ impl PoolCore {
             }
         }
         true
+    }
+
+    /// Puts a block evicted from a stream's cache into the heap, pending on
+    /// that stream.
+    pub(crate) fn return_evicted(&self, stream: u64, b: CachedBlock) {
+        lock(&self.heap).release_block(b.addr, Owner::Stream { stream, tag: b.tag });
     }
 
     /// Removes `addr` from another slot's live map (a block allocated on one
@@ -582,6 +587,9 @@ impl PoolCore {
     /// valid and their frees release the rest.
     pub(crate) fn destroy(&self) {
         self.destroyed.store(true, Ordering::Release);
+        for slot in self.all_slots() {
+            slot.pool_alive.store(false, Ordering::Release);
+        }
         if let Ok(rt) = self.runtime() {
             self.release_unused(&rt, 0, true);
         }
@@ -597,7 +605,7 @@ impl PoolCore {
     /// Takes an exact sample of the used bytes after `slot` went past its
     /// baseline, raises the high watermark, and rebalances the baselines so
     /// that their sum stays at most the high watermark (see `usage.rs`).
-    fn sample_usage(&self, slot: &Arc<Slot>) {
+    fn sample_usage(&self, slot: &Slot) {
         let mut high = lock(&self.used_high);
         let slots = self.all_slots();
         let total: i64 = slots.iter().map(|s| s.lock().used).sum();

@@ -450,27 +450,6 @@ impl PoolTable {
         self.current_ids.get(device).map(|c| c.load(Ordering::Acquire)).unwrap_or(0)
     }
 
-    /// The pool with `id`, from this thread's recent pools when possible (no
-    /// shared lock, no shared reference count).
-    pub(crate) fn get_cached(&self, id: u64) -> Option<Arc<PoolCore>> {
-        thread_local! {
-            static RECENT_POOLS: std::cell::RefCell<Vec<Arc<PoolCore>>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        let hit = RECENT_POOLS.try_with(|r| r.borrow().iter().find(|p| p.id == id).cloned()).ok().flatten();
-        if hit.is_some() {
-            return hit;
-        }
-        let core = self.get(id)?;
-        let _ = RECENT_POOLS.try_with(|r| {
-            let mut r = r.borrow_mut();
-            if r.len() >= 4 {
-                r.remove(0);
-            }
-            r.push(Arc::clone(&core));
-        });
-        Some(core)
-    }
-
     pub(crate) fn get(&self, id: u64) -> Option<Arc<PoolCore>> {
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
     }
@@ -574,13 +553,20 @@ impl Runtime {
         if ptr.is_null() {
             return Err(Error::InvalidValue("hipFreeAsync of a null pointer".into()));
         }
-        // Fast path: the stream's slots this thread used recently.
-        if let Some(slot) = stream_cache::recent_slot_of_stream(stream.id()) {
-            if let Some(core) = self.inner.pools.get_cached(slot.pool_id) {
-                if core.free(ptr, &stream.inner.clock, stream.raw()) {
-                    return Ok(());
+        // Fast path: the slot this thread used last on this stream; only
+        // that stream's own lock is taken.
+        let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
+            (slot.pool_id, slot.free_fast(ptr.0))
+        });
+        match fast {
+            Some((_, stream_cache::FastFree::Done)) => return Ok(()),
+            Some((pool, stream_cache::FastFree::Evicted(block))) => {
+                if let Some(core) = self.inner.pools.get(pool) {
+                    core.return_evicted(stream.id(), block);
                 }
+                return Ok(());
             }
+            _ => {}
         }
         match self.allocations().find(ptr.0) {
             Some(a) => match a.kind {

@@ -16,6 +16,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backend::RawStream;
@@ -98,13 +99,56 @@ pub struct Slot {
     pub clock: Arc<StreamClock>,
     /// The stream's backend handle.
     pub raw: RawStream,
+    /// Cleared when the pool is destroyed: frees then take the pool's slow path.
+    pub pool_alive: AtomicBool,
     state: Mutex<SlotState>,
+}
+
+/// What a fast free did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FastFree {
+    /// The block is in the stream's cache.
+    Done,
+    /// Cached; the cache's oldest block must go back to the pool's heap.
+    Evicted(CachedBlock),
+    /// Not a live block of this slot (or the pool needs its slow path).
+    NotHere,
 }
 
 impl Slot {
     /// A slot for a stream.
     pub fn new(pool_id: u64, clock: Arc<StreamClock>, raw: RawStream) -> Slot {
-        Slot { pool_id, clock, raw, state: Mutex::new(SlotState::default()) }
+        Slot {
+            pool_id,
+            clock,
+            raw,
+            pool_alive: AtomicBool::new(true),
+            state: Mutex::new(SlotState::default()),
+        }
+    }
+
+    /// Allocates from the stream's cache: (address, block size, whether the
+    /// used statistic went past this slot's baseline).
+    pub fn alloc_fast(&self, size: u64) -> Option<(u64, u64, bool)> {
+        let mut st = self.lock();
+        let b = st.take_cached(size)?;
+        st.live.insert(b.addr, b.size);
+        st.used += b.size as i64;
+        Some((b.addr, b.size, st.used > st.baseline))
+    }
+
+    /// Frees a live block of this slot into the stream's cache.
+    pub fn free_fast(&self, addr: u64) -> FastFree {
+        if !self.pool_alive.load(Ordering::Relaxed) {
+            return FastFree::NotHere;
+        }
+        let mut st = self.lock();
+        let Some(size) = st.live.remove(&addr) else { return FastFree::NotHere };
+        st.used -= size as i64;
+        match st.cache_block(CachedBlock { addr, size, tag: self.clock.free_tag() }) {
+            Some(evicted) => FastFree::Evicted(evicted),
+            None => FastFree::Done,
+        }
     }
 
     /// The stream's id.
@@ -124,6 +168,31 @@ thread_local! {
     static RECENT_SLOTS: RefCell<Vec<Arc<Slot>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Runs `f` on the slot of (`pool_id`, `stream_id`) if this thread used it
+/// recently, without touching any shared reference count. `f` must not call
+/// back into this module.
+pub fn with_recent_slot<R>(pool_id: u64, stream_id: u64, f: impl FnOnce(&Slot) -> R) -> Option<R> {
+    RECENT_SLOTS
+        .try_with(|r| {
+            let r = r.borrow();
+            r.iter().rev().find(|s| s.pool_id == pool_id && s.clock.stream_id == stream_id).map(|s| f(s))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Runs `f` on the slot of `stream_id` (any pool) this thread used most
+/// recently. `f` must not call back into this module.
+pub fn with_recent_slot_of_stream<R>(stream_id: u64, f: impl FnOnce(&Slot) -> R) -> Option<R> {
+    RECENT_SLOTS
+        .try_with(|r| {
+            let r = r.borrow();
+            r.iter().rev().find(|s| s.clock.stream_id == stream_id).map(|s| f(s))
+        })
+        .ok()
+        .flatten()
+}
+
 /// The slot of (`pool_id`, `stream_id`) this thread used recently, if any.
 pub fn recent_slot(pool_id: u64, stream_id: u64) -> Option<Arc<Slot>> {
     RECENT_SLOTS
@@ -131,14 +200,6 @@ pub fn recent_slot(pool_id: u64, stream_id: u64) -> Option<Arc<Slot>> {
             let r = r.borrow();
             r.iter().rev().find(|s| s.pool_id == pool_id && s.clock.stream_id == stream_id).cloned()
         })
-        .ok()
-        .flatten()
-}
-
-/// The slot of `stream_id` (any pool) this thread used most recently.
-pub fn recent_slot_of_stream(stream_id: u64) -> Option<Arc<Slot>> {
-    RECENT_SLOTS
-        .try_with(|r| r.borrow().iter().rev().find(|s| s.clock.stream_id == stream_id).cloned())
         .ok()
         .flatten()
 }

@@ -208,8 +208,47 @@ impl CUmemAllocationProp {
     }
 }
 
+/// Opaque driver object behind [`CUmemoryPool`].
+#[repr(C)]
+pub struct CUmemPoolHandle_st {
+    _private: [u8; 0],
+}
+/// `CUmemoryPool`.
+pub type CUmemoryPool = *mut CUmemPoolHandle_st;
+
+/// `CUmemPoolProps` (88 bytes).
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct CUmemPoolProps {
+    /// A `CUmemAllocationType` (pinned).
+    pub allocType: CUmemAllocationType,
+    /// `CUmemAllocationHandleType` bits the pool can be exported as.
+    pub handleTypes: CUmemAllocationHandleType,
+    /// Where the memory lives.
+    pub location: CUmemLocation,
+    /// Windows only; null elsewhere.
+    pub win32SecurityAttributes: *mut c_void,
+    /// Most bytes the pool may reserve (0: no limit).
+    pub maxSize: usize,
+    /// `usage` (CUDA 12.x+) and reserved bytes; zero.
+    pub reserved: [c_uchar; 56],
+}
+
+/// `CUmemAccessDesc` (12 bytes).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CUmemAccessDesc {
+    /// Which device.
+    pub location: CUmemLocation,
+    /// A `CUmemAccess_flags` value (0 none, 1 read, 3 read-write).
+    pub flags: c_uint,
+}
+
 // Layout checks against cuda.h (x86-64 / aarch64 LP64).
 const _: () = {
+    assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
+    assert!(std::mem::offset_of!(CUmemPoolProps, maxSize) == 24);
+    assert!(std::mem::size_of::<CUmemAccessDesc>() == 12);
     assert!(std::mem::size_of::<CUmemLocation>() == 8);
     assert!(std::mem::size_of::<CUmemAllocationPropFlags>() == 8);
     assert!(std::mem::size_of::<CUmemAllocationProp>() == 32);
@@ -277,6 +316,39 @@ pub struct Driver {
         granularity: *mut usize,
         prop: *const CUmemAllocationProp,
         option: CUmemAllocationGranularity_flags,
+    ) -> CUresult,
+    /// `cuDeviceGetDefaultMemPool`.
+    pub cuDeviceGetDefaultMemPool: unsafe extern "C" fn(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult,
+    /// `cuMemPoolCreate`.
+    pub cuMemPoolCreate:
+        unsafe extern "C" fn(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult,
+    /// `cuMemPoolDestroy`.
+    pub cuMemPoolDestroy: unsafe extern "C" fn(pool: CUmemoryPool) -> CUresult,
+    /// `cuMemAllocFromPoolAsync`.
+    pub cuMemAllocFromPoolAsync: unsafe extern "C" fn(
+        dptr: *mut CUdeviceptr,
+        bytes: usize,
+        pool: CUmemoryPool,
+        stream: CUstream,
+    ) -> CUresult,
+    /// `cuMemFreeAsync`.
+    pub cuMemFreeAsync: unsafe extern "C" fn(dptr: CUdeviceptr, stream: CUstream) -> CUresult,
+    /// `cuMemPoolSetAttribute`.
+    pub cuMemPoolSetAttribute:
+        unsafe extern "C" fn(pool: CUmemoryPool, attr: c_uint, value: *mut c_void) -> CUresult,
+    /// `cuMemPoolGetAttribute`.
+    pub cuMemPoolGetAttribute:
+        unsafe extern "C" fn(pool: CUmemoryPool, attr: c_uint, value: *mut c_void) -> CUresult,
+    /// `cuMemPoolTrimTo`.
+    pub cuMemPoolTrimTo: unsafe extern "C" fn(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult,
+    /// `cuMemPoolSetAccess`.
+    pub cuMemPoolSetAccess:
+        unsafe extern "C" fn(pool: CUmemoryPool, map: *const CUmemAccessDesc, count: usize) -> CUresult,
+    /// `cuMemPoolGetAccess`.
+    pub cuMemPoolGetAccess: unsafe extern "C" fn(
+        flags: *mut c_uint,
+        pool: CUmemoryPool,
+        location: *mut CUmemLocation,
     ) -> CUresult,
     /// `cuMemcpyHtoD_v2`.
     pub cuMemcpyHtoD_v2: unsafe extern "C" fn(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> CUresult,
@@ -447,6 +519,16 @@ fn resolve(lib: &Library, name: &'static str) -> Result<Driver> {
         cuMemFree_v2: load!("cuMemFree_v2"),
         cuPointerGetAttribute: load!("cuPointerGetAttribute"),
         cuMemGetAllocationGranularity: load!("cuMemGetAllocationGranularity"),
+        cuDeviceGetDefaultMemPool: load!("cuDeviceGetDefaultMemPool"),
+        cuMemPoolCreate: load!("cuMemPoolCreate"),
+        cuMemPoolDestroy: load!("cuMemPoolDestroy"),
+        cuMemAllocFromPoolAsync: load!("cuMemAllocFromPoolAsync"),
+        cuMemFreeAsync: load!("cuMemFreeAsync"),
+        cuMemPoolSetAttribute: load!("cuMemPoolSetAttribute"),
+        cuMemPoolGetAttribute: load!("cuMemPoolGetAttribute"),
+        cuMemPoolTrimTo: load!("cuMemPoolTrimTo"),
+        cuMemPoolSetAccess: load!("cuMemPoolSetAccess"),
+        cuMemPoolGetAccess: load!("cuMemPoolGetAccess"),
         cuMemcpyHtoD_v2: load!("cuMemcpyHtoD_v2"),
         cuMemcpyDtoH_v2: load!("cuMemcpyDtoH_v2"),
         cuMemcpyDtoD_v2: load!("cuMemcpyDtoD_v2"),

@@ -38,7 +38,7 @@ use driver::{CUcontext, CUdevice, CUfunction, CUstream, Driver};
 
 use super::{
     Backend, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
-    HostCallback, HostSpan, MemInfo, RawEvent, RawStream, StreamFlags,
+    HostCallback, HostSpan, MemInfo, RawEvent, RawPool, RawStream, StreamFlags,
 };
 use crate::error::{Error, Result};
 
@@ -221,6 +221,8 @@ pub struct CudaBackend {
     devices: Vec<Device>,
     streams: Mutex<HashMap<u64, Arc<StreamEntry>>>,
     events: Mutex<HashMap<u64, Arc<EventEntry>>>,
+    /// Driver pools handed out (created ones and devices' default pools).
+    driver_pools: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl fmt::Debug for CudaBackend {
@@ -246,6 +248,7 @@ impl CudaBackend {
             devices: Vec::with_capacity(count.max(0) as usize),
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
+            driver_pools: Mutex::new(std::collections::HashSet::new()),
         };
         // On an error below, dropping `backend` releases what was retained.
         for ordinal in 0..count.max(0) {
@@ -290,6 +293,19 @@ impl CudaBackend {
 
     fn check(&self, code: driver::CUresult, what: impl FnOnce() -> String) -> Result<()> {
         result::check(self.driver, code, what)
+    }
+
+    /// A driver pool this backend knows (created or a device's default),
+    /// with its device's context made current.
+    fn driver_pool(&self, pool: RawPool) -> Result<driver::CUmemoryPool> {
+        if !lock(&self.driver_pools).contains(&pool.handle) {
+            return Err(Error::InvalidValue(format!(
+                "driver memory pool {:#x} does not exist or was destroyed",
+                pool.handle
+            )));
+        }
+        self.bound(pool.device)?;
+        Ok(pool.handle as driver::CUmemoryPool)
     }
 
     /// Resolves `stream` and makes its device's context current.
@@ -947,6 +963,125 @@ impl Backend for CudaBackend {
         self.launch(&t, kernels.delay.0, 1, 1, &mut params, || {
             format!("cuLaunchKernel(hipmem_delay, {duration:?}, flag {flag}) on device {}", t.dev.ordinal)
         })
+    }
+
+    fn driver_pool_default(&self, device: usize) -> Result<RawPool> {
+        let dev = self.bound(device)?;
+        let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; `dev.cu` is a device of this driver.
+        let r = unsafe { (self.driver.cuDeviceGetDefaultMemPool)(&mut pool, dev.cu) };
+        self.check(r, || format!("cuDeviceGetDefaultMemPool(device {device})"))?;
+        lock(&self.driver_pools).insert(pool as u64);
+        Ok(RawPool { device, handle: pool as u64 })
+    }
+
+    fn driver_pool_create(&self, device: usize, handle_types: u32, max_size: u64) -> Result<RawPool> {
+        let dev = self.bound(device)?;
+        let props = driver::CUmemPoolProps {
+            allocType: driver::CU_MEM_ALLOCATION_TYPE_PINNED,
+            handleTypes: handle_types,
+            location: driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu },
+            win32SecurityAttributes: std::ptr::null_mut(),
+            maxSize: Self::to_usize(max_size, "pool maxSize")?,
+            reserved: [0; 56],
+        };
+        let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and a fully initialized properties struct.
+        let r = unsafe { (self.driver.cuMemPoolCreate)(&mut pool, &props) };
+        self.check(r, || format!("cuMemPoolCreate(device {device}, handle types {handle_types:#x})"))?;
+        lock(&self.driver_pools).insert(pool as u64);
+        Ok(RawPool { device, handle: pool as u64 })
+    }
+
+    fn driver_pool_destroy(&self, pool: RawPool) -> Result<()> {
+        let p = self.driver_pool(pool)?;
+        // SAFETY: a pool this backend created (checked above).
+        let r = unsafe { (self.driver.cuMemPoolDestroy)(p) };
+        self.check(r, || format!("cuMemPoolDestroy({:#x})", pool.handle))?;
+        lock(&self.driver_pools).remove(&pool.handle);
+        Ok(())
+    }
+
+    fn driver_pool_alloc_async(&self, pool: RawPool, size: u64, stream: RawStream) -> Result<DevicePtr> {
+        let p = self.driver_pool(pool)?;
+        let t = self.target(stream)?;
+        let bytes = Self::to_usize(size, "allocation size")?;
+        let mut ptr: driver::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer, a live pool and a live stream.
+        let r = unsafe { (self.driver.cuMemAllocFromPoolAsync)(&mut ptr, bytes, p, t.raw) };
+        self.check(r, || format!("cuMemAllocFromPoolAsync({size} bytes, pool {:#x})", pool.handle))?;
+        Ok(DevicePtr(ptr))
+    }
+
+    fn driver_free_async(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
+        let t = self.target(stream)?;
+        // SAFETY: a live stream; the driver validates the pointer.
+        let r = unsafe { (self.driver.cuMemFreeAsync)(ptr.0, t.raw) };
+        self.check(r, || format!("cuMemFreeAsync({ptr})"))
+    }
+
+    fn driver_pool_set_attribute(&self, pool: RawPool, attr: i32, value: u64) -> Result<()> {
+        let p = self.driver_pool(pool)?;
+        let r = if (1..=3).contains(&attr) {
+            let mut v: i32 = (value != 0) as i32;
+            // SAFETY: the reuse attributes take an int.
+            unsafe { (self.driver.cuMemPoolSetAttribute)(p, attr as u32, (&mut v as *mut i32).cast()) }
+        } else {
+            let mut v: u64 = value;
+            // SAFETY: the other attributes take a cuuint64_t.
+            unsafe { (self.driver.cuMemPoolSetAttribute)(p, attr as u32, (&mut v as *mut u64).cast()) }
+        };
+        self.check(r, || format!("cuMemPoolSetAttribute(pool {:#x}, attribute {attr}, {value})", pool.handle))
+    }
+
+    fn driver_pool_get_attribute(&self, pool: RawPool, attr: i32) -> Result<u64> {
+        let p = self.driver_pool(pool)?;
+        if (1..=3).contains(&attr) {
+            let mut v: i32 = 0;
+            // SAFETY: the reuse attributes return an int.
+            let r =
+                unsafe { (self.driver.cuMemPoolGetAttribute)(p, attr as u32, (&mut v as *mut i32).cast()) };
+            self.check(r, || format!("cuMemPoolGetAttribute(pool {:#x}, attribute {attr})", pool.handle))?;
+            Ok(v as u64)
+        } else {
+            let mut v: u64 = 0;
+            // SAFETY: the other attributes return a cuuint64_t.
+            let r =
+                unsafe { (self.driver.cuMemPoolGetAttribute)(p, attr as u32, (&mut v as *mut u64).cast()) };
+            self.check(r, || format!("cuMemPoolGetAttribute(pool {:#x}, attribute {attr})", pool.handle))?;
+            Ok(v)
+        }
+    }
+
+    fn driver_pool_trim_to(&self, pool: RawPool, keep: u64) -> Result<()> {
+        let p = self.driver_pool(pool)?;
+        let keep_bytes = Self::to_usize(keep, "bytes to keep")?;
+        // SAFETY: a live pool.
+        let r = unsafe { (self.driver.cuMemPoolTrimTo)(p, keep_bytes) };
+        self.check(r, || format!("cuMemPoolTrimTo(pool {:#x}, {keep})", pool.handle))
+    }
+
+    fn driver_pool_set_access(&self, pool: RawPool, device: usize, flags: u32) -> Result<()> {
+        let p = self.driver_pool(pool)?;
+        let dev = self.device(device)?;
+        let desc = driver::CUmemAccessDesc {
+            location: driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu },
+            flags,
+        };
+        // SAFETY: a live pool and one valid descriptor.
+        let r = unsafe { (self.driver.cuMemPoolSetAccess)(p, &desc, 1) };
+        self.check(r, || format!("cuMemPoolSetAccess(pool {:#x}, device {device}, {flags})", pool.handle))
+    }
+
+    fn driver_pool_get_access(&self, pool: RawPool, device: usize) -> Result<u32> {
+        let p = self.driver_pool(pool)?;
+        let dev = self.device(device)?;
+        let mut location = driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu };
+        let mut flags: u32 = 0;
+        // SAFETY: a live pool and valid pointers.
+        let r = unsafe { (self.driver.cuMemPoolGetAccess)(&mut flags, p, &mut location) };
+        self.check(r, || format!("cuMemPoolGetAccess(pool {:#x}, device {device})", pool.handle))?;
+        Ok(flags)
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use hipmem::{Device, Error, Result, Runtime};
+use hipmem::{Device, DeviceSlice, Error, Result, Runtime};
 
 use crate::report::{bytes, duration};
 
@@ -27,7 +27,7 @@ impl Tour {
         let start = Instant::now();
         let (value, detail) = f().map_err(|e| e.context(call))?;
         let took = start.elapsed();
-        println!("  {call:<52} {detail:<34} {:>10}", duration(took));
+        println!("  {call:<64} {detail:<34} {:>10}", duration(took));
         Ok(value)
     }
 }
@@ -40,7 +40,14 @@ pub fn run(rt: &Runtime, elements: usize) -> Result<()> {
     println!("backend: {}", rt.backend().description());
     println!("device 0: {} ({} of memory)", p.name, bytes(p.total_memory));
     let mut tour = Tour { section: 0 };
+    // Load the built-in kernels (the cuda backend JIT-compiles its PTX on
+    // first use) so the timed steps measure the work, not the loading.
+    let warm = device.alloc::<i32>(1)?;
+    device.null_stream().iota(&warm, 1)?;
+    device.synchronize()?;
+    drop(warm);
     explicit_memory(&mut tour, &device, elements)?;
+    stream_ordered_allocation(&mut tour, &device, elements)?;
     println!();
     println!("tour complete: every result verified");
     Ok(())
@@ -92,6 +99,61 @@ fn explicit_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
         drop(d_a);
         drop(a);
         Ok(((), format!("freed {ptr}")))
+    })?;
+    Ok(())
+}
+
+/// Seed 000 section 3 and seed 004: Example 1 (hipMalloc/hipFree around every
+/// kernel) against Example 2 (hipMallocAsync/hipFreeAsync from the pool).
+fn stream_ordered_allocation(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
+    tour.section("Stream-ordered allocation: Example 1 (slow) and Example 2 (fast)", "seed 000, section 3");
+    const ITERATIONS: usize = 100;
+    let stream = device.create_stream()?;
+    let check =
+        |v: &[i32], k: i32| match v.iter().enumerate().find(|&(i, &x)| x != (i as i32).wrapping_mul(k)) {
+            None => Ok(()),
+            Some((i, x)) => {
+                Err(Error::Unknown(format!("element {i} is {x}, expected {}", (i as i32).wrapping_mul(k))))
+            }
+        };
+    let slow = tour.step("for 100x: hipMalloc; kernel<<<..., stream>>>; hipFree", || {
+        let t = Instant::now();
+        for i in 0..ITERATIONS {
+            let buf = device.alloc::<i32>(n)?;
+            stream.iota(&buf, i as i32)?;
+            if i + 1 == ITERATIONS {
+                stream.synchronize()?;
+                check(&buf.to_vec()?, i as i32)?;
+            }
+            drop(buf); // hipFree: waits for the device
+        }
+        stream.synchronize()?;
+        let per = t.elapsed() / ITERATIONS as u32;
+        Ok((per, format!("{} per iteration", duration(per))))
+    })?;
+    let pool = device.mem_pool()?;
+    pool.set_release_threshold(u64::MAX);
+    let fast = tour.step("for 100x: hipMallocAsync; kernel<<<..., stream>>>; hipFreeAsync", || {
+        let t = Instant::now();
+        for i in 0..ITERATIONS {
+            let buf = pool.alloc::<i32>(n, &stream)?;
+            stream.iota(&buf, i as i32)?;
+            if i + 1 == ITERATIONS {
+                stream.synchronize()?;
+                check(&buf.read_to_vec()?, i as i32)?;
+            }
+            drop(buf); // hipFreeAsync: back to the pool in stream order
+        }
+        stream.synchronize()?;
+        let per = t.elapsed() / ITERATIONS as u32;
+        Ok((per, format!("{} per iteration", duration(per))))
+    })?;
+    let stats = pool.stats();
+    tour.step("hipStreamSynchronize(stream); pool statistics", || {
+        Ok(((), format!("reserved {}, used {}", bytes(stats.reserved_current), bytes(stats.used_current))))
+    })?;
+    tour.step("Example 2 against Example 1", || {
+        Ok(((), format!("{:.1}x faster", slow.as_secs_f64() / fast.as_secs_f64().max(1e-12))))
     })?;
     Ok(())
 }

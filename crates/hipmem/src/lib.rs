@@ -33,7 +33,7 @@ pub use backend::{
     BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
     HostSpan, MemInfo, StreamFlags,
 };
-pub use buffer::DeviceBuffer;
+pub use buffer::{DeviceBuffer, DeviceSlice};
 pub use bytemuck;
 pub use device::Device;
 pub use error::{Error, Result};

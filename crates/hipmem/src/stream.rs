@@ -9,7 +9,7 @@ use bytemuck::Pod;
 
 use crate::backend::lend::{LendScope, lend_scope};
 use crate::backend::{FillValue, RawStream, StreamFlags};
-use crate::buffer::DeviceBuffer;
+use crate::buffer::DeviceSlice;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::runtime::Runtime;
@@ -198,7 +198,7 @@ impl Stream {
     // ---- built-in kernels --------------------------------------------------------
 
     /// Fill kernel: sets every element of `buf` to `value`.
-    pub fn fill<T: FillElement>(&self, buf: &DeviceBuffer<T>, value: T) -> Result<()> {
+    pub fn fill<T: FillElement>(&self, buf: &impl DeviceSlice<T>, value: T) -> Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
@@ -212,7 +212,7 @@ impl Stream {
     }
 
     /// Iota kernel (the seeds' kernel): `buf[i] = i * k`.
-    pub fn iota(&self, buf: &DeviceBuffer<i32>, k: i32) -> Result<()> {
+    pub fn iota(&self, buf: &impl DeviceSlice<i32>, k: i32) -> Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
@@ -222,7 +222,7 @@ impl Stream {
 
     /// Delay kernel: occupies the stream for `duration`, then writes `value`
     /// into `flag[0]`. Tests use it to prove stream ordering.
-    pub fn delay(&self, duration: Duration, flag: &DeviceBuffer<u32>, value: u32) -> Result<()> {
+    pub fn delay(&self, duration: Duration, flag: &impl DeviceSlice<u32>, value: u32) -> Result<()> {
         if flag.is_empty() {
             return Err(Error::InvalidValue("the delay kernel's flag buffer is empty".into()));
         }
@@ -233,12 +233,16 @@ impl Stream {
     // ---- asynchronous memory operations --------------------------------------------
 
     /// Sets every byte of `buf` to `byte`, in stream order (`hipMemsetAsync`).
-    pub fn memset<T: Pod>(&self, buf: &DeviceBuffer<T>, byte: u8) -> Result<()> {
+    pub fn memset<T: Pod>(&self, buf: &impl DeviceSlice<T>, byte: u8) -> Result<()> {
         self.inner.rt.memset_async(buf.device_ptr(), FillValue::U8(byte), buf.size_bytes(), self.inner.raw)
     }
 
     /// Copies `src` into `dst` in stream order; the lengths must match.
-    pub fn copy_device_to_device<T: Pod>(&self, src: &DeviceBuffer<T>, dst: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_device_to_device<T: Pod>(
+        &self,
+        src: &impl DeviceSlice<T>,
+        dst: &impl DeviceSlice<T>,
+    ) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         self.inner.rt.copy_device_to_device_async(
             dst.device_ptr(),
@@ -294,7 +298,7 @@ impl<'scope, 'env> LendScope<'scope, 'env, Stream> {
     }
 
     /// Queues a copy of `src` into `dst` (same length) and returns at once.
-    pub fn copy_to_device<T: Pod>(&'scope self, src: &'env [T], dst: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_to_device<T: Pod>(&'scope self, src: &'env [T], dst: &impl DeviceSlice<T>) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         let span = self.lend(bytemuck::cast_slice(src));
         let stream = self.context();
@@ -303,7 +307,7 @@ impl<'scope, 'env> LendScope<'scope, 'env, Stream> {
 
     /// Queues a copy of `src` into `dst` (same length) and returns at once; `dst`
     /// is readable again after the scope.
-    pub fn copy_to_host<T: Pod>(&'scope self, src: &DeviceBuffer<T>, dst: &'env mut [T]) -> Result<()> {
+    pub fn copy_to_host<T: Pod>(&'scope self, src: &impl DeviceSlice<T>, dst: &'env mut [T]) -> Result<()> {
         check_lengths(src.len(), dst.len())?;
         let span = self.lend_mut(bytemuck::cast_slice_mut(dst));
         let stream = self.context();

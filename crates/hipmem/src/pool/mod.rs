@@ -397,6 +397,18 @@ fn free_block(core: &PoolCore, ptr: DevicePtr, stream: &Stream) -> Result<()> {
     }
 }
 
+impl<T: Pod> crate::buffer::DeviceSlice<T> for PoolBuffer<T> {
+    fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn runtime(&self) -> &Runtime {
+        self.stream.runtime()
+    }
+}
+
 impl<T: Pod> Drop for PoolBuffer<T> {
     fn drop(&mut self) {
         if let Err(e) = free_block(&self.core, self.ptr, &self.stream) {

@@ -21,6 +21,8 @@ pub(crate) struct StreamInner {
     pub(crate) flags: StreamFlags,
     pub(crate) owned: bool,
     pub(crate) clock: Arc<StreamClock>,
+    /// The slot of the first pool used on this stream (its fast path).
+    pub(crate) primary_slot: std::sync::OnceLock<Arc<crate::pool::stream_cache::Slot>>,
 }
 
 impl Drop for StreamInner {
@@ -84,7 +86,14 @@ impl Stream {
         } else {
             Arc::clone(&rt.inner.null_clocks[raw.device])
         };
-        let inner = Arc::new(StreamInner { rt: rt.clone(), raw, flags, owned, clock });
+        let inner = Arc::new(StreamInner {
+            rt: rt.clone(),
+            raw,
+            flags,
+            owned,
+            clock,
+            primary_slot: Default::default(),
+        });
         if owned {
             rt.inner
                 .streams

@@ -33,6 +33,17 @@ pub const MIN_SEGMENT: u64 = 2 << 20;
 /// Largest growth step for small requests.
 pub const MAX_GROWTH_STEP: u64 = 128 << 20;
 
+/// What the pool needs to know of the stream an operation is ordered in.
+#[derive(Copy, Clone)]
+pub(crate) struct StreamRef<'a> {
+    /// The stream's ordering clock.
+    pub(crate) clock: &'a Arc<StreamClock>,
+    /// The backend handle.
+    pub(crate) raw: RawStream,
+    /// Where the stream caches the slot of the first pool it uses.
+    pub(crate) primary: Option<&'a std::sync::OnceLock<Arc<Slot>>>,
+}
+
 /// Id of the slot that holds blocks of destroyed streams.
 const ORPHAN_STREAM: u64 = u64::MAX;
 
@@ -110,6 +121,19 @@ impl PoolCore {
         self.destroyed.load(Ordering::Acquire)
     }
 
+    /// The slot of a stream, created on first use; the first pool a stream
+    /// uses also caches its slot in the stream itself.
+    fn slot_of(&self, stream: &StreamRef<'_>) -> Arc<Slot> {
+        if let Some(s) = stream.primary.and_then(|p| p.get()).filter(|s| s.pool_id == self.id) {
+            return Arc::clone(s);
+        }
+        let slot = self.slot(stream.clock, stream.raw);
+        if let Some(p) = stream.primary {
+            let _ = p.set(Arc::clone(&slot));
+        }
+        slot
+    }
+
     /// The slot of a stream, created on first use.
     fn slot(&self, clock: &Arc<StreamClock>, raw: RawStream) -> Arc<Slot> {
         if let Some(s) = recent_slot(self.id, clock.stream_id) {
@@ -131,21 +155,31 @@ impl PoolCore {
     // ---- allocation ------------------------------------------------------------------
 
     /// Allocates `size` bytes for use on the stream with `clock`/`raw`.
-    pub(crate) fn alloc(&self, size: u64, clock: &Arc<StreamClock>, raw: RawStream) -> Result<DevicePtr> {
+    pub(crate) fn alloc(&self, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
+        let (clock, raw) = (stream.clock, stream.raw);
         if self.is_destroyed() {
             return Err(Error::InvalidValue(format!("memory pool {:#x} was destroyed", self.id)));
         }
         let want = block_size(size)
             .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes can never be allocated")))?;
-        // 1. The stream's own cache, through this thread's table of slots.
-        let fast = super::stream_cache::with_recent_slot(self.id, clock.stream_id, |s| s.alloc_fast(want));
-        if let Some(Some((addr, _, sample))) = fast {
+        // 1. The stream's own cache: through the slot the stream carries for
+        // its first pool, else this thread's table of slots.
+        if let Some(slot) = stream.primary.and_then(|p| p.get()).filter(|s| s.pool_id == self.id) {
+            if let Some((addr, _, sample)) = slot.alloc_fast(want) {
+                if sample {
+                    self.sample_usage(slot);
+                }
+                return Ok(DevicePtr(addr));
+            }
+        } else if let Some(Some((addr, _, sample))) =
+            super::stream_cache::with_recent_slot(self.id, clock.stream_id, |s| s.alloc_fast(want))
+        {
             if sample {
                 self.sample_usage(&self.slot(clock, raw));
             }
             return Ok(DevicePtr(addr));
         }
-        let slot = self.slot(clock, raw);
+        let slot = self.slot_of(stream);
         if let Some((addr, _, sample)) = slot.alloc_fast(want) {
             if sample {
                 self.sample_usage(&slot);
@@ -154,7 +188,7 @@ impl PoolCore {
         }
         let (addr, got) = self.alloc_slow(want, size, &slot)?;
         let mut state = slot.lock();
-        state.live.insert(addr, got);
+        state.insert_live(addr, got);
         state.used += got as i64;
         let sample = state.used > state.baseline;
         drop(state);
@@ -393,9 +427,10 @@ impl PoolCore {
 
     /// Frees a block of this pool in the order of the stream with `clock`.
     /// Returns false if `ptr` is not a live block of this pool.
-    pub(crate) fn free(&self, ptr: DevicePtr, clock: &Arc<StreamClock>, raw: RawStream) -> bool {
+    pub(crate) fn free(&self, ptr: DevicePtr, stream: &StreamRef<'_>) -> bool {
         use super::stream_cache::FastFree;
-        let slot = self.slot(clock, raw);
+        let clock = stream.clock;
+        let slot = self.slot_of(stream);
         let evicted = match slot.free_fast(ptr.0) {
             FastFree::Done => None,
             FastFree::Evicted(b) => Some(b),
@@ -432,7 +467,7 @@ impl PoolCore {
         self.all_slots()
             .into_iter()
             .filter(|slot| slot.stream_id() != except)
-            .find_map(|slot| slot.lock().live.remove(&addr))
+            .find_map(|slot| slot.lock().remove_live(addr))
     }
 
     /// The allocated block of this pool that contains `addr`: (base, size).
@@ -563,7 +598,7 @@ impl PoolCore {
         }
         let (live, used) = {
             let mut s = slot.lock();
-            (std::mem::take(&mut s.live), std::mem::replace(&mut s.used, 0))
+            (s.take_all_live(), std::mem::replace(&mut s.used, 0))
         };
         let orphan = {
             let mut slots = lock(&self.slots);
@@ -573,7 +608,7 @@ impl PoolCore {
         };
         {
             let mut o = orphan.lock();
-            o.live.extend(live);
+            o.extend_live(live);
             o.used += used;
         }
         // Keep the slot while the heap holds blocks pending on it (its clock

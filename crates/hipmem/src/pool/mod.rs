@@ -266,7 +266,7 @@ impl MemPool {
             return Ok(DevicePtr::NULL);
         }
         self.check_stream(stream)?;
-        self.core.alloc(size, &stream.inner.clock, stream.raw())
+        self.core.alloc(size, &stream.pool_ref())
     }
 
     /// Typed memory for `len` elements, freed in `stream`'s order when dropped.
@@ -390,10 +390,21 @@ fn free_block(core: &PoolCore, ptr: DevicePtr, stream: &Stream) -> Result<()> {
     if ptr.is_null() {
         return Ok(());
     }
-    if core.free(ptr, &stream.inner.clock, stream.raw()) {
+    if core.free(ptr, &stream.pool_ref()) {
         Ok(())
     } else {
         Err(Error::InvalidValue(format!("{ptr} is not a live allocation of pool {:#x}", core.id)))
+    }
+}
+
+impl Stream {
+    /// What the pool needs of this stream.
+    pub(crate) fn pool_ref(&self) -> self::core::StreamRef<'_> {
+        self::core::StreamRef {
+            clock: &self.inner.clock,
+            raw: self.inner.raw,
+            primary: Some(&self.inner.primary_slot),
+        }
     }
 }
 
@@ -555,7 +566,7 @@ impl Runtime {
                 _ => self.inner.pools.default_pool(&self.inner, device),
             }
         };
-        core.alloc(size, &stream.inner.clock, stream.raw())
+        core.alloc(size, &stream.pool_ref())
     }
 
     /// `hipFreeAsync`: frees pool memory in `stream`'s order. A pointer from

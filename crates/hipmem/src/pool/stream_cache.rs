@@ -16,8 +16,25 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Backs off by yielding the thread: a slot lock is held for a few
+/// instructions, but its holder may be preempted.
+pub struct YieldRelax;
+
+impl spin::RelaxStrategy for YieldRelax {
+    fn relax() {
+        std::thread::yield_now();
+    }
+}
+
+/// The slot lock: a spin lock whose unlock is a single release store (one
+/// atomic read-modify-write per lock/unlock instead of two), which is what the
+/// allocate/free fast path pays for.
+type SlotMutex<T> = spin::mutex::SpinMutex<T, YieldRelax>;
+/// A held slot lock.
+pub type SlotGuard<'a> = spin::mutex::SpinMutexGuard<'a, SlotState, YieldRelax>;
 
 use crate::backend::RawStream;
 use crate::runtime::ordering::StreamClock;
@@ -65,8 +82,12 @@ pub type LiveMap = HashMap<u64, u64, BuildHasherDefault<AddrHasher>>;
 pub struct SlotState {
     /// Blocks freed on this stream, newest last.
     pub cache: Vec<CachedBlock>,
-    /// Live blocks allocated on this stream.
-    pub live: LiveMap,
+    /// Live blocks allocated on this stream (the most recent one may be in
+    /// `recent` instead; use the methods).
+    live: LiveMap,
+    /// The most recently allocated live block, kept out of the map: the
+    /// common allocate-then-free pattern touches no hash table.
+    recent: Option<(u64, u64)>,
     /// Net bytes allocated minus freed through this slot (may go below zero
     /// when blocks allocated elsewhere are freed here).
     pub used: i64,
@@ -75,11 +96,47 @@ pub struct SlotState {
 }
 
 impl SlotState {
+    /// Records a live block.
+    pub fn insert_live(&mut self, addr: u64, size: u64) {
+        if let Some((a, s)) = self.recent.replace((addr, size)) {
+            self.live.insert(a, s);
+        }
+    }
+
+    /// Removes a live block; returns its size.
+    pub fn remove_live(&mut self, addr: u64) -> Option<u64> {
+        match self.recent {
+            Some((a, s)) if a == addr => {
+                self.recent = None;
+                Some(s)
+            }
+            _ => self.live.remove(&addr),
+        }
+    }
+
+    /// Takes every live block.
+    pub fn take_all_live(&mut self) -> LiveMap {
+        let mut all = std::mem::take(&mut self.live);
+        if let Some((a, s)) = self.recent.take() {
+            all.insert(a, s);
+        }
+        all
+    }
+
+    /// Adds live blocks (of a retired stream).
+    pub fn extend_live(&mut self, blocks: LiveMap) {
+        self.live.extend(blocks);
+    }
+
     /// Takes a cached block of `size..=size + size / CACHE_SLACK_DIVISOR`
     /// bytes, newest first.
     pub fn take_cached(&mut self, size: u64) -> Option<CachedBlock> {
         let limit = size + size / CACHE_SLACK_DIVISOR;
-        let i = self.cache.iter().rposition(|b| b.size >= size && b.size <= limit)?;
+        let fits = |b: &CachedBlock| b.size >= size && b.size <= limit;
+        if self.cache.last().is_some_and(fits) {
+            return self.cache.pop();
+        }
+        let i = self.cache.iter().rposition(fits)?;
         Some(self.cache.remove(i))
     }
 
@@ -99,9 +156,11 @@ pub struct Slot {
     pub clock: Arc<StreamClock>,
     /// The stream's backend handle.
     pub raw: RawStream,
+    /// The stream's id (a copy of `clock.stream_id`, read on every lookup).
+    pub stream_id: u64,
     /// Cleared when the pool is destroyed: frees then take the pool's slow path.
     pub pool_alive: AtomicBool,
-    state: Mutex<SlotState>,
+    state: SlotMutex<SlotState>,
 }
 
 /// What a fast free did.
@@ -118,12 +177,14 @@ pub enum FastFree {
 impl Slot {
     /// A slot for a stream.
     pub fn new(pool_id: u64, clock: Arc<StreamClock>, raw: RawStream) -> Slot {
+        let stream_id = clock.stream_id;
         Slot {
             pool_id,
             clock,
             raw,
+            stream_id,
             pool_alive: AtomicBool::new(true),
-            state: Mutex::new(SlotState::default()),
+            state: SlotMutex::new(SlotState::default()),
         }
     }
 
@@ -132,7 +193,7 @@ impl Slot {
     pub fn alloc_fast(&self, size: u64) -> Option<(u64, u64, bool)> {
         let mut st = self.lock();
         let b = st.take_cached(size)?;
-        st.live.insert(b.addr, b.size);
+        st.insert_live(b.addr, b.size);
         st.used += b.size as i64;
         Some((b.addr, b.size, st.used > st.baseline))
     }
@@ -143,7 +204,7 @@ impl Slot {
             return FastFree::NotHere;
         }
         let mut st = self.lock();
-        let Some(size) = st.live.remove(&addr) else { return FastFree::NotHere };
+        let Some(size) = st.remove_live(addr) else { return FastFree::NotHere };
         st.used -= size as i64;
         match st.cache_block(CachedBlock { addr, size, tag: self.clock.free_tag() }) {
             Some(evicted) => FastFree::Evicted(evicted),
@@ -153,12 +214,12 @@ impl Slot {
 
     /// The stream's id.
     pub fn stream_id(&self) -> u64 {
-        self.clock.stream_id
+        self.stream_id
     }
 
     /// Locks the state.
-    pub fn lock(&self) -> MutexGuard<'_, SlotState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn lock(&self) -> SlotGuard<'_> {
+        self.state.lock()
     }
 }
 
@@ -175,7 +236,7 @@ pub fn with_recent_slot<R>(pool_id: u64, stream_id: u64, f: impl FnOnce(&Slot) -
     RECENT_SLOTS
         .try_with(|r| {
             let r = r.borrow();
-            r.iter().rev().find(|s| s.pool_id == pool_id && s.clock.stream_id == stream_id).map(|s| f(s))
+            r.iter().rev().find(|s| s.pool_id == pool_id && s.stream_id == stream_id).map(|s| f(s))
         })
         .ok()
         .flatten()
@@ -187,7 +248,7 @@ pub fn with_recent_slot_of_stream<R>(stream_id: u64, f: impl FnOnce(&Slot) -> R)
     RECENT_SLOTS
         .try_with(|r| {
             let r = r.borrow();
-            r.iter().rev().find(|s| s.clock.stream_id == stream_id).map(|s| f(s))
+            r.iter().rev().find(|s| s.stream_id == stream_id).map(|s| f(s))
         })
         .ok()
         .flatten()
@@ -198,7 +259,7 @@ pub fn recent_slot(pool_id: u64, stream_id: u64) -> Option<Arc<Slot>> {
     RECENT_SLOTS
         .try_with(|r| {
             let r = r.borrow();
-            r.iter().rev().find(|s| s.pool_id == pool_id && s.clock.stream_id == stream_id).cloned()
+            r.iter().rev().find(|s| s.pool_id == pool_id && s.stream_id == stream_id).cloned()
         })
         .ok()
         .flatten()

@@ -72,9 +72,14 @@ fn an_event_after_pending_work_is_not_complete_until_the_work_is() {
         let stream = dev.create_stream_with_flags(non_blocking()).unwrap();
         let flag = zeroed_flag(&dev);
         let event = dev.create_event_with_flags(flags).unwrap();
+        let t0 = std::time::Instant::now();
         stream.delay(DELAY, &flag, 7).unwrap();
         event.record(&stream).unwrap();
-        assert!(!event.query().unwrap(), "event recorded behind a delay is complete at once ({flags:?})");
+        assert_pending!(
+            t0,
+            !event.query().unwrap(),
+            "event recorded behind a delay is complete at once ({flags:?})"
+        );
         event.synchronize().unwrap();
         assert!(event.query().unwrap());
         assert_eq!(read0(&flag), 7, "hipEventSynchronize returned before the work before the event");
@@ -90,9 +95,10 @@ fn re_recording_an_event_makes_it_pending_again() {
     event.record(&stream).unwrap();
     event.synchronize().unwrap();
     assert!(event.query().unwrap());
+    let t0 = std::time::Instant::now();
     stream.delay(DELAY, &flag, 2).unwrap();
     stream.record_event(&event).unwrap();
-    assert!(!event.query().unwrap(), "the re-recorded event still reports its old record");
+    assert_pending!(t0, !event.query().unwrap(), "the re-recorded event still reports its old record");
     event.synchronize().unwrap();
     assert_eq!(read0(&flag), 2);
 }
@@ -103,9 +109,14 @@ fn events_on_the_null_stream_follow_legacy_ordering() {
     let blocking = dev.create_stream().unwrap();
     let flag = zeroed_flag(&dev);
     let event = dev.create_event().unwrap();
+    let t0 = std::time::Instant::now();
     blocking.delay(DELAY, &flag, 5).unwrap();
     event.record(&dev.null_stream()).unwrap();
-    assert!(!event.query().unwrap(), "a null-stream event did not wait for a blocking stream's work");
+    assert_pending!(
+        t0,
+        !event.query().unwrap(),
+        "a null-stream event did not wait for a blocking stream's work"
+    );
     event.synchronize().unwrap();
     assert!(blocking.query().unwrap());
     assert_eq!(read0(&flag), 5);
@@ -197,11 +208,12 @@ fn a_stream_can_wait_on_an_event_of_another_device() {
     let event0 = dev0.create_event().unwrap();
     let flag0 = zeroed_flag(&dev0);
     let buf1 = dev1.alloc_zeroed::<u32>(4).unwrap();
+    let t0 = std::time::Instant::now();
     s0.delay(DELAY, &flag0, 1).unwrap();
     event0.record(&s0).unwrap();
     s1.wait_event(&event0).unwrap();
     s1.fill(&buf1, 8).unwrap();
-    assert!(!s1.query().unwrap(), "device 1's stream did not wait for device 0's event");
+    assert_pending!(t0, !s1.query().unwrap(), "device 1's stream did not wait for device 0's event");
     s1.synchronize().unwrap();
     assert!(event0.query().unwrap(), "device 1's stream finished before the event it waits on");
     assert_eq!(buf1.to_vec().unwrap(), vec![8; 4]);

@@ -107,12 +107,13 @@ fn a_stream_waiting_on_an_event_sees_the_work_before_it() {
     let event = dev.create_event().unwrap();
     let flag = zeroed_flag(&dev);
     let out = zeroed_flag(&dev);
+    let t0 = std::time::Instant::now();
     producer.delay(DELAY, &flag, 7).unwrap();
     producer.record_event(&event).unwrap();
     consumer.wait_event(&event).unwrap();
     consumer.copy_device_to_device(&flag, &out).unwrap();
-    assert!(!consumer.query().unwrap(), "the waiting stream did not wait for the event");
-    assert!(!event.query().unwrap());
+    assert_pending!(t0, !consumer.query().unwrap(), "the waiting stream did not wait for the event");
+    assert_pending!(t0, !event.query().unwrap(), "the event behind the delay completed at once");
     consumer.synchronize().unwrap();
     assert!(event.query().unwrap(), "the waiting stream finished before the event completed");
     assert_eq!(read0(&out), 7, "the copy after hipStreamWaitEvent ran before the event's work");
@@ -196,11 +197,12 @@ fn dropping_a_stream_lets_its_queued_work_finish() {
     let buf = dev.alloc_zeroed::<u32>(64).unwrap();
     let stream = dev.create_stream_with_flags(non_blocking()).unwrap();
     let event = dev.create_event().unwrap();
+    let t0 = std::time::Instant::now();
     stream.delay(DELAY, &flag, 7).unwrap();
     stream.fill(&buf, 5).unwrap();
     event.record(&stream).unwrap();
     drop(stream);
-    assert!(!event.query().unwrap(), "work of the destroyed stream finished at once");
+    assert_pending!(t0, !event.query().unwrap(), "work of the destroyed stream finished at once");
     event.synchronize().unwrap();
     assert_eq!(read0(&flag), 7);
     assert_eq!(buf.to_vec().unwrap(), vec![5; 64]);
@@ -216,9 +218,10 @@ fn a_blocking_stream_waits_for_earlier_null_stream_work() {
     let out = zeroed_flag(&dev);
     let blocking = dev.create_stream().unwrap();
     let null = dev.null_stream();
+    let t0 = std::time::Instant::now();
     null.delay(DELAY, &flag, 7).unwrap();
     blocking.copy_device_to_device(&flag, &out).unwrap();
-    assert!(!blocking.query().unwrap(), "the blocking stream did not wait for the null stream");
+    assert_pending!(t0, !blocking.query().unwrap(), "the blocking stream did not wait for the null stream");
     blocking.synchronize().unwrap();
     assert_eq!(read0(&out), 7, "blocking-stream work overtook earlier null-stream work");
 }
@@ -231,9 +234,10 @@ fn the_null_stream_waits_for_earlier_blocking_stream_work() {
     let out = zeroed_flag(&dev);
     let blocking = dev.create_stream().unwrap();
     let null = dev.null_stream();
+    let t0 = std::time::Instant::now();
     blocking.delay(DELAY, &flag, 9).unwrap();
     null.copy_device_to_device(&flag, &out).unwrap();
-    assert!(!null.query().unwrap(), "the null stream reports idle while a blocking stream runs");
+    assert_pending!(t0, !null.query().unwrap(), "the null stream reports idle while a blocking stream runs");
     null.synchronize().unwrap();
     assert!(blocking.query().unwrap(), "null-stream synchronize returned before a blocking stream");
     assert_eq!(read0(&out), 9, "null-stream work overtook earlier blocking-stream work");
@@ -262,12 +266,17 @@ fn a_non_blocking_stream_does_not_wait_for_the_null_stream() {
     let nb = dev.create_stream_with_flags(non_blocking()).unwrap();
     let null_done = dev.create_event().unwrap();
     let null = dev.null_stream();
+    let t0 = std::time::Instant::now();
     null.delay(DELAY, &flag, 7).unwrap();
     null_done.record(&null).unwrap();
     nb.copy_device_to_device(&flag, &out).unwrap();
     nb.fill(&filled, 2).unwrap();
     nb.synchronize().unwrap();
-    assert!(!null_done.query().unwrap(), "the non-blocking stream waited for the null stream's delay");
+    assert_pending!(
+        t0,
+        !null_done.query().unwrap(),
+        "the non-blocking stream waited for the null stream's delay"
+    );
     null_done.synchronize().unwrap();
     assert_eq!(read0(&out), 0, "the non-blocking stream's copy ran after the null-stream kernel");
     assert_eq!(filled.to_vec().unwrap(), vec![2; 16]);
@@ -286,16 +295,14 @@ fn host_functions_run_in_stream_order() {
         let log = Arc::clone(&log);
         stream.launch_host_func(move || log.lock().unwrap().push(i)).unwrap();
     }
+    let t0 = std::time::Instant::now();
     stream.delay(DELAY, &flag, 1).unwrap();
     for i in 5..10 {
         let log = Arc::clone(&log);
         stream.launch_host_func(move || log.lock().unwrap().push(i)).unwrap();
     }
-    assert!(
-        log.lock().unwrap().len() <= 5,
-        "host functions queued behind a delay ran early: {:?}",
-        log.lock().unwrap()
-    );
+    let seen = log.lock().unwrap().clone();
+    assert_pending!(t0, seen.len() <= 5, "host functions queued behind a delay ran early: {seen:?}");
     stream.synchronize().unwrap();
     assert_eq!(*log.lock().unwrap(), (0..10).collect::<Vec<_>>());
 }

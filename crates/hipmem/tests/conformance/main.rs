@@ -32,6 +32,10 @@ mod explicit_memory;
 mod kernels;
 mod memset;
 mod pointer_attributes;
+mod pool_reuse;
+mod pool_stats;
+mod pool_stress;
+mod pools;
 mod streams;
 
 use std::fmt::Debug;

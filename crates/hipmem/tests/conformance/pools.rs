@@ -1,0 +1,567 @@
+//! Memory pools: creation and destruction, the current pool, attributes,
+//! access, and the bad inputs of hip-memory-api.md ("Stream-ordered
+//! allocation and pools"). Also the helpers the other pool modules share.
+//!
+//! Every pool test that changes a pool's attributes, the current pool, or
+//! reads statistics works in a `private_runtime()` with pools it created, so
+//! that parallel tests (and their synchronizations, which release pool
+//! memory) cannot change what it sees.
+
+use std::time::{Duration, Instant};
+
+use hipmem::pool::handle_type;
+use hipmem::{AccessFlags, DevicePtr, FillValue, MemPool, PoolAttribute, PoolProps, Runtime, Stream};
+
+use crate::{expect_err, host_addr, non_blocking, private_runtime};
+
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+
+/// The pool's block granule: every allocation counts whole 256-byte granules.
+pub const GRANULE: u64 = 256;
+
+/// Bytes an allocation of `size` bytes counts in the statistics.
+pub fn granules(size: u64) -> u64 {
+    size.max(1).next_multiple_of(GRANULE)
+}
+
+/// A new pool on device 0 of `rt` (`max_size` 0: no limit).
+pub fn new_pool(rt: &Runtime, max_size: u64) -> MemPool {
+    rt.device(0).unwrap().create_mem_pool(handle_type::NONE, max_size).expect("hipMemPoolCreate")
+}
+
+/// Sets the three reuse rules (1 on, 0 off) and checks they read back.
+pub fn set_reuse(pool: &MemPool, follow_events: u64, opportunistic: u64, internal: u64) {
+    for (attr, value) in [
+        (PoolAttribute::ReuseFollowEventDependencies, follow_events),
+        (PoolAttribute::ReuseAllowOpportunistic, opportunistic),
+        (PoolAttribute::ReuseAllowInternalDependencies, internal),
+    ] {
+        pool.set_attribute(attr, value).unwrap();
+        assert_eq!(pool.attribute(attr), value, "{attr:?} does not read back");
+    }
+}
+
+/// A new non-blocking stream on device 0 of `rt`.
+pub fn stream0(rt: &Runtime) -> Stream {
+    rt.device(0).unwrap().create_stream_with_flags(non_blocking()).unwrap()
+}
+
+/// The fill kernel on pool memory: every u32 of `[ptr, ptr + bytes)` becomes
+/// `value`, in `stream`'s order (the range is checked like the kernels do).
+pub fn fill_u32(rt: &Runtime, ptr: DevicePtr, bytes: u64, value: u32, stream: &Stream) {
+    assert_eq!(bytes % 4, 0, "fill_u32 fills whole u32s");
+    rt.check_device_range(ptr, bytes, "fill kernel").expect("fill range");
+    rt.backend().launch_fill(ptr, FillValue::U32(value), bytes / 4, stream.raw()).expect("fill kernel");
+}
+
+/// Reads `bytes / 4` u32s at `ptr` (synchronous copy).
+pub fn read_u32s(rt: &Runtime, ptr: DevicePtr, bytes: u64) -> Vec<u32> {
+    let mut raw = vec![0u8; bytes as usize];
+    rt.copy_device_to_host(&mut raw, ptr).expect("reading pool memory back");
+    raw.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Waits (polling hipStreamQuery) until `stream` has finished its work.
+pub fn wait_until_idle(stream: &Stream) {
+    let start = Instant::now();
+    while !stream.query().unwrap() {
+        assert!(start.elapsed() < Duration::from_secs(20), "the stream never became idle");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Whether `[a, a + a_len)` and `[b, b + b_len)` are disjoint.
+pub fn disjoint(a: DevicePtr, a_len: u64, b: DevicePtr, b_len: u64) -> bool {
+    a.0 + a_len <= b.0 || b.0 + b_len <= a.0
+}
+
+// ---- creation, destruction, attributes ------------------------------------------------
+
+#[test]
+fn created_pools_know_their_properties_and_default_attributes() {
+    let rt = private_runtime();
+    let dev = rt.device(0).unwrap();
+    let props = PoolProps { device: 0, handle_types: handle_type::POSIX_FILE_DESCRIPTOR, max_size: 8 * MIB };
+    let a = MemPool::create(&rt, props).unwrap();
+    let b = dev.create_mem_pool(handle_type::NONE, 0).unwrap();
+    assert_eq!(a.props(), props);
+    assert_eq!(b.props(), PoolProps { device: 0, handle_types: 0, max_size: 0 });
+    assert_ne!(a, b);
+    assert_ne!(a.id(), b.id());
+    assert_eq!(a.clone(), a);
+    for pool in [&a, &b] {
+        assert_eq!(pool.device(), 0);
+        assert!(!pool.is_default());
+        assert!(!pool.is_destroyed());
+        assert_ne!(*pool, rt.default_mem_pool(0).unwrap());
+        // hipMemPoolAttr defaults: the reuse rules on, release threshold 0, nothing used.
+        assert_eq!(pool.attribute(PoolAttribute::ReuseFollowEventDependencies), 1);
+        assert_eq!(pool.attribute(PoolAttribute::ReuseAllowOpportunistic), 1);
+        assert_eq!(pool.attribute(PoolAttribute::ReuseAllowInternalDependencies), 1);
+        assert_eq!(pool.attribute(PoolAttribute::ReleaseThreshold), 0);
+        for stat in [
+            PoolAttribute::ReservedMemCurrent,
+            PoolAttribute::ReservedMemHigh,
+            PoolAttribute::UsedMemCurrent,
+            PoolAttribute::UsedMemHigh,
+        ] {
+            assert_eq!(pool.attribute(stat), 0, "{stat:?} of a new pool");
+        }
+        assert_eq!(pool.stats(), hipmem::PoolStats::default());
+        pool.check_invariants().unwrap();
+    }
+    // Each device has one default pool, the same every time it is asked for.
+    for ordinal in 0..rt.device_count() {
+        let d1 = rt.default_mem_pool(ordinal).unwrap();
+        let d2 = rt.device(ordinal).unwrap().default_mem_pool().unwrap();
+        assert_eq!(d1, d2);
+        assert!(d1.is_default());
+        assert_eq!(d1.device(), ordinal);
+    }
+    if rt.device_count() > 1 {
+        assert_ne!(rt.default_mem_pool(0).unwrap(), rt.default_mem_pool(1).unwrap());
+    }
+}
+
+#[test]
+fn attribute_numbers_parse_and_unknown_ones_are_invalid_value() {
+    for (i, attr) in PoolAttribute::ALL.iter().enumerate() {
+        let raw = i as i32 + 1;
+        assert_eq!(attr.raw(), raw);
+        assert_eq!(PoolAttribute::from_raw(raw).unwrap(), *attr);
+        assert_eq!(attr.is_int(), raw <= 3, "{attr:?}");
+    }
+    assert_eq!(PoolAttribute::ReuseFollowEventDependencies.raw(), 1);
+    assert_eq!(PoolAttribute::ReleaseThreshold.raw(), 4);
+    assert_eq!(PoolAttribute::UsedMemHigh.raw(), 8);
+    for bad in [0, 9, -1, 100, i32::MIN, i32::MAX] {
+        expect_err(PoolAttribute::from_raw(bad), 1, &[&bad.to_string()]);
+    }
+}
+
+#[test]
+fn reuse_flags_and_release_threshold_read_back() {
+    let rt = private_runtime();
+    let pool = new_pool(&rt, 0);
+    set_reuse(&pool, 0, 0, 0);
+    set_reuse(&pool, 1, 0, 1);
+    set_reuse(&pool, 0, 1, 0);
+    set_reuse(&pool, 1, 1, 1);
+    for value in [u64::MAX, 0, 12345, 64 * MIB] {
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, value).unwrap();
+        assert_eq!(pool.attribute(PoolAttribute::ReleaseThreshold), value);
+    }
+    pool.set_release_threshold(7 * MIB);
+    assert_eq!(pool.attribute(PoolAttribute::ReleaseThreshold), 7 * MIB);
+}
+
+#[test]
+fn creating_a_pool_with_bad_properties_is_invalid_value() {
+    let rt = private_runtime();
+    let n = rt.device_count();
+    for device in [n, n + 1, 1000, usize::MAX] {
+        let props = PoolProps { device, handle_types: 0, max_size: 0 };
+        expect_err(MemPool::create(&rt, props), 1, &[]);
+    }
+    // Unknown handle type bits.
+    for bits in [8u32, 0x10, 0x8000_0000] {
+        let props = PoolProps { device: 0, handle_types: bits, max_size: 0 };
+        expect_err(MemPool::create(&rt, props), 1, &[]);
+    }
+    // A failed creation left nothing behind.
+    let pool = new_pool(&rt, 0);
+    assert_eq!(pool.stats(), hipmem::PoolStats::default());
+}
+
+#[test]
+fn the_default_pool_cannot_be_destroyed() {
+    let rt = private_runtime();
+    for ordinal in 0..rt.device_count() {
+        let default = rt.default_mem_pool(ordinal).unwrap();
+        expect_err(default.clone().destroy(), 1, &["default"]);
+        assert!(!default.is_destroyed());
+        // Still usable afterwards.
+        let s = rt.device(ordinal).unwrap().create_stream().unwrap();
+        let p = default.alloc_raw(1000, &s).unwrap();
+        assert!(!p.is_null());
+        rt.free_async(p, &s).unwrap();
+        s.synchronize().unwrap();
+    }
+}
+
+#[test]
+fn double_destroy_through_a_clone_is_invalid_value() {
+    let rt = private_runtime();
+    let pool = new_pool(&rt, 0);
+    let clone = pool.clone();
+    pool.destroy().unwrap();
+    assert!(clone.is_destroyed());
+    expect_err(clone.clone().destroy(), 1, &["destroyed"]);
+    // Dropping the last handle of a destroyed pool is harmless.
+    drop(clone);
+    assert!(rt.take_drop_errors().is_empty());
+}
+
+#[test]
+fn access_is_read_write_on_the_own_device_and_none_elsewhere_until_set() {
+    let rt = private_runtime();
+    let pool = new_pool(&rt, 0);
+    assert_eq!(pool.access(0).unwrap(), AccessFlags::ReadWrite);
+    assert_eq!(rt.default_mem_pool(0).unwrap().access(0).unwrap(), AccessFlags::ReadWrite);
+    let n = rt.device_count();
+    for bad in [n, n + 7, usize::MAX] {
+        expect_err(pool.set_access(bad, AccessFlags::ReadWrite), 101, &[]);
+        expect_err(pool.access(bad), 101, &[]);
+    }
+    // Flags numbers: 0, 1, 3; anything else is InvalidValue.
+    for (raw, flags) in [(0, AccessFlags::None), (1, AccessFlags::Read), (3, AccessFlags::ReadWrite)] {
+        assert_eq!(AccessFlags::from_raw(raw).unwrap(), flags);
+        assert_eq!(flags.raw(), raw);
+    }
+    for bad in [2u32, 4, 5, 0xff, u32::MAX] {
+        expect_err(AccessFlags::from_raw(bad), 1, &[&bad.to_string()]);
+    }
+    pool.set_access(0, AccessFlags::ReadWrite).unwrap();
+    assert_eq!(pool.access(0).unwrap(), AccessFlags::ReadWrite);
+    if n < 2 {
+        eprintln!(
+            "access_is_read_write_on_the_own_device_and_none_elsewhere_until_set: \
+             other-device half skipped, needs 2 devices, {n} present"
+        );
+        return;
+    }
+    assert_eq!(pool.access(1).unwrap(), AccessFlags::None);
+    let other = new_pool(&rt, 0);
+    pool.set_access(1, AccessFlags::Read).unwrap();
+    assert_eq!(pool.access(1).unwrap(), AccessFlags::Read);
+    assert_eq!(other.access(1).unwrap(), AccessFlags::None, "access is per pool");
+    pool.set_access(1, AccessFlags::ReadWrite).unwrap();
+    assert_eq!(pool.access(1).unwrap(), AccessFlags::ReadWrite);
+    pool.set_access(1, AccessFlags::None).unwrap();
+    assert_eq!(pool.access(1).unwrap(), AccessFlags::None);
+    assert_eq!(pool.access(0).unwrap(), AccessFlags::ReadWrite);
+}
+
+// ---- the current pool -------------------------------------------------------------------
+
+#[test]
+fn the_current_pool_is_the_default_until_set_and_malloc_async_uses_it() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let default = rt.default_mem_pool(0).unwrap();
+    default.set_release_threshold(u64::MAX);
+    assert_eq!(rt.mem_pool(0).unwrap(), default);
+    assert_eq!(rt.device(0).unwrap().mem_pool().unwrap(), default);
+    for ordinal in 0..rt.device_count() {
+        assert!(rt.mem_pool(ordinal).unwrap().is_default());
+    }
+
+    // hipMallocAsync goes to the default pool.
+    let p = rt.malloc_async(1000, &s).unwrap();
+    assert_eq!(default.stats().used_current, 1024);
+    rt.free_async(p, &s).unwrap();
+    assert_eq!(default.stats().used_current, 0);
+
+    // hipDeviceSetMemPool: now it goes to the created pool.
+    let pool = new_pool(&rt, 0);
+    rt.set_mem_pool(0, &pool).unwrap();
+    assert_eq!(rt.mem_pool(0).unwrap(), pool);
+    let q = rt.malloc_async(3000, &s).unwrap();
+    assert_eq!(pool.stats().used_current, 3072, "hipMallocAsync did not use the current pool");
+    assert_eq!(default.stats().used_current, 0);
+    assert!(pool.stats().reserved_current >= 3072);
+    rt.free_async(q, &s).unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    // Other devices keep their own current pool.
+    if rt.device_count() > 1 {
+        assert!(rt.mem_pool(1).unwrap().is_default());
+    }
+
+    // Setting the default back works too.
+    rt.device(0).unwrap().set_mem_pool(&default).unwrap();
+    assert_eq!(rt.mem_pool(0).unwrap(), default);
+    let r = rt.malloc_async(256, &s).unwrap();
+    assert_eq!(default.stats().used_current, 256);
+    assert_eq!(pool.stats().used_current, 0);
+    rt.free_async(r, &s).unwrap();
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn dropping_the_last_handle_of_the_current_pool_makes_the_default_current() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let default = rt.default_mem_pool(0).unwrap();
+    let pool = new_pool(&rt, 0);
+    rt.set_mem_pool(0, &pool).unwrap();
+    let current = rt.mem_pool(0).unwrap();
+    assert_eq!(current, pool);
+    drop(current);
+    drop(pool);
+    // The pool is gone with its last handle.
+    assert!(rt.mem_pool(0).unwrap().is_default());
+    let used_before = default.stats().used_current;
+    let p = rt.malloc_async(1000, &s).unwrap();
+    assert_eq!(default.stats().used_current, used_before + 1024, "hipMallocAsync did not fall back");
+    rt.free_async(p, &s).unwrap();
+    s.synchronize().unwrap();
+    assert!(rt.take_drop_errors().is_empty());
+}
+
+#[test]
+fn destroying_the_current_pool_makes_the_default_current() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let default = rt.default_mem_pool(0).unwrap();
+    let pool = new_pool(&rt, 0);
+    rt.set_mem_pool(0, &pool).unwrap();
+    pool.clone().destroy().unwrap();
+    assert!(pool.is_destroyed());
+    let now = rt.mem_pool(0).unwrap();
+    assert!(now.is_default(), "the destroyed pool is still current");
+    assert_eq!(now, default);
+    let p = rt.malloc_async(1000, &s).unwrap();
+    assert_eq!(default.stats().used_current, 1024);
+    assert_eq!(pool.stats().used_current, 0);
+    rt.free_async(p, &s).unwrap();
+    // A destroyed pool cannot become current again.
+    expect_err(rt.set_mem_pool(0, &pool), 1, &["destroyed"]);
+    assert!(rt.mem_pool(0).unwrap().is_default());
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn a_pool_with_live_allocations_may_be_destroyed_and_they_stay_valid() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let a = pool.alloc_raw(data.len() as u64, &s).unwrap();
+    let b = pool.alloc::<u32>(1000, &s).unwrap();
+    fill_u32(&rt, b.device_ptr(), 4000, 0xB0B0_B0B0, &s);
+    s.synchronize().unwrap();
+    rt.copy_host_to_device(a, &data).unwrap();
+
+    pool.clone().destroy().unwrap();
+    assert!(pool.is_destroyed());
+
+    // The memory is still there: copy in and out.
+    let mut back = vec![0u8; data.len()];
+    rt.copy_device_to_host(&mut back, a).unwrap();
+    assert_eq!(back, data, "a live allocation lost its data when its pool was destroyed");
+    let twice: Vec<u8> = data.iter().map(|x| x.wrapping_mul(2)).collect();
+    rt.copy_host_to_device(a, &twice).unwrap();
+    rt.copy_device_to_host(&mut back, a).unwrap();
+    assert_eq!(back, twice);
+    assert_eq!(read_u32s(&rt, b.device_ptr(), 4000), vec![0xB0B0_B0B0; 1000]);
+    fill_u32(&rt, b.device_ptr(), 4000, 0x1234_5678, &s);
+    s.synchronize().unwrap();
+    assert_eq!(read_u32s(&rt, b.device_ptr(), 4000), vec![0x1234_5678; 1000]);
+
+    // Their later frees succeed (once), in stream order and through Drop.
+    rt.free_async(a, &s).unwrap();
+    expect_err(rt.free_async(a, &s), 1, &[]);
+    drop(b);
+    s.synchronize().unwrap();
+    assert!(rt.take_drop_errors().is_empty(), "freeing a PoolBuffer of a destroyed pool failed");
+    assert_eq!(pool.stats().used_current, 0);
+}
+
+/// CUDA's rule (cuMemPoolDestroy): a pool destroyed with allocations or frees
+/// outstanding releases its memory once they are done. The release threshold
+/// of a destroyed pool must not keep that memory forever.
+#[test]
+fn a_destroyed_pool_gives_its_memory_back_once_its_frees_complete() {
+    let rt = private_runtime();
+    let dev = rt.device(0).unwrap();
+    let s = stream0(&rt);
+    let flag = dev.alloc_zeroed::<u32>(1).unwrap();
+    let pool = new_pool(&rt, 0);
+    pool.set_release_threshold(u64::MAX);
+    let live = pool.alloc_raw(MIB, &s).unwrap();
+    let pending = pool.alloc_raw(3 * MIB, &s).unwrap();
+    s.delay(crate::DELAY, &flag, 1).unwrap();
+    rt.free_async(pending, &s).unwrap();
+    let watcher = pool.clone();
+    pool.destroy().unwrap();
+    assert!(!s.query().unwrap(), "the delay kernel ended too early for this test");
+    rt.free_async(live, &s).unwrap();
+    s.synchronize().unwrap();
+    let stats = watcher.stats();
+    assert_eq!(stats.used_current, 0);
+    assert_eq!(
+        stats.reserved_current, 0,
+        "the destroyed pool still holds {} bytes after all its frees completed",
+        stats.reserved_current
+    );
+}
+
+// ---- bad inputs ---------------------------------------------------------------------------
+
+#[test]
+fn size_zero_allocations_are_null_and_succeed() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    assert_eq!(rt.malloc_async(0, &s).unwrap(), DevicePtr::NULL);
+    assert_eq!(pool.alloc_raw(0, &s).unwrap(), DevicePtr::NULL);
+    let empty = pool.alloc::<u64>(0, &s).unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(empty.device_ptr(), DevicePtr::NULL);
+    assert_eq!(empty.size_bytes(), 0);
+    drop(empty);
+    assert_eq!(pool.stats().used_current, 0);
+    assert_eq!(rt.default_mem_pool(0).unwrap().stats().used_current, 0);
+    assert!(rt.take_drop_errors().is_empty());
+}
+
+#[test]
+fn free_async_of_null_foreign_or_freed_pointers_is_invalid_value() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    expect_err(rt.free_async(DevicePtr::NULL, &s), 1, &["null"]);
+    let on_stack = [0u64; 8];
+    expect_err(rt.free_async(DevicePtr(host_addr(&on_stack)), &s), 1, &[]);
+    let on_heap = vec![0u8; 4096];
+    expect_err(rt.free_async(DevicePtr(on_heap.as_ptr() as u64), &s), 1, &[]);
+
+    // Double free, from the default pool and from a created pool, on the
+    // same stream and on another one.
+    let t = stream0(&rt);
+    for (from_pool, second_on) in [(false, &s), (true, &s), (false, &t), (true, &t)] {
+        let p =
+            if from_pool { pool.alloc_raw(1000, &s).unwrap() } else { rt.malloc_async(1000, &s).unwrap() };
+        rt.free_async(p, &s).unwrap();
+        expect_err(rt.free_async(p, second_on), 1, &[]);
+    }
+    // A pointer into the middle of a live block is not a pool allocation.
+    let p = pool.alloc_raw(4096, &s).unwrap();
+    expect_err(rt.free_async(DevicePtr(p.0 + 256), &s), 1, &[]);
+    assert_eq!(pool.stats().used_current, 4096, "a bad free changed the statistics");
+    rt.free_async(p, &s).unwrap();
+    // A PoolBuffer freed on another stream, then its pointer freed again.
+    let buf = pool.alloc::<u32>(100, &s).unwrap();
+    let ptr = buf.device_ptr();
+    buf.free_on(&t).unwrap();
+    expect_err(rt.free_async(ptr, &s), 1, &[]);
+    s.synchronize().unwrap();
+    t.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    assert!(rt.take_drop_errors().is_empty());
+}
+
+#[test]
+fn free_async_accepts_a_plain_malloc_pointer_and_frees_it_at_once() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    // Use a pool first so that the stream has pool state of its own.
+    let warm = rt.malloc_async(1000, &s).unwrap();
+    let p = rt.malloc(0, 4096).unwrap();
+    rt.copy_host_to_device(p, &[1u8; 4096]).unwrap();
+    rt.free_async(p, &s).unwrap();
+    assert!(rt.allocations().get(p).is_none(), "the hipMalloc pointer was not freed synchronously");
+    expect_err(rt.free(p), 1, &[]);
+    expect_err(rt.free_async(p, &s), 1, &[]);
+    rt.free_async(warm, &s).unwrap();
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn hip_free_accepts_a_pool_pointer_and_returns_it_to_its_pool() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    let a = pool.alloc_raw(1000, &s).unwrap();
+    let b = rt.malloc_async(5000, &s).unwrap();
+    fill_u32(&rt, a, 1000, 7, &s);
+    s.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 1024);
+    rt.free(a).expect("hipFree of a pointer from a created pool");
+    assert_eq!(pool.stats().used_current, 0, "hipFree did not give the block back to its pool");
+    rt.free(b).expect("hipFree of a pointer from the default pool");
+    assert_eq!(rt.default_mem_pool(0).unwrap().stats().used_current, 0);
+    // Freed once: a second free of either kind is InvalidValue.
+    expect_err(rt.free_async(a, &s), 1, &[]);
+    expect_err(rt.free(b), 1, &[]);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn allocations_past_max_size_or_the_device_are_out_of_memory() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 2 * MIB);
+    let too_big = 2 * MIB + 256;
+    expect_err(pool.alloc_raw(too_big, &s), 2, &[&too_big.to_string()]);
+    let all = pool.alloc_raw(2 * MIB, &s).expect("exactly maxSize fits");
+    expect_err(pool.alloc_raw(1, &s), 2, &[]);
+    assert!(pool.stats().reserved_current <= 2 * MIB, "the pool grew past its maxSize");
+    rt.free_async(all, &s).unwrap();
+    s.synchronize().unwrap();
+    // After the free completed the memory is available again.
+    let again = pool.alloc_raw(2 * MIB, &s).unwrap();
+    rt.free_async(again, &s).unwrap();
+
+    // An impossible size, from a created pool, the default pool and hipMallocAsync.
+    let unbounded = new_pool(&rt, 0);
+    for size in [1u64 << 50, 1 << 62] {
+        expect_err(unbounded.alloc_raw(size, &s), 2, &[]);
+        expect_err(rt.malloc_async(size, &s), 2, &[]);
+        expect_err(rt.default_mem_pool(0).unwrap().alloc_raw(size, &s), 2, &[]);
+    }
+    expect_err(unbounded.alloc::<u64>(usize::MAX, &s), 2, &[]);
+    assert_eq!(unbounded.stats().used_current, 0);
+    unbounded.check_invariants().unwrap();
+    // The failures left the pools usable.
+    let ok = unbounded.alloc_raw(4096, &s).unwrap();
+    rt.free_async(ok, &s).unwrap();
+    s.synchronize().unwrap();
+}
+
+/// Sizes whose granule count still fits in 64 bits, but no device can hold.
+#[test]
+fn sizes_near_the_top_of_the_address_space_are_out_of_memory() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    // The stream has a freed block cached, as in any program that reuses memory.
+    let warm = pool.alloc_raw(4096, &s).unwrap();
+    rt.free_async(warm, &s).unwrap();
+    for size in [u64::MAX, u64::MAX - 255, u64::MAX / 8 * 7, u64::MAX / 2 + 1] {
+        expect_err(pool.alloc_raw(size, &s), 2, &[]);
+        expect_err(rt.malloc_async(size, &s), 2, &[]);
+    }
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+    s.synchronize().unwrap();
+}
+
+/// A stream of another runtime is a bad stream handle for this one
+/// (hipMallocAsync / hipFreeAsync: "a bad stream handle → InvalidHandle").
+#[test]
+fn stream_ordered_calls_reject_a_stream_of_another_runtime() {
+    let rt = private_runtime();
+    let other = private_runtime();
+    let foreign = stream0(&other);
+    let own = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    let mut wrong = Vec::new();
+    match pool.alloc_raw(1000, &foreign) {
+        Err(e) if e.code() == 400 => {}
+        r => wrong.push(format!("hipMallocFromPoolAsync on a foreign stream gave {r:?}")),
+    }
+    match rt.malloc_async(1000, &foreign) {
+        Err(e) if e.code() == 400 => {}
+        r => wrong.push(format!("hipMallocAsync on a foreign stream gave {r:?}")),
+    }
+    let p = rt.malloc_async(1000, &own).unwrap();
+    match rt.free_async(p, &foreign) {
+        Err(e) if e.code() == 400 => rt.free_async(p, &own).unwrap(),
+        r => wrong.push(format!("hipFreeAsync on a foreign stream gave {r:?}")),
+    }
+    own.synchronize().unwrap();
+    foreign.synchronize().unwrap();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -210,6 +210,13 @@ impl PoolCore {
                 return Ok(found);
             }
         }
+        // Before growing: if this stream's own frees have completed (the
+        // stream is idle), they turn global and merge with their neighbours.
+        if self.promote_if_idle(&rt, slot) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
         // 4. Grow.
         let grow_err = match self.grow(&rt, want) {
             Ok(()) => {
@@ -355,6 +362,20 @@ impl PoolCore {
         Some((addr, want))
     }
 
+    /// Promotes the stream's pending blocks if the stream has no work left.
+    /// Returns whether anything turned global.
+    fn promote_if_idle(&self, rt: &RuntimeInner, slot: &Slot) -> bool {
+        if !lock(&self.heap).pending_streams().contains(&slot.stream_id()) {
+            return false;
+        }
+        let before = slot.clock.advance();
+        if !rt.backend.stream_query(slot.raw).unwrap_or(false) {
+            return false;
+        }
+        slot.clock.mark_completed(before);
+        lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag()) > 0
+    }
+
     fn clock_of(&self, stream: u64) -> Option<Arc<StreamClock>> {
         lock(&self.slots).get(&stream).map(|s| Arc::clone(&s.clock))
     }
@@ -391,7 +412,10 @@ impl PoolCore {
     fn grow(&self, rt: &RuntimeInner, want: u64) -> Result<()> {
         let reserved = lock(&self.heap).reserved();
         let step = (reserved / 32).clamp(MIN_SEGMENT, MAX_GROWTH_STEP);
-        let mut size = want.max(step).next_multiple_of(MIN_SEGMENT);
+        let mut size = want
+            .max(step)
+            .checked_next_multiple_of(MIN_SEGMENT)
+            .ok_or_else(|| Error::OutOfMemory(format!("{want} bytes do not fit the address space")))?;
         if self.props.max_size > 0 {
             let room = self.props.max_size.saturating_sub(reserved);
             if want > room {
@@ -432,7 +456,7 @@ impl PoolCore {
         let clock = stream.clock;
         let slot = self.slot_of(stream);
         let evicted = match slot.free_fast(ptr.0) {
-            FastFree::Done => None,
+            FastFree::Done | FastFree::DoneInDestroyedPool => None,
             FastFree::Evicted(b) => Some(b),
             FastFree::NotHere => {
                 let Some(size) = self.take_live_elsewhere(ptr.0, slot.stream_id()) else { return false };
@@ -445,12 +469,18 @@ impl PoolCore {
             self.return_evicted(slot.stream_id(), b);
         }
         if self.is_destroyed() {
-            self.flush_slot_cache(&slot);
-            if let Ok(rt) = self.runtime() {
-                self.release_unused(&rt, 0, true);
-            }
+            self.after_free_in_destroyed_pool(stream);
         }
         true
+    }
+
+    /// A destroyed pool gives memory back as soon as it is unused.
+    pub(crate) fn after_free_in_destroyed_pool(&self, stream: &StreamRef<'_>) {
+        let slot = self.slot_of(stream);
+        self.flush_slot_cache(&slot);
+        if let Ok(rt) = self.runtime() {
+            self.release_unused(&rt, 0, true);
+        }
     }
 
     /// Puts a block evicted from a stream's cache into the heap, pending on
@@ -501,7 +531,8 @@ impl PoolCore {
     }
 
     fn apply_release_threshold(&self, rt: &RuntimeInner) {
-        let threshold = self.release_threshold.load(Ordering::Relaxed);
+        // A destroyed pool keeps nothing it does not have to.
+        let threshold = if self.is_destroyed() { 0 } else { self.release_threshold.load(Ordering::Relaxed) };
         self.release_down_to(rt, |reserved, live| reserved.saturating_sub(live) > threshold);
     }
 

@@ -439,20 +439,18 @@ pub(crate) struct PoolTable {
     defaults: Mutex<HashMap<usize, Arc<PoolCore>>>,
     current: Mutex<HashMap<usize, CurrentPool>>,
     current_ids: Vec<AtomicU64>,
-    next_id: AtomicU64,
 }
 
 impl PoolTable {
     pub(crate) fn new(devices: usize) -> PoolTable {
-        PoolTable {
-            current_ids: (0..devices).map(|_| AtomicU64::new(0)).collect(),
-            next_id: AtomicU64::new(1),
-            ..Default::default()
-        }
+        PoolTable { current_ids: (0..devices).map(|_| AtomicU64::new(0)).collect(), ..Default::default() }
     }
 
     fn create(&self, rt: &Arc<RuntimeInner>, props: PoolProps, is_default: bool) -> Arc<PoolCore> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Ids are unique in the process, not only in this runtime: the
+        // thread-local slot tables key on them.
+        static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
         let core = Arc::new(PoolCore::new(rt, id, props.device, props, is_default));
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::clone(&core));
         core
@@ -550,12 +548,21 @@ impl Runtime {
         Ok(())
     }
 
+    fn check_own_stream(&self, stream: &Stream) -> Result<()> {
+        if Arc::ptr_eq(&stream.inner.rt.inner, &self.inner) {
+            Ok(())
+        } else {
+            Err(Error::InvalidHandle("the stream belongs to another runtime".into()))
+        }
+    }
+
     /// `hipMallocAsync`: `size` bytes from the current pool of the stream's
     /// device, usable by work queued on `stream` after this call.
     pub fn malloc_async(&self, size: u64, stream: &Stream) -> Result<DevicePtr> {
         if size == 0 {
             return Ok(DevicePtr::NULL);
         }
+        self.check_own_stream(stream)?;
         let device = stream.device();
         let id = self.inner.pools.current_id(device);
         let core = if id == 0 {
@@ -576,6 +583,7 @@ impl Runtime {
         if ptr.is_null() {
             return Err(Error::InvalidValue("hipFreeAsync of a null pointer".into()));
         }
+        self.check_own_stream(stream)?;
         // Fast path: the slot this thread used last on this stream; only
         // that stream's own lock is taken.
         let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {

@@ -13,11 +13,12 @@
 //!   the device yet. That stream may reuse it at once; others only under the
 //!   reuse rules (see `reuse.rs`). The `tag` is the stream epoch of the free.
 //!
-//! Coalescing keeps owners exact: global with global; a stream's pending block
-//! with the same stream's pending blocks (the merged tag is the later one) and
-//! with global blocks (which then wait for that stream's free, a conservative
-//! choice that only delays other streams). Blocks pending on different streams
-//! never merge.
+//! Coalescing keeps owners exact: global with global, and a stream's pending
+//! block with the same stream's pending blocks (the merged tag is the later
+//! one). A pending block never absorbs global space (that would hide memory
+//! no stream used behind one stream's pending free), and blocks pending on
+//! different streams never merge; once a stream's frees are known complete
+//! its blocks turn global and merge with their global neighbours.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -353,7 +354,7 @@ impl Heap {
                             return Err(format!("free block {a:#x} is not indexed"));
                         }
                         if let Some(State::Free(p)) = prev {
-                            if merge_owner(o, p).is_some() && (p == Owner::Global) == (o == Owner::Global) {
+                            if merge_owner(o, p).is_some() {
                                 return Err(format!("adjacent free blocks not merged at {a:#x}"));
                             }
                         }
@@ -384,10 +385,6 @@ fn merge_owner(a: Owner, b: Owner) -> Option<Owner> {
         (Owner::Stream { stream: s, tag: t }, Owner::Stream { stream: s2, tag: t2 }) if s == s2 => {
             Some(Owner::Stream { stream: s, tag: t.max(t2) })
         }
-        (Owner::Stream { stream, tag }, Owner::Global) => Some(Owner::Stream { stream, tag }),
-        // A global free never absorbs a pending block (that would hide the
-        // pending block's owner); the pending side absorbs the global one.
-        (Owner::Global, Owner::Stream { .. }) => None,
         _ => None,
     }
 }
@@ -424,13 +421,14 @@ mod tests {
         h.take(a, MB);
         h.release_block(a, Owner::Stream { stream: 7, tag: 3 });
         h.check_invariants().unwrap();
-        // The pending block absorbed the global remainder.
-        assert!(h.best_fit_global(256).is_none());
-        assert_eq!(h.best_fit_pending(7, 2 * MB, |_| true), Some((a, 2 * MB)));
+        // The pending block keeps to itself: the untouched remainder stays global.
+        assert_eq!(h.best_fit_global(MB), Some((a + MB, MB)));
+        assert_eq!(h.best_fit_pending(7, MB, |_| true), Some((a, MB)));
+        assert_eq!(h.best_fit_pending(7, 2 * MB, |_| true), None);
         assert_eq!(h.best_fit_pending(7, MB, |t| t < 3), None);
         assert!(h.releasable_segments().is_empty());
         assert_eq!(h.promote(7, 3), 0);
-        assert_eq!(h.promote(7, 4), 2 * MB);
+        assert_eq!(h.promote(7, 4), MB);
         h.check_invariants().unwrap();
         assert_eq!(h.releasable_segments().len(), 1);
     }

@@ -42,9 +42,6 @@ use crate::runtime::ordering::StreamClock;
 /// Most blocks a stream's cache holds before the oldest goes to the heap.
 pub const CACHE_BLOCKS: usize = 16;
 
-/// A cached block may be at most this fraction (1/N) larger than the request.
-pub const CACHE_SLACK_DIVISOR: u64 = 8;
-
 /// A block in a stream's cache: still marked allocated in the heap.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct CachedBlock {
@@ -128,11 +125,11 @@ impl SlotState {
         self.live.extend(blocks);
     }
 
-    /// Takes a cached block of `size..=size + size / CACHE_SLACK_DIVISOR`
-    /// bytes, newest first.
+    /// Takes a cached block of exactly `size` bytes (a whole number of
+    /// granules), newest first. Exact sizes keep the statistics and bounds
+    /// checks independent of what was freed before.
     pub fn take_cached(&mut self, size: u64) -> Option<CachedBlock> {
-        let limit = size + size / CACHE_SLACK_DIVISOR;
-        let fits = |b: &CachedBlock| b.size >= size && b.size <= limit;
+        let fits = |b: &CachedBlock| b.size == size;
         if self.cache.last().is_some_and(fits) {
             return self.cache.pop();
         }
@@ -170,7 +167,9 @@ pub enum FastFree {
     Done,
     /// Cached; the cache's oldest block must go back to the pool's heap.
     Evicted(CachedBlock),
-    /// Not a live block of this slot (or the pool needs its slow path).
+    /// Freed into the cache of a destroyed pool: the pool must release it.
+    DoneInDestroyedPool,
+    /// Not a live block of this slot.
     NotHere,
 }
 
@@ -200,13 +199,13 @@ impl Slot {
 
     /// Frees a live block of this slot into the stream's cache.
     pub fn free_fast(&self, addr: u64) -> FastFree {
-        if !self.pool_alive.load(Ordering::Relaxed) {
-            return FastFree::NotHere;
-        }
         let mut st = self.lock();
         let Some(size) = st.remove_live(addr) else { return FastFree::NotHere };
         st.used -= size as i64;
-        match st.cache_block(CachedBlock { addr, size, tag: self.clock.free_tag() }) {
+        let evicted = st.cache_block(CachedBlock { addr, size, tag: self.clock.free_tag() });
+        drop(st);
+        match evicted {
+            _ if !self.pool_alive.load(Ordering::Acquire) => FastFree::DoneInDestroyedPool,
             Some(evicted) => FastFree::Evicted(evicted),
             None => FastFree::Done,
         }
@@ -293,7 +292,7 @@ mod tests {
         assert!(s.cache_block(CachedBlock { addr: 0x2000, size: 1024, tag: 2 }).is_none());
         assert!(s.cache_block(CachedBlock { addr: 0x3000, size: 4096, tag: 3 }).is_none());
         assert_eq!(s.take_cached(1024).unwrap().addr, 0x2000);
-        assert!(s.take_cached(2048).is_none(), "4096 is more than 1/8 too large for 2048");
+        assert!(s.take_cached(2048).is_none(), "only exact sizes are reused from the cache");
         assert_eq!(s.take_cached(4096).unwrap().addr, 0x3000);
         for i in 0..CACHE_BLOCKS as u64 {
             let evicted = s.cache_block(CachedBlock { addr: 0x10000 + i * 256, size: 256, tag: 9 });

@@ -131,7 +131,6 @@ pub(crate) struct RuntimeInner {
     pub(crate) allocations: AllocationRegistry,
     pub(crate) drop_errors: DropErrors,
     pub(crate) streams: Mutex<HashMap<u64, Weak<crate::stream::StreamInner>>>,
-    pub(crate) next_id: AtomicU64,
     pub(crate) pools: PoolTable,
     /// The clock of each device's legacy null stream.
     pub(crate) null_clocks: Vec<Arc<StreamClock>>,
@@ -283,6 +282,12 @@ pub fn backend_choice_from_env() -> Result<BackendChoice> {
 
 static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
 
+/// Ids of streams (and their clocks), unique in the process.
+fn next_process_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 impl Runtime {
     /// A builder.
     pub fn builder() -> RuntimeBuilder {
@@ -309,10 +314,7 @@ impl Runtime {
     pub fn with_backend(backend: Arc<dyn Backend>) -> Result<Runtime> {
         let devices =
             (0..backend.device_count()).map(|d| backend.device_properties(d)).collect::<Result<Vec<_>>>()?;
-        let next_id = AtomicU64::new(1);
-        let null_clocks = (0..devices.len())
-            .map(|_| Arc::new(StreamClock::new(next_id.fetch_add(1, Ordering::Relaxed))))
-            .collect();
+        let null_clocks = (0..devices.len()).map(|_| Arc::new(StreamClock::new(next_process_id()))).collect();
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 pools: PoolTable::new(devices.len()),
@@ -322,7 +324,6 @@ impl Runtime {
                 allocations: AllocationRegistry::default(),
                 drop_errors: DropErrors::default(),
                 streams: Mutex::new(HashMap::new()),
-                next_id,
                 null_clocks,
             }),
         })
@@ -380,9 +381,9 @@ impl Runtime {
         self.inner.drop_errors.record(what, error);
     }
 
-    /// A fresh id (never reused within this runtime).
+    /// A fresh id, unique in the process (never reused, also across runtimes).
     pub(crate) fn next_id(&self) -> u64 {
-        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+        next_process_id()
     }
 
     // ---- explicit memory --------------------------------------------------------
@@ -404,15 +405,46 @@ impl Runtime {
         if ptr.is_null() {
             return Ok(());
         }
+        if let Some(a) = self.inner.allocations.find(ptr.0) {
+            if let MemoryKind::PoolSegment(pool) = a.kind {
+                return self.free_pool_pointer_synchronously(ptr, pool, a.device);
+            }
+        }
         let a = self
             .inner
             .allocations
             .remove_if(ptr, |a| a.kind == MemoryKind::Device)
             .ok_or_else(|| self.not_freeable(ptr))?;
+        // HIP's rule: hipFree waits for the device first.
+        if let Err(e) = self.device_synchronize(a.device) {
+            self.inner.allocations.insert(a);
+            return Err(e);
+        }
         self.inner.backend.mem_free(a.device, a.base).inspect_err(|_| {
             // The backend refused: the allocation is still live.
             self.inner.allocations.insert(a);
         })
+    }
+
+    /// `hipFree` of a pool pointer: waits for the device, then returns the
+    /// block to its pool as a completed free.
+    fn free_pool_pointer_synchronously(&self, ptr: DevicePtr, pool: u64, device: usize) -> Result<()> {
+        let core =
+            self.inner.pools.get(pool).ok_or_else(|| {
+                Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
+            })?;
+        self.device_synchronize(device)?;
+        let null = crate::pool::core::StreamRef {
+            clock: &self.inner.null_clocks[device],
+            raw: RawStream::null(device),
+            primary: None,
+        };
+        if !core.free(ptr, &null) {
+            return Err(Error::InvalidValue(format!(
+                "{ptr} is not a live allocation of its pool (double free, or an interior pointer)"
+            )));
+        }
+        self.device_synchronize(device)
     }
 
     fn not_freeable(&self, ptr: DevicePtr) -> Error {

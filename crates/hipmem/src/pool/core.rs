@@ -201,6 +201,15 @@ impl PoolCore {
     fn alloc_slow(&self, want: u64, requested: u64, slot: &Arc<Slot>) -> Result<(u64, u64)> {
         let me = slot.stream_id();
         let rt = self.runtime()?;
+        // Once enough of this stream's frees are pending, ask whether the
+        // stream is idle: its completed frees then coalesce with free space.
+        let (pending, reserved) = {
+            let heap = lock(&self.heap);
+            (heap.pending_bytes(me), heap.reserved())
+        };
+        if pending >= (reserved / 16).max(MIN_SEGMENT) {
+            self.promote_if_idle(&rt, slot);
+        }
         // 2-3. Reuse from the heap.
         if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
             return Ok(found);

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub(crate) mod core;
+pub(crate) mod driver_pool;
 pub mod placement;
 pub mod stream_cache;
 pub mod usage;
@@ -25,7 +26,8 @@ use std::sync::{Arc, Mutex, Weak};
 use bytemuck::Pod;
 
 use self::core::PoolCore;
-use crate::backend::DevicePtr;
+use self::driver_pool::DriverPool;
+use crate::backend::{DevicePtr, RawPool};
 use crate::error::{Error, Result};
 use crate::runtime::{Runtime, RuntimeInner};
 use crate::stream::Stream;
@@ -163,25 +165,91 @@ pub struct PoolStats {
     pub used_high: u64,
 }
 
+/// Which kind of pool a handle is.
+#[derive(Clone, Debug)]
+pub(crate) enum PoolRef {
+    /// hipmem's own pool.
+    Hipmem(Arc<PoolCore>),
+    /// The driver's pool.
+    Driver(Arc<DriverPool>),
+}
+
+impl PoolRef {
+    fn id(&self) -> u64 {
+        match self {
+            PoolRef::Hipmem(c) => c.id,
+            PoolRef::Driver(d) => d.id,
+        }
+    }
+
+    fn device(&self) -> usize {
+        match self {
+            PoolRef::Hipmem(c) => c.device,
+            PoolRef::Driver(d) => d.raw.device,
+        }
+    }
+
+    fn is_destroyed(&self) -> bool {
+        match self {
+            PoolRef::Hipmem(c) => c.is_destroyed(),
+            PoolRef::Driver(d) => d.is_destroyed(),
+        }
+    }
+
+    fn same(&self, other: &PoolRef) -> bool {
+        match (self, other) {
+            (PoolRef::Hipmem(a), PoolRef::Hipmem(b)) => Arc::ptr_eq(a, b),
+            (PoolRef::Driver(a), PoolRef::Driver(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Allocates in stream order.
+    pub(crate) fn alloc(&self, size: u64, stream: &Stream) -> Result<DevicePtr> {
+        match self {
+            PoolRef::Hipmem(c) => c.alloc(size, &stream.pool_ref()),
+            PoolRef::Driver(d) => d.alloc(size, stream.raw()),
+        }
+    }
+
+    /// Frees in stream order.
+    fn free(&self, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+        if ptr.is_null() {
+            return Ok(());
+        }
+        match self {
+            PoolRef::Hipmem(core) => {
+                if core.free(ptr, &stream.pool_ref()) {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidValue(format!("{ptr} is not a live allocation of pool {:#x}", core.id)))
+                }
+            }
+            PoolRef::Driver(d) => d.free(ptr, stream.raw()),
+        }
+    }
+}
+
 /// Destroys a created pool when its last handle goes.
 struct PoolOwner {
-    core: Arc<PoolCore>,
+    pool: PoolRef,
     rt: Runtime,
 }
 
 impl Drop for PoolOwner {
     fn drop(&mut self) {
-        self.rt.inner.pools.destroy(&self.rt.inner, &self.core);
+        self.rt.inner.pools.destroy(&self.pool);
     }
 }
 
 /// A memory pool (`hipMemPool_t`). Clones are the same pool. A pool made with
-/// [`MemPool::create`] is destroyed when its last handle is dropped or by
+/// [`MemPool::create`] (hipmem's own) or [`MemPool::create_driver`] (the
+/// driver's, on cuda) is destroyed when its last handle is dropped or by
 /// [`MemPool::destroy`]; allocations still live stay valid and may be freed
-/// later. The default pool is never destroyed.
+/// later. A default pool is never destroyed.
 #[derive(Clone)]
 pub struct MemPool {
-    core: Arc<PoolCore>,
+    pool: PoolRef,
     owner: Option<Arc<PoolOwner>>,
     rt: Runtime,
 }
@@ -189,74 +257,112 @@ pub struct MemPool {
 impl std::fmt::Debug for MemPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemPool")
-            .field("id", &self.core.id)
-            .field("device", &self.core.device)
-            .field("default", &self.core.is_default)
+            .field("id", &self.pool.id())
+            .field("device", &self.pool.device())
+            .field("driver", &self.is_driver_pool())
+            .field("default", &self.is_default())
             .finish()
     }
 }
 
 impl PartialEq for MemPool {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.core, &other.core)
+        self.pool.same(&other.pool)
     }
+}
+
+fn check_props(rt: &Runtime, props: &PoolProps) -> Result<()> {
+    rt.check_device(props.device).map_err(|e| Error::InvalidValue(e.message().to_string()))?;
+    let known = handle_type::POSIX_FILE_DESCRIPTOR | handle_type::WIN32 | handle_type::WIN32_KMT;
+    if props.handle_types & !known != 0 {
+        return Err(Error::InvalidValue(format!("unknown handle type bits {:#x}", props.handle_types)));
+    }
+    if props.handle_types & (handle_type::WIN32 | handle_type::WIN32_KMT) != 0 {
+        return Err(Error::NotSupported("Win32 handle types do not exist on Linux".into()));
+    }
+    Ok(())
 }
 
 impl MemPool {
     /// `hipMemPoolCreate`: a new hipmem pool on `props.device`.
     pub fn create(rt: &Runtime, props: PoolProps) -> Result<MemPool> {
-        rt.check_device(props.device).map_err(|e| Error::InvalidValue(e.message().to_string()))?;
-        let known = handle_type::POSIX_FILE_DESCRIPTOR | handle_type::WIN32 | handle_type::WIN32_KMT;
-        if props.handle_types & !known != 0 {
-            return Err(Error::InvalidValue(format!("unknown handle type bits {:#x}", props.handle_types)));
-        }
-        if props.handle_types & (handle_type::WIN32 | handle_type::WIN32_KMT) != 0 {
-            return Err(Error::NotSupported("Win32 handle types do not exist on Linux".into()));
-        }
+        check_props(rt, &props)?;
         let core = rt.inner.pools.create(&rt.inner, props, false);
-        let owner = Arc::new(PoolOwner { core: Arc::clone(&core), rt: rt.clone() });
-        Ok(MemPool { core, owner: Some(owner), rt: rt.clone() })
+        Ok(MemPool::owned(rt, PoolRef::Hipmem(core)))
     }
 
-    /// `hipMemPoolDestroy`: destroys the pool now. The default pool, or a pool
+    /// A new pool of the driver's own kind (`cuMemPoolCreate`), behind the same
+    /// API; NotSupported on backends without driver pools.
+    pub fn create_driver(rt: &Runtime, props: PoolProps) -> Result<MemPool> {
+        check_props(rt, &props)?;
+        let raw = rt.backend().driver_pool_create(props.device, props.handle_types, props.max_size)?;
+        let pool = rt.inner.pools.add_driver(&rt.inner, raw, props, true);
+        Ok(MemPool::owned(rt, PoolRef::Driver(pool)))
+    }
+
+    /// The driver's default pool of `device` (`cuDeviceGetDefaultMemPool`),
+    /// for code that shares memory with users of the driver's pools.
+    pub fn driver_default(rt: &Runtime, device: usize) -> Result<MemPool> {
+        rt.check_device(device)?;
+        let pool = rt.inner.pools.driver_default(&rt.inner, device)?;
+        Ok(MemPool { pool: PoolRef::Driver(pool), owner: None, rt: rt.clone() })
+    }
+
+    fn owned(rt: &Runtime, pool: PoolRef) -> MemPool {
+        let owner = Arc::new(PoolOwner { pool: pool.clone(), rt: rt.clone() });
+        MemPool { pool, owner: Some(owner), rt: rt.clone() }
+    }
+
+    /// `hipMemPoolDestroy`: destroys the pool now. A default pool, or a pool
     /// destroyed already, is InvalidValue. Live allocations stay valid.
     pub fn destroy(self) -> Result<()> {
-        if self.core.is_default {
-            return Err(Error::InvalidValue("the default memory pool cannot be destroyed".into()));
+        if self.is_default() {
+            return Err(Error::InvalidValue("a default memory pool cannot be destroyed".into()));
         }
-        if self.core.is_destroyed() {
+        if self.pool.is_destroyed() {
             return Err(Error::InvalidValue(format!(
                 "memory pool {:#x} was already destroyed",
-                self.core.id
+                self.pool.id()
             )));
         }
-        self.rt.inner.pools.destroy(&self.rt.inner, &self.core);
+        self.rt.inner.pools.destroy(&self.pool);
         Ok(())
     }
 
     /// A process-unique id.
     pub fn id(&self) -> u64 {
-        self.core.id
+        self.pool.id()
     }
 
     /// The device ordinal.
     pub fn device(&self) -> usize {
-        self.core.device
+        self.pool.device()
     }
 
     /// The properties it was created with.
     pub fn props(&self) -> PoolProps {
-        self.core.props
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.props,
+            PoolRef::Driver(d) => d.props,
+        }
     }
 
     /// Whether this is a device's default pool.
     pub fn is_default(&self) -> bool {
-        self.core.is_default
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.is_default,
+            PoolRef::Driver(d) => !d.owned,
+        }
+    }
+
+    /// Whether this is a pool of the driver's own kind.
+    pub fn is_driver_pool(&self) -> bool {
+        matches!(self.pool, PoolRef::Driver(_))
     }
 
     /// Whether the pool was destroyed.
     pub fn is_destroyed(&self) -> bool {
-        self.core.is_destroyed()
+        self.pool.is_destroyed()
     }
 
     /// `hipMallocFromPoolAsync`: `size` bytes usable by work queued on `stream`
@@ -266,7 +372,7 @@ impl MemPool {
             return Ok(DevicePtr::NULL);
         }
         self.check_stream(stream)?;
-        self.core.alloc(size, &stream.pool_ref())
+        self.pool.alloc(size, stream)
     }
 
     /// Typed memory for `len` elements, freed in `stream`'s order when dropped.
@@ -275,14 +381,14 @@ impl MemPool {
             .checked_mul(std::mem::size_of::<T>() as u64)
             .ok_or_else(|| Error::OutOfMemory(format!("{len} elements overflow the address space")))?;
         let ptr = self.alloc_raw(bytes, stream)?;
-        Ok(PoolBuffer { core: Arc::clone(&self.core), ptr, len, stream: stream.clone(), _t: PhantomData })
+        Ok(PoolBuffer { pool: self.pool.clone(), ptr, len, stream: stream.clone(), _t: PhantomData })
     }
 
     fn check_stream(&self, stream: &Stream) -> Result<()> {
-        if stream.device() != self.core.device {
+        if stream.device() != self.pool.device() {
             return Err(Error::InvalidValue(format!(
                 "the pool is on device {}, the stream on device {}",
-                self.core.device,
+                self.pool.device(),
                 stream.device()
             )));
         }
@@ -292,55 +398,81 @@ impl MemPool {
         Ok(())
     }
 
-    /// `hipMemPoolGetAttribute`.
+    /// `hipMemPoolGetAttribute` (a driver pool's error reads as 0).
     pub fn attribute(&self, attr: PoolAttribute) -> u64 {
-        self.core.get_attribute(attr)
+        self.try_attribute(attr).unwrap_or(0)
+    }
+
+    /// `hipMemPoolGetAttribute`, with the driver's error if it fails.
+    pub fn try_attribute(&self, attr: PoolAttribute) -> Result<u64> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => Ok(c.get_attribute(attr)),
+            PoolRef::Driver(d) => d.get_attribute(attr),
+        }
     }
 
     /// `hipMemPoolSetAttribute`: read-only statistics, or a High statistic set
     /// to anything but 0, are InvalidValue.
     pub fn set_attribute(&self, attr: PoolAttribute, value: u64) -> Result<()> {
-        self.core.set_attribute(attr, value)
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.set_attribute(attr, value),
+            PoolRef::Driver(d) => d.set_attribute(attr, value),
+        }
     }
 
-    /// The four statistics at once.
+    /// The four statistics at once (zeros if a driver pool cannot be read).
     pub fn stats(&self) -> PoolStats {
-        self.core.stats()
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.stats(),
+            PoolRef::Driver(d) => d.stats().unwrap_or_default(),
+        }
     }
 
     /// Sets the release threshold (`u64::MAX` keeps everything).
     pub fn set_release_threshold(&self, bytes: u64) {
-        let _ = self.core.set_attribute(PoolAttribute::ReleaseThreshold, bytes);
+        let _ = self.set_attribute(PoolAttribute::ReleaseThreshold, bytes);
     }
 
     /// `hipMemPoolTrimTo`: releases unused memory down to `keep` reserved bytes,
     /// never memory of live allocations or of frees the device has not completed.
     pub fn trim_to(&self, keep: u64) -> Result<()> {
-        self.core.trim_to(keep)
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.trim_to(keep),
+            PoolRef::Driver(d) => d.trim_to(keep),
+        }
     }
 
     /// `hipMemPoolSetAccess` for one device.
     pub fn set_access(&self, device: usize, flags: AccessFlags) -> Result<()> {
         self.rt.check_device(device)?;
-        self.core.set_access(device, flags)
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.set_access(device, flags),
+            PoolRef::Driver(d) => d.set_access(device, flags),
+        }
     }
 
     /// `hipMemPoolGetAccess`: the pool's device reads ReadWrite, others None until set.
     pub fn access(&self, device: usize) -> Result<AccessFlags> {
         self.rt.check_device(device)?;
-        self.core.access(device)
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.access(device),
+            PoolRef::Driver(d) => d.access(device),
+        }
     }
 
-    /// Checks the placement invariants (for tests and debugging).
+    /// Checks the placement invariants of a hipmem pool (for tests and debugging).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.core.check_invariants()
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.check_invariants(),
+            PoolRef::Driver(_) => Ok(()),
+        }
     }
 }
 
 /// Memory for `len` elements of `T` from a pool, freed in the order of its
 /// stream when dropped. [`PoolBuffer::free_on`] frees it on another stream.
 pub struct PoolBuffer<T: Pod> {
-    core: Arc<PoolCore>,
+    pool: PoolRef,
     ptr: DevicePtr,
     len: usize,
     stream: Stream,
@@ -382,18 +514,7 @@ impl<T: Pod> PoolBuffer<T> {
     /// Frees the buffer in the order of `stream` instead of its own.
     pub fn free_on(mut self, stream: &Stream) -> Result<()> {
         let ptr = std::mem::replace(&mut self.ptr, DevicePtr::NULL);
-        free_block(&self.core, ptr, stream)
-    }
-}
-
-fn free_block(core: &PoolCore, ptr: DevicePtr, stream: &Stream) -> Result<()> {
-    if ptr.is_null() {
-        return Ok(());
-    }
-    if core.free(ptr, &stream.pool_ref()) {
-        Ok(())
-    } else {
-        Err(Error::InvalidValue(format!("{ptr} is not a live allocation of pool {:#x}", core.id)))
+        self.pool.free(ptr, stream)
     }
 }
 
@@ -422,23 +543,32 @@ impl<T: Pod> crate::buffer::DeviceSlice<T> for PoolBuffer<T> {
 
 impl<T: Pod> Drop for PoolBuffer<T> {
     fn drop(&mut self) {
-        if let Err(e) = free_block(&self.core, self.ptr, &self.stream) {
+        if let Err(e) = self.pool.free(self.ptr, &self.stream) {
             self.stream.runtime().record_drop_error("hipFreeAsync of a PoolBuffer", e);
         }
     }
 }
 
 /// A device's current pool and the owner that keeps it alive.
-type CurrentPool = (Arc<PoolCore>, Weak<PoolOwner>);
+type CurrentPool = (PoolRef, Weak<PoolOwner>);
 
 /// The runtime's table of pools: every pool by id, each device's default and
 /// current pool.
 #[derive(Default)]
 pub(crate) struct PoolTable {
     pools: Mutex<HashMap<u64, Arc<PoolCore>>>,
+    drivers: Mutex<HashMap<u64, Arc<DriverPool>>>,
     defaults: Mutex<HashMap<usize, Arc<PoolCore>>>,
+    driver_defaults: Mutex<HashMap<usize, Arc<DriverPool>>>,
     current: Mutex<HashMap<usize, CurrentPool>>,
     current_ids: Vec<AtomicU64>,
+}
+
+/// Ids of pools of both kinds, unique in the process (the thread-local slot
+/// tables key on them).
+fn next_pool_id() -> u64 {
+    static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+    NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 impl PoolTable {
@@ -447,13 +577,38 @@ impl PoolTable {
     }
 
     fn create(&self, rt: &Arc<RuntimeInner>, props: PoolProps, is_default: bool) -> Arc<PoolCore> {
-        // Ids are unique in the process, not only in this runtime: the
-        // thread-local slot tables key on them.
-        static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
-        let id = NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed);
+        let id = next_pool_id();
         let core = Arc::new(PoolCore::new(rt, id, props.device, props, is_default));
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::clone(&core));
         core
+    }
+
+    fn add_driver(
+        &self,
+        rt: &Arc<RuntimeInner>,
+        raw: RawPool,
+        props: PoolProps,
+        owned: bool,
+    ) -> Arc<DriverPool> {
+        let pool = Arc::new(DriverPool::new(rt, next_pool_id(), raw, props, owned));
+        self.drivers.lock().unwrap_or_else(|p| p.into_inner()).insert(pool.id, Arc::clone(&pool));
+        pool
+    }
+
+    fn driver_default(&self, rt: &Arc<RuntimeInner>, device: usize) -> Result<Arc<DriverPool>> {
+        let mut defaults = self.driver_defaults.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = defaults.get(&device) {
+            return Ok(Arc::clone(p));
+        }
+        let raw = rt.backend.driver_pool_default(device)?;
+        let pool = self.add_driver(rt, raw, PoolProps { device, handle_types: 0, max_size: 0 }, false);
+        defaults.insert(device, Arc::clone(&pool));
+        Ok(pool)
+    }
+
+    /// A driver pool by id.
+    pub(crate) fn get_driver(&self, id: u64) -> Option<Arc<DriverPool>> {
+        self.drivers.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
     }
 
     /// The default pool of `device`, created on first use.
@@ -486,19 +641,32 @@ impl PoolTable {
             .collect()
     }
 
-    fn destroy(&self, rt: &Arc<RuntimeInner>, core: &Arc<PoolCore>) {
-        if core.is_default || core.is_destroyed() {
+    fn destroy(&self, pool: &PoolRef) {
+        if pool.is_destroyed() {
             return;
         }
-        core.destroy();
-        stream_cache::forget_pool(core.id);
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if current.get(&core.device).is_some_and(|(c, _)| Arc::ptr_eq(c, core)) {
-            current.remove(&core.device);
-            self.current_ids[core.device].store(0, Ordering::Release);
+        match pool {
+            PoolRef::Hipmem(core) => {
+                if core.is_default {
+                    return;
+                }
+                core.destroy();
+                stream_cache::forget_pool(core.id);
+            }
+            PoolRef::Driver(d) => {
+                if !d.owned {
+                    return;
+                }
+                if let Err(e) = d.destroy() {
+                    tracing::warn!(target: "hipmem", "destroying a driver memory pool failed: {e}");
+                }
+            }
         }
-        drop(current);
-        let _ = rt;
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.get(&pool.device()).is_some_and(|(c, _)| c.same(pool)) {
+            current.remove(&pool.device());
+            self.current_ids[pool.device()].store(0, Ordering::Release);
+        }
     }
 }
 
@@ -507,7 +675,7 @@ impl Runtime {
     pub fn default_mem_pool(&self, device: usize) -> Result<MemPool> {
         self.check_device(device)?;
         let core = self.inner.pools.default_pool(&self.inner, device);
-        Ok(MemPool { core, owner: None, rt: self.clone() })
+        Ok(MemPool { pool: PoolRef::Hipmem(core), owner: None, rt: self.clone() })
     }
 
     /// `hipDeviceGetMemPool`: the pool `hipMallocAsync` uses on `device`.
@@ -515,9 +683,14 @@ impl Runtime {
         self.check_device(device)?;
         let current =
             self.inner.pools.current.lock().unwrap_or_else(|p| p.into_inner()).get(&device).cloned();
-        if let Some((core, owner)) = current {
+        if let Some((pool, owner)) = current {
             if let Some(owner) = owner.upgrade() {
-                return Ok(MemPool { core, owner: Some(owner), rt: self.clone() });
+                return Ok(MemPool { pool, owner: Some(owner), rt: self.clone() });
+            }
+            if let PoolRef::Driver(d) = &pool {
+                if !d.owned {
+                    return Ok(MemPool { pool, owner: None, rt: self.clone() });
+                }
             }
         }
         self.default_mem_pool(device)
@@ -537,13 +710,13 @@ impl Runtime {
             return Err(Error::InvalidValue("the pool was destroyed".into()));
         }
         let mut current = self.inner.pools.current.lock().unwrap_or_else(|p| p.into_inner());
-        if pool.is_default() {
+        if pool.is_default() && !pool.is_driver_pool() {
             current.remove(&device);
             self.inner.pools.current_ids[device].store(0, Ordering::Release);
         } else {
             let owner = pool.owner.as_ref().map(Arc::downgrade).unwrap_or_default();
-            current.insert(device, (Arc::clone(&pool.core), owner));
-            self.inner.pools.current_ids[device].store(pool.core.id, Ordering::Release);
+            current.insert(device, (pool.pool.clone(), owner));
+            self.inner.pools.current_ids[device].store(pool.pool.id(), Ordering::Release);
         }
         Ok(())
     }
@@ -565,15 +738,15 @@ impl Runtime {
         self.check_own_stream(stream)?;
         let device = stream.device();
         let id = self.inner.pools.current_id(device);
-        let core = if id == 0 {
-            self.inner.pools.default_pool(&self.inner, device)
-        } else {
-            match self.inner.pools.get(id) {
-                Some(c) if !c.is_destroyed() => c,
-                _ => self.inner.pools.default_pool(&self.inner, device),
+        if id != 0 {
+            if let Some(c) = self.inner.pools.get(id).filter(|c| !c.is_destroyed()) {
+                return c.alloc(size, &stream.pool_ref());
             }
-        };
-        core.alloc(size, &stream.pool_ref())
+            if let Some(d) = self.inner.pools.get_driver(id).filter(|d| !d.is_destroyed()) {
+                return d.alloc(size, stream.raw());
+            }
+        }
+        self.inner.pools.default_pool(&self.inner, device).alloc(size, &stream.pool_ref())
     }
 
     /// `hipFreeAsync`: frees pool memory in `stream`'s order. A pointer from
@@ -605,9 +778,15 @@ impl Runtime {
                     let core = self.inner.pools.get(id).ok_or_else(|| {
                         Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
                     })?;
-                    free_block(&core, ptr, stream).map_err(|_| {
+                    PoolRef::Hipmem(core).free(ptr, stream).map_err(|_| {
                         Error::InvalidValue(format!("{ptr} is not a live pool allocation (double free?)"))
                     })
+                }
+                crate::runtime::MemoryKind::DriverPool(id) => {
+                    let pool = self.inner.pools.get_driver(id).ok_or_else(|| {
+                        Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
+                    })?;
+                    pool.free(ptr, stream.raw())
                 }
                 _ => self.free(ptr),
             },

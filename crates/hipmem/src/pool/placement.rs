@@ -69,6 +69,7 @@ pub struct Heap {
     segments: BTreeMap<u64, Segment>,
     global_free: BTreeSet<(u64, u64)>,
     pending: HashMap<u64, BTreeSet<(u64, u64)>>,
+    pending_bytes: HashMap<u64, u64>,
     reserved: u64,
     allocated: u64,
     global_free_bytes: u64,
@@ -108,6 +109,11 @@ impl Heap {
     /// The segments.
     pub fn segments(&self) -> impl Iterator<Item = &Segment> {
         self.segments.values()
+    }
+
+    /// Bytes pending on `stream`.
+    pub fn pending_bytes(&self, stream: u64) -> u64 {
+        self.pending_bytes.get(&stream).copied().unwrap_or(0)
     }
 
     /// Streams that have pending free blocks.
@@ -300,6 +306,7 @@ impl Heap {
             }
             Owner::Stream { stream, .. } => {
                 self.pending.entry(stream).or_default().insert((size, addr));
+                *self.pending_bytes.entry(stream).or_default() += size;
             }
         }
     }
@@ -315,6 +322,12 @@ impl Heap {
                     set.remove(&(size, addr));
                     if set.is_empty() {
                         self.pending.remove(&stream);
+                    }
+                }
+                if let Some(b) = self.pending_bytes.get_mut(&stream) {
+                    *b -= size;
+                    if *b == 0 {
+                        self.pending_bytes.remove(&stream);
                     }
                 }
             }

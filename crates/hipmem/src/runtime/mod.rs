@@ -406,8 +406,19 @@ impl Runtime {
             return Ok(());
         }
         if let Some(a) = self.inner.allocations.find(ptr.0) {
-            if let MemoryKind::PoolSegment(pool) = a.kind {
-                return self.free_pool_pointer_synchronously(ptr, pool, a.device);
+            match a.kind {
+                MemoryKind::PoolSegment(pool) => {
+                    return self.free_pool_pointer_synchronously(ptr, pool, a.device);
+                }
+                MemoryKind::DriverPool(pool) if a.base == ptr => {
+                    let driver = self.inner.pools.get_driver(pool).ok_or_else(|| {
+                        Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
+                    })?;
+                    self.device_synchronize(a.device)?;
+                    driver.free(ptr, RawStream::null(a.device))?;
+                    return self.device_synchronize(a.device);
+                }
+                _ => {}
             }
         }
         let a = self
@@ -492,7 +503,9 @@ impl Runtime {
         Ok(match self.inner.allocations.find(ptr) {
             Some(a) => PointerAttributes {
                 memory_type: match a.kind {
-                    MemoryKind::Device | MemoryKind::PoolSegment(_) => MemoryType::Device,
+                    MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_) => {
+                        MemoryType::Device
+                    }
                 },
                 device: a.device as i32,
                 device_pointer: DevicePtr(ptr),

@@ -20,12 +20,14 @@ pub enum MemoryKind {
     Device,
     /// A segment of a memory pool (its id); its blocks are the allocations.
     PoolSegment(u64),
+    /// One allocation from a driver memory pool (its id).
+    DriverPool(u64),
 }
 
 impl MemoryKind {
     /// Whether device work addresses this memory directly.
     pub fn is_device_accessible(&self) -> bool {
-        matches!(self, MemoryKind::Device | MemoryKind::PoolSegment(_))
+        matches!(self, MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_))
     }
 }
 

@@ -565,3 +565,62 @@ fn stream_ordered_calls_reject_a_stream_of_another_runtime() {
     foreign.synchronize().unwrap();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The driver's own pool kind behind the same API: where the backend has
+/// driver pools it allocates, frees, reports and is the current pool like any
+/// pool; where it has none, creating one is NotSupported.
+#[test]
+fn the_driver_pool_kind_works_behind_the_same_api_where_the_backend_has_one() {
+    let rt = private_runtime();
+    let dev = rt.device(0).unwrap();
+    let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
+    let pool = match MemPool::create_driver(&rt, props) {
+        Err(e) => {
+            assert_eq!(e.code(), 801, "no driver pools must be NotSupported: {e}");
+            assert!(MemPool::driver_default(&rt, 0).is_err());
+            return;
+        }
+        Ok(p) => p,
+    };
+    assert!(pool.is_driver_pool() && !pool.is_default());
+    let s = dev.create_stream().unwrap();
+    let buf = pool.alloc::<u32>(1000, &s).unwrap();
+    s.fill(&buf, 7u32).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(buf.read_to_vec().unwrap(), vec![7u32; 1000]);
+    assert!(pool.stats().used_current >= 4000);
+    assert!(pool.stats().reserved_current >= pool.stats().used_current);
+    expect_err(pool.set_attribute(PoolAttribute::ReservedMemCurrent, 0), 1, &["read-only"]);
+    expect_err(pool.set_attribute(PoolAttribute::UsedMemHigh, 5), 1, &["reset"]);
+    pool.set_attribute(PoolAttribute::UsedMemHigh, 0).unwrap();
+    assert_eq!(pool.access(0).unwrap(), AccessFlags::ReadWrite);
+    // Raw pointers: hipFreeAsync finds the pool; a double free is InvalidValue.
+    let p = pool.alloc_raw(4096, &s).unwrap();
+    assert_eq!(rt.pointer_attributes(p.0).unwrap().memory_type, hipmem::MemoryType::Device);
+    rt.free_async(p, &s).unwrap();
+    expect_err(rt.free_async(p, &s), 1, &[]);
+    // As the current pool, hipMallocAsync uses it; hipFree works on its memory.
+    rt.set_mem_pool(0, &pool).unwrap();
+    assert!(rt.mem_pool(0).unwrap() == pool);
+    let q = rt.malloc_async(1 << 20, &s).unwrap();
+    let mut host = vec![3u8; 1 << 20];
+    s.synchronize().unwrap();
+    rt.copy_host_to_device(q, &host).unwrap();
+    host.fill(0);
+    rt.copy_device_to_host(&mut host, q).unwrap();
+    assert!(host.iter().all(|&b| b == 3));
+    rt.free(q).unwrap();
+    drop(buf);
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    // The driver's default pool is a default: it cannot be destroyed.
+    let default = MemPool::driver_default(&rt, 0).unwrap();
+    assert!(default.is_default());
+    expect_err(default.destroy(), 1, &["default"]);
+    pool.clone().destroy().unwrap();
+    expect_err(pool.destroy(), 1, &["already"]);
+    assert!(
+        !rt.mem_pool(0).unwrap().is_driver_pool(),
+        "destroying the current pool makes the default current"
+    );
+}

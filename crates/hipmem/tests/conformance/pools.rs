@@ -10,7 +10,9 @@
 use std::time::{Duration, Instant};
 
 use hipmem::pool::handle_type;
-use hipmem::{AccessFlags, DevicePtr, FillValue, MemPool, PoolAttribute, PoolProps, Runtime, Stream};
+use hipmem::{
+    AccessFlags, DevicePtr, DeviceSlice, FillValue, MemPool, PoolAttribute, PoolProps, Runtime, Stream,
+};
 
 use crate::{expect_err, host_addr, non_blocking, private_runtime};
 

@@ -45,6 +45,7 @@ fn used_memory_counts_at_call_time_in_256_byte_granules() {
     let pool = new_pool(&rt, 0);
     assert_eq!(granules(1000), 1024);
     // The stream is busy: the device gets to none of these calls before the checks.
+    let t0 = std::time::Instant::now();
     s.delay(DELAY, &flag, 1).unwrap();
     let mut live: Vec<(DevicePtr, u64)> = Vec::new();
     let mut expected = 0;
@@ -64,7 +65,7 @@ fn used_memory_counts_at_call_time_in_256_byte_granules() {
         assert_eq!(pool.stats().used_current, expected, "the free of {p} was not counted at once");
         assert_sane(&pool, "after a free");
     }
-    assert!(!s.query().unwrap(), "the delay kernel ended too early for this test");
+    assert_pending!(t0, !s.query().unwrap(), "the delay kernel ended too early for this test");
     assert_eq!(pool.stats().used_current, 0);
     s.synchronize().unwrap();
     assert_eq!(pool.stats().used_current, 0);
@@ -368,11 +369,12 @@ fn trim_never_releases_live_or_pending_memory() {
     let q = pool.alloc_raw(6 * MIB, &s).unwrap();
     let reserved = pool.stats().reserved_current;
     // The frees are queued behind a kernel: not complete yet.
+    let t0 = std::time::Instant::now();
     s.delay(DELAY, &flag, 1).unwrap();
     rt.free_async(p, &s).unwrap();
     rt.free_async(q, &s).unwrap();
     pool.trim_to(0).unwrap();
-    assert!(!s.query().unwrap(), "the delay kernel ended too early for this test");
+    assert_pending!(t0, !s.query().unwrap(), "the delay kernel ended too early for this test");
     let st = pool.stats();
     assert!(
         st.reserved_current >= MIB + 3 * MIB + 6 * MIB,

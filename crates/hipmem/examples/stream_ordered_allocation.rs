@@ -27,7 +27,7 @@ fn main() -> Result<()> {
     let stats = pool.stats();
     println!(
         "100 allocations of {} KiB: reserved {} KiB, used high {} KiB",
-        n * 4 >> 10,
+        (n * 4) >> 10,
         stats.reserved_current >> 10,
         stats.used_high >> 10
     );

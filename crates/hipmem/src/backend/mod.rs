@@ -429,6 +429,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
         stream: RawStream,
     ) -> Result<()>;
 
+    // ---- capabilities in their own traits (each in its own module) -----------------
+    // A feature whose operations only some backends have lives in a trait of
+    // its own; the backend hands it out here (None: not supported).
+    // capability: virtual memory management (issue 4)
+    // capability: page-locked host memory (issue 5)
+    // capability: managed memory (issue 6)
+
     // ---- the driver's own memory pools (optional) ---------------------------------
     // A backend without driver pools keeps these defaults (NotSupported);
     // hipmem's own pool works on every backend.

@@ -443,6 +443,29 @@ impl Driver {
     }
 }
 
+/// The loaded driver library, for tables of optional entry points that
+/// features load on first use (virtual memory, host memory, ...).
+#[allow(dead_code)] // used by the feature tables as they land
+pub(super) fn library() -> Result<&'static Library> {
+    Driver::get()?;
+    match DRIVER.get() {
+        Some(Ok((lib, _))) => Ok(lib),
+        _ => Err(Error::NotInitialized("the CUDA driver is not loaded".into())),
+    }
+}
+
+/// Looks up one entry point of the loaded driver as the function-pointer
+/// type `T`; a missing symbol is NotInitialized naming it.
+///
+/// # Safety
+/// `T` must be the exact `extern "C"` function-pointer type of `symbol`.
+#[allow(dead_code)] // used by the feature tables as they land
+pub(super) unsafe fn symbol<T: Copy>(name: &str) -> Result<T> {
+    let lib = library()?;
+    // SAFETY: the caller guarantees `T` matches the symbol's C signature.
+    unsafe { sym(lib, "libcuda", name) }
+}
+
 /// Opens the first of `names` that loads and resolves every entry point.
 /// The returned `Library` must outlive every use of the returned table.
 pub(super) fn load(names: &[&'static str]) -> std::result::Result<(Library, Driver), Error> {

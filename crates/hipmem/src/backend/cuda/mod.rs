@@ -965,6 +965,10 @@ impl Backend for CudaBackend {
         })
     }
 
+    // capability: virtual memory management (issue 4)
+    // capability: page-locked host memory (issue 5)
+    // capability: managed memory (issue 6)
+
     fn driver_pool_default(&self, device: usize) -> Result<RawPool> {
         let dev = self.bound(device)?;
         let mut pool: driver::CUmemoryPool = std::ptr::null_mut();

@@ -479,6 +479,10 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    // capability: virtual memory management (issue 4)
+    // capability: page-locked host memory (issue 5)
+    // capability: managed memory (issue 6)
+
     fn launch_delay(
         &self,
         duration: Duration,

@@ -112,15 +112,18 @@ impl Stream {
         if raw.is_null() {
             return Ok(rt.device(raw.device)?.null_stream());
         }
-        let streams = rt.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
-        streams
+        // The upgraded handle is dropped (if at all) after the lock is
+        // released: dropping the last one destroys the stream, which takes it.
+        let found = rt
+            .inner
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .get(&raw.handle)
-            .and_then(|w| w.upgrade())
-            .filter(|s| s.raw.device == raw.device)
-            .map(|inner| Stream { inner })
-            .ok_or_else(|| {
-                Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", raw.handle))
-            })
+            .and_then(|w| w.upgrade());
+        found.filter(|s| s.raw.device == raw.device).map(|inner| Stream { inner }).ok_or_else(|| {
+            Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", raw.handle))
+        })
     }
 
     /// The backend handle.

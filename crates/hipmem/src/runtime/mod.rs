@@ -172,12 +172,19 @@ impl RuntimeInner {
     /// Every live stream clock of `device`, the null stream's included.
     pub(crate) fn clocks_of(&self, device: usize) -> Vec<(Arc<StreamClock>, RawStream)> {
         let mut clocks = vec![(Arc::clone(&self.null_clocks[device]), RawStream::null(device))];
-        let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-        for s in streams.values().filter_map(|w| w.upgrade()) {
+        // Upgrade under the lock, but let the upgraded handles go only after
+        // it is released: dropping the last one destroys the stream, and
+        // that takes the same lock.
+        let live: Vec<Arc<crate::stream::StreamInner>> = {
+            let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            streams.values().filter_map(|w| w.upgrade()).collect()
+        };
+        for s in &live {
             if s.raw.device == device {
                 clocks.push((Arc::clone(&s.clock), s.raw));
             }
         }
+        drop(live);
         clocks
     }
 

@@ -88,10 +88,11 @@ fn kernels_on_one_stream_run_in_order() {
     let stream = dev.create_stream_with_flags(non_blocking()).unwrap();
     let flag = zeroed_flag(&dev);
     let buf = dev.alloc_zeroed::<i32>(100).unwrap();
+    let t0 = std::time::Instant::now();
     stream.delay(DELAY, &flag, 1).unwrap();
     stream.fill(&buf, 9).unwrap();
     stream.iota(&buf, 3).unwrap();
-    assert!(!stream.query().unwrap());
+    assert_pending!(t0, !stream.query().unwrap(), "queued work finished at once");
     stream.synchronize().unwrap();
     assert_eq!(buf.to_vec().unwrap(), (0..100).map(|i| i * 3).collect::<Vec<_>>());
     stream.iota(&buf, 3).unwrap();
@@ -106,10 +107,11 @@ fn delay_writes_its_flag_after_the_duration() {
     let stream = dev.create_stream_with_flags(non_blocking()).unwrap();
     let flag = zeroed_flag(&dev);
     let out = zeroed_flag(&dev);
+    let t0 = std::time::Instant::now();
     stream.delay(DELAY, &flag, 0xfeed).unwrap();
     // What the stream copies right behind the kernel is the flag it wrote.
     stream.copy_device_to_device(&flag, &out).unwrap();
-    assert!(!stream.query().unwrap());
+    assert_pending!(t0, !stream.query().unwrap(), "queued work finished at once");
     stream.synchronize().unwrap();
     assert_eq!(read0(&flag), 0xfeed);
     assert_eq!(read0(&out), 0xfeed);

@@ -72,8 +72,13 @@ fn query_is_false_while_work_is_pending_and_synchronize_waits_for_it() {
     for flags in [StreamFlags::default(), non_blocking()] {
         let stream = dev.create_stream_with_flags(flags).unwrap();
         let flag = zeroed_flag(&dev);
+        let t0 = std::time::Instant::now();
         stream.delay(DELAY, &flag, 7).unwrap();
-        assert!(!stream.query().unwrap(), "hipStreamQuery is true right after queuing a delay ({flags:?})");
+        assert_pending!(
+            t0,
+            !stream.query().unwrap(),
+            "hipStreamQuery is true right after queuing a delay ({flags:?})"
+        );
         stream.synchronize().unwrap();
         assert!(stream.query().unwrap(), "hipStreamQuery is false after hipStreamSynchronize");
         assert_eq!(read0(&flag), 7);
@@ -144,11 +149,12 @@ fn wait_event_captures_the_latest_record_at_the_time_of_the_call() {
     event.record(&a).unwrap(); // nothing before it: completes at once
     event.synchronize().unwrap();
     b.wait_event(&event).unwrap();
+    let t0 = std::time::Instant::now();
     a.delay(DELAY, &flag, 1).unwrap();
     event.record(&a).unwrap(); // re-recorded behind a delay
     b.fill(&buf, 4).unwrap();
     b.synchronize().unwrap();
-    assert!(!event.query().unwrap(), "b waited for a record made after its hipStreamWaitEvent");
+    assert_pending!(t0, !event.query().unwrap(), "b waited for a record made after its hipStreamWaitEvent");
     assert_eq!(read0(&buf), 4);
     a.synchronize().unwrap();
 }
@@ -313,11 +319,12 @@ fn a_host_function_runs_after_earlier_device_work() {
     let stream = dev.create_stream().unwrap();
     let flag = zeroed_flag(&dev);
     let ran = Arc::new(Mutex::new(false));
+    let t0 = std::time::Instant::now();
     stream.delay(DELAY, &flag, 7).unwrap();
     let r = Arc::clone(&ran);
     stream.launch_host_func(move || *r.lock().unwrap() = true).unwrap();
     assert!(!*ran.lock().unwrap(), "the host function ran before the kernel queued ahead of it");
-    assert!(!stream.query().unwrap());
+    assert_pending!(t0, !stream.query().unwrap(), "queued work finished at once");
     stream.synchronize().unwrap();
     assert!(*ran.lock().unwrap(), "hipStreamSynchronize returned before the host function ran");
 }
@@ -357,10 +364,11 @@ fn device_one_streams_work_independently() {
     let s1 = dev1.create_stream_with_flags(non_blocking()).unwrap();
     let f0 = zeroed_flag(&dev0);
     let b1 = dev1.alloc_zeroed::<u32>(8).unwrap();
+    let t0 = std::time::Instant::now();
     s0.delay(DELAY, &f0, 1).unwrap();
     s1.fill(&b1, 6).unwrap();
     s1.synchronize().unwrap();
-    assert!(!s0.query().unwrap(), "device 1's stream waited for device 0's stream");
+    assert_pending!(t0, !s0.query().unwrap(), "device 1's stream waited for device 0's stream");
     assert_eq!(b1.to_vec().unwrap(), vec![6; 8]);
     s0.synchronize().unwrap();
     assert_eq!(read0(&f0), 1);

@@ -17,6 +17,7 @@
 
 pub mod cuda;
 pub mod host;
+pub mod host_memory;
 pub mod lend;
 
 use std::fmt;
@@ -434,6 +435,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     // its own; the backend hands it out here (None: not supported).
     // capability: virtual memory management (issue 4)
     // capability: page-locked host memory (issue 5)
+    /// Page-locked host memory (`hipHostMalloc`, `hipHostRegister`, ...).
+    fn page_locked_memory(&self) -> Option<&dyn host_memory::PageLockedMemory> {
+        None
+    }
     // capability: managed memory (issue 6)
 
     // ---- the driver's own memory pools (optional) ---------------------------------

@@ -219,6 +219,20 @@ impl PageLockedBlock {
         self.flags
     }
 
+    /// Frees the block now, returning the backend's error (Drop only logs it).
+    pub fn release(self) -> Result<()> {
+        let this = std::mem::ManuallyDrop::new(self);
+        let result = match this.backend.page_locked_memory() {
+            // SAFETY: the block owns the allocation and is consumed here, so it
+            // is freed once and no view borrowed from it is alive.
+            Some(pl) => unsafe { pl.free(this.memory.host) },
+            None => Ok(()),
+        };
+        // SAFETY: `this` is never used again; its backend handle is dropped once.
+        drop(unsafe { std::ptr::read(&this.backend) });
+        result
+    }
+
     /// The bytes, for reading.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: the block owns `len` bytes of mapped, initialized (zeroed by

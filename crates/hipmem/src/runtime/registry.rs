@@ -22,12 +22,43 @@ pub enum MemoryKind {
     PoolSegment(u64),
     /// One allocation from a driver memory pool (its id).
     DriverPool(u64),
+    /// Page-locked host memory from `hipHostMalloc` (HIP's flag bits).
+    PinnedHost {
+        /// The `hipHostMalloc` flags.
+        flags: u32,
+    },
+    /// Host memory registered with `hipHostRegister` (HIP's flag bits).
+    RegisteredHost {
+        /// The `hipHostRegister` flags.
+        flags: u32,
+    },
 }
 
 impl MemoryKind {
     /// Whether device work addresses this memory directly.
     pub fn is_device_accessible(&self) -> bool {
         matches!(self, MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_))
+    }
+
+    /// Whether this is page-locked host memory (allocated or registered).
+    pub fn is_page_locked(&self) -> bool {
+        matches!(self, MemoryKind::PinnedHost { .. } | MemoryKind::RegisteredHost { .. })
+    }
+
+    /// Whether this is page-locked host memory mapped into the devices'
+    /// address space (its device pointer equals its host address: unified
+    /// addressing).
+    pub fn is_mapped_host(&self) -> bool {
+        match self {
+            MemoryKind::PinnedHost { flags } | MemoryKind::RegisteredHost { flags } => flags & 0x2 != 0,
+            _ => false,
+        }
+    }
+
+    /// Whether device work (kernels, copies by device address) may address it:
+    /// device memory, or mapped page-locked host memory.
+    pub fn is_device_addressable(&self) -> bool {
+        self.is_device_accessible() || self.is_mapped_host()
     }
 }
 
@@ -97,7 +128,7 @@ impl AllocationRegistry {
         let a = self.find(ptr.0).ok_or_else(|| {
             Error::InvalidValue(format!("{what} {ptr} is not inside any live hipmem allocation"))
         })?;
-        if !a.kind.is_device_accessible() {
+        if !a.kind.is_device_addressable() {
             return Err(Error::InvalidValue(format!("{what} {ptr} is not device-accessible memory")));
         }
         let end = ptr.0.checked_add(len).ok_or_else(|| {

@@ -173,7 +173,11 @@ impl std::fmt::Debug for PageLockedBlock {
 
 impl PageLockedBlock {
     /// Allocates `size` (> 0) bytes of page-locked memory from `backend`.
-    pub fn allocate(backend: &Arc<dyn Backend>, size: u64, flags: PageLockedFlags) -> Result<PageLockedBlock> {
+    pub fn allocate(
+        backend: &Arc<dyn Backend>,
+        size: u64,
+        flags: PageLockedFlags,
+    ) -> Result<PageLockedBlock> {
         let pl = backend.page_locked_memory().ok_or_else(|| {
             Error::NotSupported(format!("the {} backend has no page-locked host memory", backend.kind()))
         })?;

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytemuck::Pod;
 
-use super::pool::PoolShared;
 use super::HostMallocFlags;
+use super::pool::PoolShared;
 use crate::backend::host_memory::{PageLockedBlock, RegisterSpan};
 use crate::backend::{DevicePtr, EventFlags, RawStream};
 use crate::buffer::DeviceSlice;
@@ -40,9 +40,10 @@ impl InFlight {
             return e.record(stream);
         }
         // Reuse an event of the same device recorded on a stream now idle.
-        let event = match events.iter().position(|(raw, e)| {
-            raw.device == stream.device() && e.query().unwrap_or(false)
-        }) {
+        let event = match events
+            .iter()
+            .position(|(raw, e)| raw.device == stream.device() && e.query().unwrap_or(false))
+        {
             Some(i) => events.swap_remove(i).1,
             None => Event::create(
                 stream.runtime(),
@@ -283,7 +284,9 @@ impl<T: Pod> PinnedBuffer<T> {
     /// that work, so host access waits for it.
     pub fn mapped<'a>(&'a mut self, stream: &'a Stream) -> Result<MappedSlice<'a, T>> {
         let ptr = self.device_ptr().ok_or_else(|| {
-            Error::InvalidValue("the pinned buffer is not mapped (allocate it with hipHostMallocMapped)".into())
+            Error::InvalidValue(
+                "the pinned buffer is not mapped (allocate it with hipHostMallocMapped)".into(),
+            )
         })?;
         self.tracker.reads.order_before(stream)?;
         self.tracker.writes.order_before(stream)?;
@@ -481,7 +484,12 @@ impl Stream {
         }
         src.tracker().writes.order_before(self)?;
         let bytes = byte_len::<T>(src.len())?;
-        self.runtime().copy_page_locked_to_device_async(dst.device_ptr(), src.host_ptr(), bytes, self.raw())?;
+        self.runtime().copy_page_locked_to_device_async(
+            dst.device_ptr(),
+            src.host_ptr(),
+            bytes,
+            self.raw(),
+        )?;
         src.tracker().reads.record(self)
     }
 
@@ -499,7 +507,12 @@ impl Stream {
         dst.tracker().reads.order_before(self)?;
         dst.tracker().writes.order_before(self)?;
         let bytes = byte_len::<T>(dst.len())?;
-        self.runtime().copy_device_to_page_locked_async(dst.host_ptr(), src.device_ptr(), bytes, self.raw())?;
+        self.runtime().copy_device_to_page_locked_async(
+            dst.host_ptr(),
+            src.device_ptr(),
+            bytes,
+            self.raw(),
+        )?;
         dst.tracker().writes.record(self)
     }
 }

@@ -83,10 +83,7 @@ impl HostMallocFlags {
     pub fn from_bits(bits: u32) -> Result<HostMallocFlags> {
         use host_malloc_flags::*;
         if bits & !ALL != 0 {
-            return Err(Error::InvalidValue(format!(
-                "unknown hipHostMalloc flag bits {:#x}",
-                bits & !ALL
-            )));
+            return Err(Error::InvalidValue(format!("unknown hipHostMalloc flag bits {:#x}", bits & !ALL)));
         }
         if bits & COHERENT != 0 && bits & NON_COHERENT != 0 {
             return Err(Error::InvalidValue(
@@ -201,9 +198,11 @@ impl Runtime {
                     ptr - a.base.0,
                     a.base
                 )),
-                Some(a) if matches!(a.kind, MemoryKind::RegisteredHost { .. }) => Error::InvalidValue(format!(
-                    "hipHostFree: {ptr:#x} is registered host memory (use hipHostUnregister), not allocated"
-                )),
+                Some(a) if matches!(a.kind, MemoryKind::RegisteredHost { .. }) => {
+                    Error::InvalidValue(format!(
+                        "hipHostFree: {ptr:#x} is registered host memory (use hipHostUnregister), not allocated"
+                    ))
+                }
                 Some(a) if matches!(a.kind, MemoryKind::PinnedHost { .. }) => Error::InvalidValue(format!(
                     "hipHostFree: {ptr:#x} is owned by a PinnedBuffer or a pinned pool, not freed by hipHostFree"
                 )),
@@ -231,9 +230,12 @@ impl Runtime {
             .checked_add(span.len())
             .ok_or_else(|| Error::InvalidValue("hipHostRegister: the range overflows".into()))?;
         let pl = self.page_locked_backend()?;
-        if let Some(a) = self.inner.allocations.find(span.addr()).or_else(|| {
-            self.inner.allocations.find(end - 1).filter(|a| a.base.0 >= span.addr())
-        }) {
+        if let Some(a) = self
+            .inner
+            .allocations
+            .find(span.addr())
+            .or_else(|| self.inner.allocations.find(end - 1).filter(|a| a.base.0 >= span.addr()))
+        {
             return Err(Error::InvalidValue(format!(
                 "hipHostRegister: {} bytes at {:#x} overlap {:?} memory at {} (already registered?)",
                 span.len(),
@@ -264,7 +266,9 @@ impl Runtime {
             .allocations
             .remove_if(DevicePtr(ptr), |a| matches!(a.kind, MemoryKind::RegisteredHost { .. }))
             .ok_or_else(|| {
-                Error::InvalidValue(format!("hipHostUnregister: {ptr:#x} is not the start of a registered range"))
+                Error::InvalidValue(format!(
+                    "hipHostUnregister: {ptr:#x} is not the start of a registered range"
+                ))
             })?;
         pl.unregister(ptr).inspect_err(|_| self.inner.allocations.insert(a))
     }
@@ -273,7 +277,9 @@ impl Runtime {
     /// memory. Null, flags other than 0, unknown or unmapped memory are InvalidValue.
     pub fn host_get_device_pointer(&self, host: u64, flags: u32) -> Result<DevicePtr> {
         if flags != 0 {
-            return Err(Error::InvalidValue(format!("hipHostGetDevicePointer: flags must be 0, not {flags}")));
+            return Err(Error::InvalidValue(format!(
+                "hipHostGetDevicePointer: flags must be 0, not {flags}"
+            )));
         }
         if host == 0 {
             return Err(Error::InvalidValue("hipHostGetDevicePointer of a null pointer".into()));
@@ -290,8 +296,14 @@ impl Runtime {
     }
 
     /// `hipHostGetDevicePointer` with its out-pointer: null is InvalidValue.
-    pub fn host_get_device_pointer_into(&self, out: Option<&mut DevicePtr>, host: u64, flags: u32) -> Result<()> {
-        let out = out.ok_or_else(|| Error::InvalidValue("hipHostGetDevicePointer: null out-pointer".into()))?;
+    pub fn host_get_device_pointer_into(
+        &self,
+        out: Option<&mut DevicePtr>,
+        host: u64,
+        flags: u32,
+    ) -> Result<()> {
+        let out =
+            out.ok_or_else(|| Error::InvalidValue("hipHostGetDevicePointer: null out-pointer".into()))?;
         *out = self.host_get_device_pointer(host, flags)?;
         Ok(())
     }

@@ -35,11 +35,7 @@ pub const DEFAULT_LIMIT: u64 = 1 << 30;
 /// Size classes: powers of two from 4 KiB to 2 MiB, then multiples of 2 MiB.
 pub fn size_class(bytes: u64) -> u64 {
     const SMALL: u64 = 2 << 20;
-    if bytes <= SMALL {
-        bytes.max(4096).next_power_of_two()
-    } else {
-        bytes.div_ceil(SMALL) * SMALL
-    }
+    if bytes <= SMALL { bytes.max(4096).next_power_of_two() } else { bytes.div_ceil(SMALL) * SMALL }
 }
 
 /// Statistics of a [`PinnedPool`].
@@ -248,7 +244,14 @@ impl PinnedPool {
             Err(e) => return Err(e),
         };
         self.shared.lock().stats.in_use_bytes += class;
-        Ok(PinnedBuffer::assemble(rt, Some(block), len, self.shared.flags, Some(Arc::clone(&self.shared)), Vec::new()))
+        Ok(PinnedBuffer::assemble(
+            rt,
+            Some(block),
+            len,
+            self.shared.flags,
+            Some(Arc::clone(&self.shared)),
+            Vec::new(),
+        ))
     }
 
     /// The statistics.

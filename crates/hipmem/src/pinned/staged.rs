@@ -182,11 +182,7 @@ fn run_pipeline(
     // Split every slot, and (from the device) every chunk of the
     // destination, into one part per thread.
     let mut workers: Vec<Worker<'_>> = (0..plan.threads)
-        .map(|index| Worker {
-            index,
-            slots: (0..plan.ring).map(|_| None).collect(),
-            dst_parts: Vec::new(),
-        })
+        .map(|index| Worker { index, slots: (0..plan.ring).map(|_| None).collect(), dst_parts: Vec::new() })
         .collect();
     for (s, buffer) in ring.iter_mut().enumerate() {
         let bytes = buffer.as_mut_slice()?;

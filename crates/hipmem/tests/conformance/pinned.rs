@@ -4,8 +4,8 @@
 //! pinned pool's reuse rule under copies in flight, and staged pageable
 //! copies.
 
-use hipmem::pinned::{host_malloc_flags as hm, host_register_flags as hr};
 use hipmem::backend::host_memory::RegisterSpan;
+use hipmem::pinned::{host_malloc_flags as hm, host_register_flags as hr};
 use hipmem::{MemoryType, PinnedBuffer, PinnedPool};
 
 use crate::{DELAY, device, expect_err, private_runtime, runtime, zeroed_flag};

@@ -115,7 +115,9 @@ impl CudaBackend {
         match t.get(&addr) {
             Some(e) if e.owner == owner && e.registered == registered => {}
             _ => {
-                return Err(Error::InvalidValue(format!("{addr:#x} is not the start of {what} of this backend")));
+                return Err(Error::InvalidValue(format!(
+                    "{addr:#x} is not the start of {what} of this backend"
+                )));
             }
         }
         Ok(t.remove(&addr).expect("checked above"))
@@ -240,7 +242,9 @@ impl PageLockedMemory for CudaBackend {
             let t = ranges();
             let entry = containing(&t, self.owner_id(), host, 1).map_err(Error::InvalidValue)?;
             if !entry.mapped {
-                return Err(Error::InvalidValue(format!("{host:#x} is page-locked memory that is not mapped")));
+                return Err(Error::InvalidValue(format!(
+                    "{host:#x} is page-locked memory that is not mapped"
+                )));
             }
         }
         self.bound(0)?;

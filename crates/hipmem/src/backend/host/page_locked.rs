@@ -96,7 +96,12 @@ impl HostBackend {
 
     /// Removes the entry at exactly `addr` if `accept` agrees, then (with no
     /// new work able to name it) its region, then drains the devices.
-    fn remove_page_locked(&self, addr: u64, accept: impl FnOnce(&Entry) -> bool, what: &str) -> Result<Entry> {
+    fn remove_page_locked(
+        &self,
+        addr: u64,
+        accept: impl FnOnce(&Entry) -> bool,
+        what: &str,
+    ) -> Result<Entry> {
         let owner = self.owner_id();
         let entry = {
             let mut t = table();
@@ -105,7 +110,9 @@ impl HostBackend {
                 _ => None,
             }
         }
-        .ok_or_else(|| Error::InvalidValue(format!("{addr:#x} is not the start of {what} of this backend")))?;
+        .ok_or_else(|| {
+            Error::InvalidValue(format!("{addr:#x} is not the start of {what} of this backend"))
+        })?;
         if entry.mapped {
             self.regions.remove_if(addr, |r| r.kind == RegionKind::PageLocked);
         }
@@ -163,10 +170,7 @@ impl PageLockedMemory for HostBackend {
             .ok_or_else(|| Error::InvalidValue(format!("{addr:#x} + {len} bytes overflows")))?;
         let owner = self.owner_id();
         let mut t = table();
-        let overlaps = t
-            .range(..end)
-            .next_back()
-            .is_some_and(|(&base, e)| base + e.len.max(1) > addr);
+        let overlaps = t.range(..end).next_back().is_some_and(|(&base, e)| base + e.len.max(1) > addr);
         if overlaps {
             return Err(Error::InvalidValue(format!(
                 "{len} bytes at {addr:#x} overlap memory that is already page-locked"
@@ -181,8 +185,11 @@ impl PageLockedMemory for HostBackend {
     }
 
     fn unregister(&self, addr: u64) -> Result<()> {
-        let entry =
-            self.remove_page_locked(addr, |e| matches!(e.backing, Backing::Registered), "a registered range")?;
+        let entry = self.remove_page_locked(
+            addr,
+            |e| matches!(e.backing, Backing::Registered),
+            "a registered range",
+        )?;
         if entry.locked {
             munlock(addr, entry.len);
         }

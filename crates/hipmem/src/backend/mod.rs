@@ -19,6 +19,7 @@ pub mod cuda;
 pub mod host;
 pub mod host_memory;
 pub mod lend;
+pub mod parallel_memcpy;
 
 use std::fmt;
 use std::sync::Arc;

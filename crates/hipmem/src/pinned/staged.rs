@@ -10,9 +10,8 @@
 //! (the CPU emulation, where staging only adds a copy), the driver's own
 //! pageable copy is used, so hipmem is never slower than it.
 
-use std::sync::mpsc;
-
 use super::PinnedBuffer;
+use crate::backend::parallel_memcpy::copy_parallel;
 use crate::backend::{BackendKind, DevicePtr, EventFlags};
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -25,10 +24,8 @@ pub const STAGED_MIN_BYTES: usize = 4 << 20;
 pub const STAGING_CHUNK: usize = 8 << 20;
 /// Staging buffers in the ring.
 pub const STAGING_RING: usize = 4;
-/// The most host threads that copy one chunk.
+/// The most host threads that copy one chunk (see `backend::parallel_memcpy`).
 pub const STAGING_THREADS: usize = 8;
-/// Each thread copies at least this many bytes of a chunk.
-const MIN_BYTES_PER_THREAD: usize = 1 << 20;
 
 /// Which way a staged copy goes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -43,9 +40,6 @@ struct Plan {
     chunk: usize,
     chunks: usize,
     ring: usize,
-    threads: usize,
-    /// Bytes of a chunk per thread (a multiple of 4 KiB).
-    part: usize,
 }
 
 impl Plan {
@@ -53,11 +47,7 @@ impl Plan {
         let chunk = chunk.min(len).max(1);
         let chunks = len.div_ceil(chunk);
         let ring = STAGING_RING.min(chunks).max(1);
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let threads = cores.min(STAGING_THREADS).min(chunk.div_ceil(MIN_BYTES_PER_THREAD)).max(1);
-        let part = chunk.div_ceil(threads).next_multiple_of(4096).min(chunk);
-        let threads = chunk.div_ceil(part);
-        Plan { len, chunk, chunks, ring, threads, part }
+        Plan { len, chunk, chunks, ring }
     }
 
     /// Offset and length of chunk `c`.
@@ -128,42 +118,6 @@ impl Runtime {
     }
 }
 
-/// One message to a copy thread: copy your part of chunk `.0` through slot `.1`.
-type Job = (usize, usize);
-
-/// The host-side work of one thread: its part of every staging slot, and
-/// (from the device) its part of every chunk of the destination.
-struct Worker<'a> {
-    index: usize,
-    slots: Vec<Option<&'a mut [u8]>>,
-    dst_parts: Vec<Option<&'a mut [u8]>>,
-}
-
-impl Worker<'_> {
-    fn run(&mut self, plan: &Plan, way: Way, src: Option<&[u8]>, (c, s): Job) {
-        let (off, len) = plan.chunk_range(c);
-        let start = self.index * plan.part;
-        if start >= len {
-            return;
-        }
-        let end = (start + plan.part).min(len);
-        let n = end - start;
-        let Some(slot) = self.slots[s].as_deref_mut() else { return };
-        match way {
-            Way::ToDevice => {
-                if let Some(src) = src {
-                    slot[..n].copy_from_slice(&src[off + start..off + end]);
-                }
-            }
-            Way::FromDevice => {
-                if let Some(dst) = self.dst_parts[c].as_deref_mut() {
-                    dst[..n].copy_from_slice(&slot[..n]);
-                }
-            }
-        }
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn run_pipeline(
     rt: &Runtime,
@@ -173,34 +127,12 @@ fn run_pipeline(
     way: Way,
     device: DevicePtr,
     src: Option<&[u8]>,
-    dst: Option<&mut [u8]>,
+    mut dst: Option<&mut [u8]>,
 ) -> Result<()> {
     let flags = EventFlags { disable_timing: true, ..Default::default() };
     let events: Vec<Event> =
         (0..plan.ring).map(|_| Event::create(rt, stream.device(), flags)).collect::<Result<_>>()?;
     let addrs: Vec<u64> = ring.iter().map(|b| b.host_ptr()).collect();
-    // Split every slot, and (from the device) every chunk of the
-    // destination, into one part per thread.
-    let mut workers: Vec<Worker<'_>> = (0..plan.threads)
-        .map(|index| Worker { index, slots: (0..plan.ring).map(|_| None).collect(), dst_parts: Vec::new() })
-        .collect();
-    for (s, buffer) in ring.iter_mut().enumerate() {
-        let bytes = buffer.as_mut_slice()?;
-        let n = plan.chunk.min(bytes.len());
-        for (k, part) in bytes[..n].chunks_mut(plan.part).enumerate() {
-            workers[k].slots[s] = Some(part);
-        }
-    }
-    if let Some(dst) = dst {
-        for w in workers.iter_mut() {
-            w.dst_parts = (0..plan.chunks).map(|_| None).collect();
-        }
-        for (c, chunk) in dst.chunks_mut(plan.chunk).enumerate() {
-            for (k, part) in chunk.chunks_mut(plan.part).enumerate() {
-                workers[k].dst_parts[c] = Some(part);
-            }
-        }
-    }
     let raw = stream.raw();
     let enqueue = |c: usize| -> Result<()> {
         let s = c % plan.ring;
@@ -212,34 +144,22 @@ fn run_pipeline(
         }
         events[s].record(stream)
     };
-    let mut own = workers.remove(0);
-    let result = std::thread::scope(|scope| -> Result<()> {
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let mut job_txs = Vec::new();
-        for mut w in workers {
-            let (tx, rx) = mpsc::channel::<Job>();
-            job_txs.push(tx);
-            let done = done_tx.clone();
-            scope.spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    w.run(plan, way, src, job);
-                    if done.send(()).is_err() {
-                        break;
-                    }
-                }
-            });
+    // The host side of chunk `c`, on several threads.
+    let mut host_copy = |c: usize| -> Result<()> {
+        let slot = &mut ring[c % plan.ring];
+        let (off, len) = plan.chunk_range(c);
+        match (way, src, dst.as_deref_mut()) {
+            (Way::ToDevice, Some(src), _) => {
+                copy_parallel(&mut slot.as_mut_slice()?[..len], &src[off..off + len])
+            }
+            (Way::FromDevice, _, Some(dst)) => {
+                copy_parallel(&mut dst[off..off + len], &slot.as_slice()?[..len])
+            }
+            _ => return Err(Error::InvalidValue("staged copy without its host side".into())),
         }
-        let mut copy_chunk = |c: usize| -> Result<()> {
-            let job = (c, c % plan.ring);
-            for tx in &job_txs {
-                tx.send(job).map_err(|_| Error::Unknown("a staging copy thread stopped".into()))?;
-            }
-            own.run(plan, way, src, job);
-            for _ in &job_txs {
-                done_rx.recv().map_err(|_| Error::Unknown("a staging copy thread stopped".into()))?;
-            }
-            Ok(())
-        };
+        Ok(())
+    };
+    let result = (|| -> Result<()> {
         match way {
             Way::ToDevice => {
                 for c in 0..plan.chunks {
@@ -247,7 +167,7 @@ fn run_pipeline(
                         // The DMA that last used this slot must be done.
                         events[c % plan.ring].synchronize()?;
                     }
-                    copy_chunk(c)?;
+                    host_copy(c)?;
                     enqueue(c)?;
                 }
             }
@@ -257,7 +177,7 @@ fn run_pipeline(
                 }
                 for c in 0..plan.chunks {
                     events[c % plan.ring].synchronize()?;
-                    copy_chunk(c)?;
+                    host_copy(c)?;
                     if c + plan.ring < plan.chunks {
                         enqueue(c + plan.ring)?;
                     }
@@ -265,7 +185,7 @@ fn run_pipeline(
             }
         }
         Ok(())
-    });
+    })();
     // Whatever happened, no DMA may still use a staging buffer when the ring
     // goes back to the pool.
     let mut waited = Ok(());
@@ -282,15 +202,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plans_split_chunks_into_page_multiple_parts() {
+    fn plans_cover_the_copy_in_chunks() {
         let p = Plan::new(100 << 20, 8 << 20);
         assert_eq!(p.chunks, 13);
         assert_eq!(p.ring, STAGING_RING);
-        assert!(p.threads >= 1 && p.threads <= STAGING_THREADS);
-        assert_eq!(p.part % 4096, 0);
-        assert!(p.part * p.threads >= p.chunk);
         assert_eq!(p.chunk_range(12), (12 * (8 << 20), (100 << 20) - 12 * (8 << 20)));
         let small = Plan::new(10, 8 << 20);
-        assert_eq!((small.chunk, small.chunks, small.ring, small.threads), (10, 1, 1, 1));
+        assert_eq!((small.chunk, small.chunks, small.ring), (10, 1, 1));
     }
 }

@@ -382,6 +382,9 @@ impl<T: Pod> HostRegistration<T> {
     /// Registers `data` with HIP's `hipHostRegister` flags. An empty vector is
     /// InvalidValue (there is nothing to register).
     pub fn new(rt: &Runtime, data: Vec<T>, flags: u32) -> Result<HostRegistration<T>> {
+        if std::mem::size_of::<T>() == 0 {
+            return Err(Error::InvalidValue("cannot register zero-sized elements".into()));
+        }
         let mut data = data.into_boxed_slice();
         let span = RegisterSpan::of_owned(bytemuck::cast_slice_mut(&mut data));
         rt.host_register(span, flags)?;

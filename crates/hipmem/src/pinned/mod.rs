@@ -230,12 +230,7 @@ impl Runtime {
             .checked_add(span.len())
             .ok_or_else(|| Error::InvalidValue("hipHostRegister: the range overflows".into()))?;
         let pl = self.page_locked_backend()?;
-        if let Some(a) = self
-            .inner
-            .allocations
-            .find(span.addr())
-            .or_else(|| self.inner.allocations.find(end - 1).filter(|a| a.base.0 >= span.addr()))
-        {
+        if let Some(a) = self.inner.allocations.overlapping(span.addr(), end) {
             return Err(Error::InvalidValue(format!(
                 "hipHostRegister: {} bytes at {:#x} overlap {:?} memory at {} (already registered?)",
                 span.len(),

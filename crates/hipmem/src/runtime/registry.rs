@@ -114,6 +114,12 @@ impl AllocationRegistry {
         map.range(..=addr).next_back().map(|(_, a)| *a).filter(|a| a.contains(addr))
     }
 
+    /// An allocation that overlaps `[start, end)`, if any.
+    pub fn overlapping(&self, start: u64, end: u64) -> Option<Allocation> {
+        let map = self.map.read().unwrap_or_else(|p| p.into_inner());
+        map.range(..end).next_back().map(|(_, a)| *a).filter(|a| a.end().max(a.base.0 + 1) > start)
+    }
+
     /// The allocation that starts exactly at `base`, if any.
     pub fn get(&self, base: DevicePtr) -> Option<Allocation> {
         self.map.read().unwrap_or_else(|p| p.into_inner()).get(&base.0).copied()
@@ -195,5 +201,16 @@ mod tests {
         assert!(r.remove_if(DevicePtr(0x1000), |_| true).is_some());
         assert!(r.remove_if(DevicePtr(0x1000), |_| true).is_none());
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn overlap_queries_see_every_intersection() {
+        let r = AllocationRegistry::default();
+        r.insert(alloc(0x2000, 0x100));
+        assert!(r.overlapping(0x1000, 0x2000).is_none());
+        assert!(r.overlapping(0x1000, 0x2001).is_some());
+        assert!(r.overlapping(0x1000, 0x3000).is_some(), "an allocation strictly inside");
+        assert!(r.overlapping(0x20ff, 0x3000).is_some());
+        assert!(r.overlapping(0x2100, 0x3000).is_none());
     }
 }

@@ -8,6 +8,10 @@ use hipmem::backend::host_memory::RegisterSpan;
 use hipmem::pinned::{host_malloc_flags as hm, host_register_flags as hr};
 use hipmem::{MemoryType, PinnedBuffer, PinnedPool};
 
+/// Registered vectors are this large so that each is its own mapping: the
+/// driver page-locks whole pages, and two registrations may not share one.
+const REG_BYTES: usize = 256 << 10;
+
 use crate::{DELAY, device, expect_err, private_runtime, runtime, zeroed_flag};
 
 #[test]
@@ -73,7 +77,7 @@ fn host_free_rules() {
     expect_err(rt.host_free(d.0), 1, &[]);
     rt.free(d).unwrap();
     // Registered, not allocated.
-    let reg = hipmem::HostRegistration::new(&rt, vec![0u8; 8192], hr::DEFAULT).unwrap();
+    let reg = hipmem::HostRegistration::new(&rt, vec![0u8; REG_BYTES], hr::DEFAULT).unwrap();
     expect_err(rt.host_free(reg.host_ptr()), 1, &["registered"]);
     drop(reg);
     // Owned by a PinnedBuffer.
@@ -86,7 +90,8 @@ fn host_free_rules() {
 #[test]
 fn register_and_unregister_rules() {
     let rt = private_runtime();
-    let reg = hipmem::HostRegistration::new(&rt, vec![7u32; 4096], hr::MAPPED | hr::PORTABLE).unwrap();
+    let reg =
+        hipmem::HostRegistration::new(&rt, vec![7u32; REG_BYTES / 4], hr::MAPPED | hr::PORTABLE).unwrap();
     let attrs = rt.pointer_attributes(reg.host_ptr() + 8).unwrap();
     assert_eq!(attrs.memory_type, MemoryType::Host);
     assert_eq!(attrs.host_pointer, Some(reg.host_ptr() + 8));
@@ -96,7 +101,7 @@ fn register_and_unregister_rules() {
     // SAFETY: `reg` owns the memory for the whole test, and the calls fail.
     let span = unsafe { RegisterSpan::new(reg.host_ptr() as *mut u8, 64) };
     expect_err(rt.host_register(span, 0), 1, &["overlap"]);
-    let mut around = vec![0u8; 3 * 4096];
+    let mut around = vec![0u8; REG_BYTES];
     let base = around.as_mut_ptr();
     // SAFETY: `around` outlives the registration, which is undone below.
     let middle = unsafe { RegisterSpan::new(base.wrapping_add(4096), 4096) };
@@ -124,7 +129,7 @@ fn register_and_unregister_rules() {
     expect_err(rt.host_unregister(p), 1, &["registered"]);
     rt.host_free(p).unwrap();
     let v = reg.into_inner().unwrap();
-    assert_eq!(v, vec![7u32; 4096]);
+    assert_eq!(v, vec![7u32; REG_BYTES / 4]);
     // Unregistered now: its address is unknown memory again.
     assert_eq!(rt.pointer_attributes(v.as_ptr() as u64).unwrap().memory_type, MemoryType::Unregistered);
 }
@@ -202,10 +207,11 @@ fn async_copies_with_registered_memory() {
     let rt = runtime();
     let dev = device(0);
     let stream = dev.create_stream().unwrap();
-    let reg = hipmem::HostRegistration::new(rt, (0..5000u32).collect::<Vec<_>>(), hr::DEFAULT).unwrap();
-    let dst = dev.alloc_zeroed::<u32>(5000).unwrap();
+    let n = REG_BYTES / 4;
+    let reg = hipmem::HostRegistration::new(rt, (0..n as u32).collect::<Vec<_>>(), hr::DEFAULT).unwrap();
+    let dst = dev.alloc_zeroed::<u32>(n).unwrap();
     stream.copy_to_device_from_pinned(&reg, &dst).unwrap();
-    let mut back = hipmem::HostRegistration::new(rt, vec![0u32; 5000], hr::DEFAULT).unwrap();
+    let mut back = hipmem::HostRegistration::new(rt, vec![0u32; n], hr::DEFAULT).unwrap();
     stream.copy_to_pinned_from_device(&dst, &mut back).unwrap();
     assert_eq!(back.as_slice().unwrap(), reg.as_slice().unwrap());
     // Lengths must match.

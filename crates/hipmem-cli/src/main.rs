@@ -55,6 +55,15 @@ enum BenchCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// Host-device copies: driver pageable, hipmem staged, page-locked; pinned allocation, direct and pooled.
+    Copy {
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// A short run (up to 16 MiB; smoke test).
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn open_runtime(backend: Option<&str>) -> hipmem::Result<Runtime> {
@@ -78,6 +87,10 @@ fn main() -> ExitCode {
         Command::Bench { which: BenchCommand::Alloc { json, quick } } => {
             let scale = if quick { bench::alloc::Scale::quick() } else { bench::alloc::Scale::full() };
             bench::alloc::run(&rt, scale)?.print(json)
+        }
+        Command::Bench { which: BenchCommand::Copy { json, quick } } => {
+            let scale = if quick { bench::copy::Scale::quick() } else { bench::copy::Scale::full() };
+            bench::copy::run(&rt, scale)?.print(json)
         }
     });
     match result {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use hipmem::{Device, DeviceSlice, Error, Result, Runtime};
+use hipmem::{Device, DeviceSlice, Error, PinnedBuffer, Result, Runtime};
 
 use crate::report::{bytes, duration};
 
@@ -47,6 +47,7 @@ pub fn run(rt: &Runtime, elements: usize) -> Result<()> {
     device.synchronize()?;
     drop(warm);
     explicit_memory(&mut tour, &device, elements)?;
+    pinned_memory(&mut tour, rt, &device, elements)?;
     stream_ordered_allocation(&mut tour, &device, elements)?;
     println!();
     println!("tour complete: every result verified");
@@ -99,6 +100,90 @@ fn explicit_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
         drop(d_a);
         drop(a);
         Ok(((), format!("freed {ptr}")))
+    })?;
+    Ok(())
+}
+
+/// Seed 000 section 2, "Efficient memory transfers with pinned host memory":
+/// hipHostMalloc, an asynchronous copy that overlaps host work, pageable
+/// against page-locked bandwidth, hipHostFree.
+fn pinned_memory(tour: &mut Tour, rt: &Runtime, device: &Device, n: usize) -> Result<()> {
+    tour.section("Efficient memory transfers with pinned host memory", "seed 000, section 2");
+    let size = n * std::mem::size_of::<i32>();
+    let mut h_a = tour.step("hipHostMalloc((void**)&h_A, N*sizeof(int))", || {
+        let b = PinnedBuffer::<i32>::new(rt, n, 0)?;
+        let detail = if b.is_page_locked() {
+            format!("h_A = {:#x}, page-locked", b.host_ptr())
+        } else {
+            format!("h_A = {:#x}, not locked (RLIMIT_MEMLOCK)", b.host_ptr())
+        };
+        Ok((b, detail))
+    })?;
+    tour.step("for (i...) h_A[i] = i", || {
+        for (i, x) in h_a.as_mut_slice()?.iter_mut().enumerate() {
+            *x = i as i32;
+        }
+        Ok(((), format!("{} written", bytes(size as u64))))
+    })?;
+    let d_a = device.alloc::<i32>(n)?;
+    let flag = device.alloc_zeroed::<u32>(1)?;
+    let stream = device.create_stream()?;
+    let delay = Duration::from_millis(100);
+    let started = Instant::now();
+    tour.step("kernel<<<..., stream>>>(); hipMemcpyAsync(d_A, h_A, ..., stream)", || {
+        stream.delay(delay, &flag, 1)?;
+        let t = Instant::now();
+        stream.copy_to_device_from_pinned(&h_a, &d_a)?;
+        let call = t.elapsed();
+        let pending = !h_a.is_idle()?;
+        let detail = if pending {
+            format!("returned in {}, copy still queued", duration(call))
+        } else {
+            format!("returned in {} (already done)", duration(call))
+        };
+        Ok(((), detail))
+    })?;
+    tour.step("// host work while the copy is in flight", || {
+        let sum: i64 = (0..n as i64).map(|i| i * 3 % 7).sum();
+        let state = if stream.query()? { "copy finished" } else { "copy still pending" };
+        Ok(((), format!("sum {sum}; {state}")))
+    })?;
+    tour.step("hipStreamSynchronize(stream)", || {
+        stream.synchronize()?;
+        let total = started.elapsed();
+        Ok(((), format!("{} in all (delay {})", duration(total), duration(delay))))
+    })?;
+    tour.step("// verify d_A", || {
+        let v = d_a.to_vec()?;
+        match v.iter().enumerate().find(|&(i, &x)| x != i as i32) {
+            None => Ok(((), format!("d_A[i] == i for all {n}"))),
+            Some((i, x)) => Err(Error::Unknown(format!("d_A[{i}] = {x}, expected {i}"))),
+        }
+    })?;
+    let pageable: Vec<i32> = (0..n as i32).collect();
+    let pageable_time = tour.step("hipMemcpy(d_A, A /* malloc'ed */, ...)", || {
+        rt.copy_host_to_device(d_a.device_ptr(), hipmem::bytemuck::cast_slice(&pageable))?;
+        let t = Instant::now();
+        rt.copy_host_to_device(d_a.device_ptr(), hipmem::bytemuck::cast_slice(&pageable))?;
+        let took = t.elapsed();
+        Ok((took, rate(size, took)))
+    })?;
+    let pinned_time = tour.step("hipMemcpyAsync(d_A, h_A /* page-locked */, ...); sync", || {
+        let t = Instant::now();
+        stream.copy_to_device_from_pinned(&h_a, &d_a)?;
+        stream.synchronize()?;
+        let took = t.elapsed();
+        Ok((took, rate(size, took)))
+    })?;
+    tour.step("// page-locked against pageable", || {
+        let x = pageable_time.as_secs_f64() / pinned_time.as_secs_f64().max(1e-12);
+        Ok(((), format!("{x:.2}x the pageable bandwidth")))
+    })?;
+    tour.step("hipHostFree(h_A); hipFree(d_A)", || {
+        let ptr = h_a.host_ptr();
+        drop(h_a);
+        drop(d_a);
+        Ok(((), format!("freed {ptr:#x}")))
     })?;
     Ok(())
 }

@@ -17,7 +17,9 @@
 
 pub mod cuda;
 pub mod host;
+pub mod host_memory;
 pub mod lend;
+pub mod parallel_memcpy;
 
 use std::fmt;
 use std::sync::Arc;
@@ -434,6 +436,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     // its own; the backend hands it out here (None: not supported).
     // capability: virtual memory management (issue 4)
     // capability: page-locked host memory (issue 5)
+    /// Page-locked host memory (`hipHostMalloc`, `hipHostRegister`, ...).
+    fn page_locked_memory(&self) -> Option<&dyn host_memory::PageLockedMemory> {
+        None
+    }
     // capability: managed memory (issue 6)
 
     // ---- the driver's own memory pools (optional) ---------------------------------

@@ -136,6 +136,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) null_clocks: Vec<Arc<StreamClock>>,
     /// Events hipmem records for itself (markers), per device, for reuse.
     pub(crate) event_pool: Vec<Mutex<Vec<RawEvent>>>,
+    /// Page-locked memory: raw allocations, the staging pool.
+    pub(crate) pinned: crate::pinned::PinnedState,
 }
 
 impl RuntimeInner {
@@ -332,6 +334,7 @@ impl Runtime {
                 drop_errors: DropErrors::default(),
                 streams: Mutex::new(HashMap::new()),
                 null_clocks,
+                pinned: Default::default(),
             }),
         })
     }
@@ -513,12 +516,20 @@ impl Runtime {
                     MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_) => {
                         MemoryType::Device
                     }
+                    MemoryKind::PinnedHost { .. } | MemoryKind::RegisteredHost { .. } => MemoryType::Host,
                 },
                 device: a.device as i32,
-                device_pointer: DevicePtr(ptr),
-                host_pointer: None,
+                device_pointer: if a.kind.is_page_locked() {
+                    self.page_locked_device_pointer(ptr).unwrap_or(DevicePtr::NULL)
+                } else {
+                    DevicePtr(ptr)
+                },
+                host_pointer: a.kind.is_page_locked().then_some(ptr),
                 is_managed: false,
-                allocation_flags: 0,
+                allocation_flags: match a.kind {
+                    MemoryKind::PinnedHost { flags } | MemoryKind::RegisteredHost { flags } => flags,
+                    _ => 0,
+                },
                 allocation: Some(a),
             },
             None => PointerAttributes {

@@ -22,12 +22,43 @@ pub enum MemoryKind {
     PoolSegment(u64),
     /// One allocation from a driver memory pool (its id).
     DriverPool(u64),
+    /// Page-locked host memory from `hipHostMalloc` (HIP's flag bits).
+    PinnedHost {
+        /// The `hipHostMalloc` flags.
+        flags: u32,
+    },
+    /// Host memory registered with `hipHostRegister` (HIP's flag bits).
+    RegisteredHost {
+        /// The `hipHostRegister` flags.
+        flags: u32,
+    },
 }
 
 impl MemoryKind {
     /// Whether device work addresses this memory directly.
     pub fn is_device_accessible(&self) -> bool {
         matches!(self, MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_))
+    }
+
+    /// Whether this is page-locked host memory (allocated or registered).
+    pub fn is_page_locked(&self) -> bool {
+        matches!(self, MemoryKind::PinnedHost { .. } | MemoryKind::RegisteredHost { .. })
+    }
+
+    /// Whether this is page-locked host memory mapped into the devices'
+    /// address space (its device pointer equals its host address: unified
+    /// addressing).
+    pub fn is_mapped_host(&self) -> bool {
+        match self {
+            MemoryKind::PinnedHost { flags } | MemoryKind::RegisteredHost { flags } => flags & 0x2 != 0,
+            _ => false,
+        }
+    }
+
+    /// Whether device work (kernels, copies by device address) may address it:
+    /// device memory, or mapped page-locked host memory.
+    pub fn is_device_addressable(&self) -> bool {
+        self.is_device_accessible() || self.is_mapped_host()
     }
 }
 
@@ -83,6 +114,12 @@ impl AllocationRegistry {
         map.range(..=addr).next_back().map(|(_, a)| *a).filter(|a| a.contains(addr))
     }
 
+    /// An allocation that overlaps `[start, end)`, if any.
+    pub fn overlapping(&self, start: u64, end: u64) -> Option<Allocation> {
+        let map = self.map.read().unwrap_or_else(|p| p.into_inner());
+        map.range(..end).next_back().map(|(_, a)| *a).filter(|a| a.end().max(a.base.0 + 1) > start)
+    }
+
     /// The allocation that starts exactly at `base`, if any.
     pub fn get(&self, base: DevicePtr) -> Option<Allocation> {
         self.map.read().unwrap_or_else(|p| p.into_inner()).get(&base.0).copied()
@@ -97,7 +134,7 @@ impl AllocationRegistry {
         let a = self.find(ptr.0).ok_or_else(|| {
             Error::InvalidValue(format!("{what} {ptr} is not inside any live hipmem allocation"))
         })?;
-        if !a.kind.is_device_accessible() {
+        if !a.kind.is_device_addressable() {
             return Err(Error::InvalidValue(format!("{what} {ptr} is not device-accessible memory")));
         }
         let end = ptr.0.checked_add(len).ok_or_else(|| {
@@ -164,5 +201,16 @@ mod tests {
         assert!(r.remove_if(DevicePtr(0x1000), |_| true).is_some());
         assert!(r.remove_if(DevicePtr(0x1000), |_| true).is_none());
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn overlap_queries_see_every_intersection() {
+        let r = AllocationRegistry::default();
+        r.insert(alloc(0x2000, 0x100));
+        assert!(r.overlapping(0x1000, 0x2000).is_none());
+        assert!(r.overlapping(0x1000, 0x2001).is_some());
+        assert!(r.overlapping(0x1000, 0x3000).is_some(), "an allocation strictly inside");
+        assert!(r.overlapping(0x20ff, 0x3000).is_some());
+        assert!(r.overlapping(0x2100, 0x3000).is_none());
     }
 }

@@ -31,6 +31,7 @@ mod events;
 mod explicit_memory;
 mod kernels;
 mod memset;
+mod pinned;
 mod pointer_attributes;
 mod pool_reuse;
 mod pool_stats;

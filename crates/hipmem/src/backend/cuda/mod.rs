@@ -23,6 +23,7 @@
 //! (without going through hipmem) is not noticed.
 
 pub mod driver;
+mod page_locked;
 pub mod result;
 
 use std::cell::Cell;
@@ -967,6 +968,9 @@ impl Backend for CudaBackend {
 
     // capability: virtual memory management (issue 4)
     // capability: page-locked host memory (issue 5)
+    fn page_locked_memory(&self) -> Option<&dyn super::host_memory::PageLockedMemory> {
+        Some(self)
+    }
     // capability: managed memory (issue 6)
 
     fn driver_pool_default(&self, device: usize) -> Result<RawPool> {

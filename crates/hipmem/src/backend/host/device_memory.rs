@@ -13,6 +13,8 @@ use crate::error::{Error, Result};
 pub enum RegionKind {
     /// Device memory from `mem_alloc`.
     Device,
+    /// Mapped page-locked host memory (allocated or registered).
+    PageLocked,
 }
 
 /// One range of emulator-owned memory.

@@ -13,6 +13,7 @@
 
 pub mod config;
 pub(crate) mod device_memory;
+pub(crate) mod page_locked;
 pub(crate) mod stream_worker;
 
 use std::collections::HashMap;
@@ -222,7 +223,7 @@ impl Backend for HostBackend {
                 virtual_memory: false,
                 managed_memory: false,
                 concurrent_managed_access: false,
-                can_map_host_memory: false,
+                can_map_host_memory: true,
                 unified_addressing: true,
                 vmm_granularity: self.config.vmm_granularity,
                 vmm_recommended_granularity: self.config.vmm_granularity,
@@ -481,6 +482,9 @@ impl Backend for HostBackend {
 
     // capability: virtual memory management (issue 4)
     // capability: page-locked host memory (issue 5)
+    fn page_locked_memory(&self) -> Option<&dyn super::host_memory::PageLockedMemory> {
+        Some(self)
+    }
     // capability: managed memory (issue 6)
 
     fn launch_delay(

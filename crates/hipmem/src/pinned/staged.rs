@@ -1,0 +1,213 @@
+//! Staged copies from and to ordinary (pageable) host memory.
+//!
+//! The driver copies pageable memory through a small internal staging buffer
+//! with one thread, several times slower than a DMA from page-locked memory.
+//! hipmem splits a large copy into chunks and pipelines them through a ring
+//! of page-locked staging buffers (from the runtime's pinned pool): while the
+//! device copies chunk `i` by DMA, several host threads copy chunk `i + 1`
+//! into the next staging buffer (host to device), or out of the previous one
+//! (device to host). Below [`STAGED_MIN_BYTES`], and on backends without DMA
+//! (the CPU emulation, where staging only adds a copy), the driver's own
+//! pageable copy is used, so hipmem is never slower than it.
+
+use super::PinnedBuffer;
+use crate::backend::parallel_memcpy::copy_parallel;
+use crate::backend::{BackendKind, DevicePtr, EventFlags};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::runtime::Runtime;
+use crate::stream::Stream;
+
+/// Copies of at least this many bytes are staged (on backends with DMA).
+pub const STAGED_MIN_BYTES: usize = 4 << 20;
+/// Bytes per chunk of a staged copy.
+pub const STAGING_CHUNK: usize = 8 << 20;
+/// Staging buffers in the ring.
+pub const STAGING_RING: usize = 4;
+/// The most host threads that copy one chunk (see `backend::parallel_memcpy`).
+pub const STAGING_THREADS: usize = 8;
+
+/// Which way a staged copy goes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Way {
+    ToDevice,
+    FromDevice,
+}
+
+/// The plan of one staged copy.
+struct Plan {
+    len: usize,
+    chunk: usize,
+    chunks: usize,
+    ring: usize,
+}
+
+impl Plan {
+    fn new(len: usize, chunk: usize) -> Plan {
+        let chunk = chunk.min(len).max(1);
+        let chunks = len.div_ceil(chunk);
+        let ring = STAGING_RING.min(chunks).max(1);
+        Plan { len, chunk, chunks, ring }
+    }
+
+    /// Offset and length of chunk `c`.
+    fn chunk_range(&self, c: usize) -> (usize, usize) {
+        let off = c * self.chunk;
+        (off, self.chunk.min(self.len - off))
+    }
+}
+
+impl Runtime {
+    fn stages(&self, len: usize) -> bool {
+        len >= STAGED_MIN_BYTES
+            && self.backend_kind() != BackendKind::Host
+            && self.backend().page_locked_memory().is_some()
+    }
+
+    /// Copies ordinary host memory to device memory; returns when done. Large
+    /// copies are staged through page-locked buffers (see the module docs);
+    /// small ones (and every copy on the CPU emulation) take the driver's
+    /// pageable path.
+    pub fn copy_pageable_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        if self.stages(src.len()) {
+            self.copy_pageable_to_device_staged(dst, src, STAGING_CHUNK)
+        } else {
+            self.copy_host_to_device(dst, src)
+        }
+    }
+
+    /// Copies device memory to ordinary host memory; returns when done (staged
+    /// like [`Runtime::copy_pageable_to_device`]).
+    pub fn copy_device_to_pageable(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        if self.stages(dst.len()) {
+            self.copy_device_to_pageable_staged(dst, src, STAGING_CHUNK)
+        } else {
+            self.copy_device_to_host(dst, src)
+        }
+    }
+
+    /// The staged path of [`Runtime::copy_pageable_to_device`], whatever the
+    /// size, with chunks of `chunk` bytes (for tests and benchmarks).
+    pub fn copy_pageable_to_device_staged(&self, dst: DevicePtr, src: &[u8], chunk: usize) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let a = self.check_device_range(dst, src.len() as u64, "copy destination")?;
+        let stream = self.device(a.device)?.null_stream();
+        let plan = Plan::new(src.len(), chunk);
+        let mut ring = self.staging_ring(&plan)?;
+        run_pipeline(self, &stream, &plan, &mut ring, Way::ToDevice, dst, Some(src), None)
+    }
+
+    /// The staged path of [`Runtime::copy_device_to_pageable`], whatever the
+    /// size, with chunks of `chunk` bytes.
+    pub fn copy_device_to_pageable_staged(&self, dst: &mut [u8], src: DevicePtr, chunk: usize) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let a = self.check_device_range(src, dst.len() as u64, "copy source")?;
+        let stream = self.device(a.device)?.null_stream();
+        let plan = Plan::new(dst.len(), chunk);
+        let mut ring = self.staging_ring(&plan)?;
+        run_pipeline(self, &stream, &plan, &mut ring, Way::FromDevice, src, None, Some(dst))
+    }
+
+    fn staging_ring(&self, plan: &Plan) -> Result<Vec<PinnedBuffer<u8>>> {
+        let pool = self.staging_pool();
+        (0..plan.ring).map(|_| pool.alloc::<u8>(plan.chunk)).collect()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_pipeline(
+    rt: &Runtime,
+    stream: &Stream,
+    plan: &Plan,
+    ring: &mut [PinnedBuffer<u8>],
+    way: Way,
+    device: DevicePtr,
+    src: Option<&[u8]>,
+    mut dst: Option<&mut [u8]>,
+) -> Result<()> {
+    let flags = EventFlags { disable_timing: true, ..Default::default() };
+    let events: Vec<Event> =
+        (0..plan.ring).map(|_| Event::create(rt, stream.device(), flags)).collect::<Result<_>>()?;
+    let addrs: Vec<u64> = ring.iter().map(|b| b.host_ptr()).collect();
+    let raw = stream.raw();
+    let enqueue = |c: usize| -> Result<()> {
+        let s = c % plan.ring;
+        let (off, len) = plan.chunk_range(c);
+        let at = device.offset(off as u64)?;
+        match way {
+            Way::ToDevice => rt.copy_page_locked_to_device_async(at, addrs[s], len as u64, raw)?,
+            Way::FromDevice => rt.copy_device_to_page_locked_async(addrs[s], at, len as u64, raw)?,
+        }
+        events[s].record(stream)
+    };
+    // The host side of chunk `c`, on several threads.
+    let mut host_copy = |c: usize| -> Result<()> {
+        let slot = &mut ring[c % plan.ring];
+        let (off, len) = plan.chunk_range(c);
+        match (way, src, dst.as_deref_mut()) {
+            (Way::ToDevice, Some(src), _) => {
+                copy_parallel(&mut slot.as_mut_slice()?[..len], &src[off..off + len])
+            }
+            (Way::FromDevice, _, Some(dst)) => {
+                copy_parallel(&mut dst[off..off + len], &slot.as_slice()?[..len])
+            }
+            _ => return Err(Error::InvalidValue("staged copy without its host side".into())),
+        }
+        Ok(())
+    };
+    let result = (|| -> Result<()> {
+        match way {
+            Way::ToDevice => {
+                for c in 0..plan.chunks {
+                    if c >= plan.ring {
+                        // The DMA that last used this slot must be done.
+                        events[c % plan.ring].synchronize()?;
+                    }
+                    host_copy(c)?;
+                    enqueue(c)?;
+                }
+            }
+            Way::FromDevice => {
+                for c in 0..plan.ring {
+                    enqueue(c)?;
+                }
+                for c in 0..plan.chunks {
+                    events[c % plan.ring].synchronize()?;
+                    host_copy(c)?;
+                    if c + plan.ring < plan.chunks {
+                        enqueue(c + plan.ring)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    // Whatever happened, no DMA may still use a staging buffer when the ring
+    // goes back to the pool.
+    let mut waited = Ok(());
+    for e in &events {
+        if let Err(e) = e.synchronize() {
+            waited = Err(e);
+        }
+    }
+    result.and(waited)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_cover_the_copy_in_chunks() {
+        let p = Plan::new(100 << 20, 8 << 20);
+        assert_eq!(p.chunks, 13);
+        assert_eq!(p.ring, STAGING_RING);
+        assert_eq!(p.chunk_range(12), (12 * (8 << 20), (100 << 20) - 12 * (8 << 20)));
+        let small = Plan::new(10, 8 << 20);
+        assert_eq!((small.chunk, small.chunks, small.ring), (10, 1, 1));
+    }
+}

@@ -28,6 +28,7 @@ pub mod event;
 pub mod pool;
 pub mod runtime;
 pub mod stream;
+pub mod vmm;
 
 pub use backend::{
     BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
@@ -41,3 +42,7 @@ pub use event::Event;
 pub use pool::{AccessFlags, MemPool, PoolAttribute, PoolBuffer, PoolProps, PoolStats};
 pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use stream::{AsyncScope, FillElement, Stream};
+pub use vmm::{
+    AccessDesc, AddressReservation, AllocationProp, GrowableBuffer, MemLocation, Mapping, MappedView,
+    PhysicalAllocation,
+};

@@ -18,6 +18,7 @@
 pub mod cuda;
 pub mod host;
 pub mod lend;
+pub mod virtual_memory;
 
 use std::fmt;
 use std::sync::Arc;
@@ -433,6 +434,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     // A feature whose operations only some backends have lives in a trait of
     // its own; the backend hands it out here (None: not supported).
     // capability: virtual memory management (issue 4)
+    /// Virtual memory management, where the backend has it.
+    fn virtual_memory(&self) -> Option<&dyn virtual_memory::VirtualMemory> {
+        None
+    }
     // capability: page-locked host memory (issue 5)
     // capability: managed memory (issue 6)
 

@@ -136,6 +136,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) null_clocks: Vec<Arc<StreamClock>>,
     /// Events hipmem records for itself (markers), per device, for reuse.
     pub(crate) event_pool: Vec<Mutex<Vec<RawEvent>>>,
+    /// Handles, reservations and mappings of virtual memory management.
+    pub(crate) vmm: crate::vmm::VmmTable,
 }
 
 impl RuntimeInner {
@@ -325,6 +327,7 @@ impl Runtime {
                 drop_errors: DropErrors::default(),
                 streams: Mutex::new(HashMap::new()),
                 null_clocks,
+                vmm: crate::vmm::VmmTable::default(),
             }),
         })
     }
@@ -503,9 +506,10 @@ impl Runtime {
         Ok(match self.inner.allocations.find(ptr) {
             Some(a) => PointerAttributes {
                 memory_type: match a.kind {
-                    MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_) => {
-                        MemoryType::Device
-                    }
+                    MemoryKind::Device
+                    | MemoryKind::PoolSegment(_)
+                    | MemoryKind::DriverPool(_)
+                    | MemoryKind::VmmMapping => MemoryType::Device,
                 },
                 device: a.device as i32,
                 device_pointer: DevicePtr(ptr),

@@ -13,6 +13,9 @@ use crate::error::{Error, Result};
 pub enum RegionKind {
     /// Device memory from `mem_alloc`.
     Device,
+    /// A virtual-memory mapping with read-write access; adjacent ones form
+    /// one range (device work may span them).
+    VirtualMapping,
 }
 
 /// One range of emulator-owned memory.
@@ -47,9 +50,19 @@ impl RegionsRead<'_> {
         let Some((&base, region)) = self.guard.range(..=ptr.0).next_back() else {
             return Err(Error::InvalidValue(format!("{what}: {ptr} is not memory of this emulated device")));
         };
-        let end = base + region.len;
+        let mut end = base + region.len;
         if ptr.0 >= end {
             return Err(Error::InvalidValue(format!("{what}: {ptr} is not memory of this emulated device")));
+        }
+        if region.kind == RegionKind::VirtualMapping {
+            // Adjacent mappings are one range of addresses: extend over them.
+            let want_end = ptr.0.saturating_add(len);
+            while end < want_end {
+                match self.guard.get(&end) {
+                    Some(next) if next.kind == RegionKind::VirtualMapping => end += next.len,
+                    _ => break,
+                }
+            }
         }
         let want_end = ptr
             .0
@@ -59,7 +72,7 @@ impl RegionsRead<'_> {
             return Err(Error::InvalidValue(format!(
                 "{what}: {len} bytes at {ptr} run {} bytes past the end of the {}-byte allocation at {:#x}",
                 want_end - end,
-                region.len,
+                end - base,
                 base
             )));
         }

@@ -14,6 +14,7 @@
 pub mod config;
 pub(crate) mod device_memory;
 pub(crate) mod stream_worker;
+mod virtual_memory;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +52,7 @@ pub struct HostBackend {
     streams: Mutex<HashMap<u64, Arc<StreamShared>>>,
     events: Mutex<HashMap<u64, Arc<HostEvent>>>,
     next_handle: AtomicU64,
+    vmm: virtual_memory::HostVmm,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -75,6 +77,7 @@ impl HostBackend {
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(0x1000),
+            vmm: virtual_memory::HostVmm::default(),
         })
     }
 
@@ -219,7 +222,7 @@ impl Backend for HostBackend {
             multiprocessor_count: threads,
             capabilities: DeviceCapabilities {
                 memory_pools: true,
-                virtual_memory: false,
+                virtual_memory: true,
                 managed_memory: false,
                 concurrent_managed_access: false,
                 can_map_host_memory: false,
@@ -480,6 +483,9 @@ impl Backend for HostBackend {
     }
 
     // capability: virtual memory management (issue 4)
+    fn virtual_memory(&self) -> Option<&dyn super::virtual_memory::VirtualMemory> {
+        Some(self)
+    }
     // capability: page-locked host memory (issue 5)
     // capability: managed memory (issue 6)
 

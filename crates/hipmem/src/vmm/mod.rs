@@ -121,6 +121,8 @@ struct HandleInfo {
 #[derive(Copy, Clone, Debug)]
 struct MapInfo {
     size: u64,
+    handle: u64,
+    props: PhysicalProperties,
 }
 
 #[derive(Debug, Default)]
@@ -375,7 +377,8 @@ impl Runtime {
                 "hipMemMap: address {ptr}, size {size} and offset {offset} must be multiples of the granularity {g}"
             )));
         }
-        if offset.checked_add(size).is_none_or(|e| e > props.size) {
+        // (Size 0: imported from another process, where the driver knows it.)
+        if props.size != 0 && offset.checked_add(size).is_none_or(|e| e > props.size) {
             return Err(invalid(format!(
                 "hipMemMap: {size} bytes from offset {offset} run past the end of the {}-byte physical allocation",
                 props.size
@@ -390,7 +393,7 @@ impl Runtime {
             return Err(invalid(format!("hipMemMap: {size} bytes at {ptr} overlap an existing mapping")));
         }
         vm.mem_map(ptr, size, offset, handle)?;
-        state.mappings.insert(ptr.0, MapInfo { size });
+        state.mappings.insert(ptr.0, MapInfo { size, handle, props });
         self.inner.allocations.insert(Allocation { base: ptr, size, kind: MemoryKind::VmmMapping, device: props.device });
         Ok(())
     }
@@ -474,17 +477,19 @@ impl Runtime {
             return Err(invalid("hipMemRetainAllocationHandle of a null pointer"));
         }
         let mut state = self.inner.vmm.lock();
-        if state.mapping_at(ptr).is_none() {
+        let Some((_, mapping)) = state.mapping_at(ptr) else {
             return Err(invalid(format!(
                 "hipMemRetainAllocationHandle: {ptr} is not a mapped address (reserved but unmapped, or unknown)"
             )));
-        }
+        };
         let handle = vm.retain_allocation_handle(ptr)?;
+        if handle != mapping.handle {
+            tracing::debug!(target: "hipmem", "retained handle {handle:#x} differs from the mapped {:#x}", mapping.handle);
+        }
         match state.handles.get_mut(&handle) {
             Some(h) => h.refs += 1,
             None => {
-                let props = vm.allocation_properties(handle)?;
-                state.handles.insert(handle, HandleInfo { props, refs: 1 });
+                state.handles.insert(handle, HandleInfo { props: mapping.props, refs: 1 });
             }
         }
         Ok(handle)

@@ -24,6 +24,7 @@
 
 pub mod driver;
 pub mod result;
+mod virtual_memory;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -966,6 +967,9 @@ impl Backend for CudaBackend {
     }
 
     // capability: virtual memory management (issue 4)
+    fn virtual_memory(&self) -> Option<&dyn super::virtual_memory::VirtualMemory> {
+        Some(self)
+    }
     // capability: page-locked host memory (issue 5)
     // capability: managed memory (issue 6)
 

@@ -6,6 +6,7 @@
 //! meaningful on the GPU machine; the ratios are the point.
 
 pub mod alloc;
+pub mod vmm;
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use hipmem::vmm::{GranularityOption, MemLocation};
-use hipmem::{AccessDesc, AccessFlags, AllocationProp, Device, DevicePtr, DeviceSlice, Error, Result, Runtime};
+use hipmem::{
+    AccessDesc, AccessFlags, AllocationProp, Device, DevicePtr, DeviceSlice, Error, Result, Runtime,
+};
 
 use crate::report::{bytes, duration};
 
@@ -212,7 +214,11 @@ fn virtual_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
     })?;
     let new_ptr = tour.step("hipMemAddressReserve(&new_ptr, ..., 0, ptr + padded_size, 0)", || {
         let p = rt.address_reserve(grow, 0, hint, 0)?;
-        let said = if p == hint { "hint honoured: contiguous".to_string() } else { format!("hint NOT honoured: {p}") };
+        let said = if p == hint {
+            "hint honoured: contiguous".to_string()
+        } else {
+            format!("hint NOT honoured: {p}")
+        };
         Ok((p, said))
     })?;
     tour.step("hipMemMap(new_ptr, ...); hipMemSetAccess(new_ptr, ...)", || {
@@ -221,7 +227,8 @@ fn virtual_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
         Ok(((), format!("{} more at {new_ptr}", bytes(grow))))
     })?;
     tour.step("kernel<<<...>>> over the grown range; check", || {
-        let (start, len) = if new_ptr == hint { (ptr, n + (grow / 4) as usize) } else { (new_ptr, (grow / 4) as usize) };
+        let (start, len) =
+            if new_ptr == hint { (ptr, n + (grow / 4) as usize) } else { (new_ptr, (grow / 4) as usize) };
         let view = RawView { rt, ptr: start, len };
         stream.iota(&view, 5)?;
         stream.synchronize()?;

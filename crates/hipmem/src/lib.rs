@@ -43,6 +43,6 @@ pub use pool::{AccessFlags, MemPool, PoolAttribute, PoolBuffer, PoolProps, PoolS
 pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use stream::{AsyncScope, FillElement, Stream};
 pub use vmm::{
-    AccessDesc, AddressReservation, AllocationProp, GrowableBuffer, MemLocation, Mapping, MappedView,
+    AccessDesc, AddressReservation, AllocationProp, GrowableBuffer, MappedView, Mapping, MemLocation,
     PhysicalAllocation,
 };

@@ -116,7 +116,14 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
         report.push("grow_in_steps", path, size, "total_time", o.total_ms, "ms");
         report.push("grow_in_steps", path, size, "per_step", o.total_ms * 1e3 / steps, "us");
         report.push("grow_in_steps", path, size, "peak_live_bytes", o.peak_live as f64, "B");
-        report.push("grow_in_steps", path, size, "peak_live_vs_final", o.peak_live as f64 / final_size as f64, "x");
+        report.push(
+            "grow_in_steps",
+            path,
+            size,
+            "peak_live_vs_final",
+            o.peak_live as f64 / final_size as f64,
+            "x",
+        );
         report.push("grow_in_steps", path, size, "peak_device_bytes", o.peak_device as f64, "B");
         report.push(
             "grow_in_steps",
@@ -131,7 +138,14 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
         }
     }
     if let (Some((_, fast)), Some((_, copy))) = (outcomes.first(), outcomes.last()) {
-        report.push("grow_in_steps", "copy", size, "time_vs_growable_exact", copy.total_ms / fast.total_ms, "x");
+        report.push(
+            "grow_in_steps",
+            "copy",
+            size,
+            "time_vs_growable_exact",
+            copy.total_ms / fast.total_ms,
+            "x",
+        );
     }
     Ok(report)
 }
@@ -145,7 +159,8 @@ fn grow_in_place(
     exact: bool,
 ) -> Result<Outcome> {
     let device = rt.device(stream.device())?;
-    let mut usage = Usage { rt, device: stream.device(), baseline_free: rt.mem_get_info(stream.device())?.free, peak: 0 };
+    let mut usage =
+        Usage { rt, device: stream.device(), baseline_free: rt.mem_get_info(stream.device())?.free, peak: 0 };
     let start = Instant::now();
     // Reserve room for the geometric policy's overshoot as well.
     let mut buf = GrowableBuffer::<u8>::with_reservation(&device, final_size + final_size / 4)?;
@@ -168,7 +183,8 @@ fn grow_in_place(
 
 fn grow_by_copy(rt: &Runtime, stream: &Stream, step: u64, steps: u64) -> Result<Outcome> {
     let device = rt.device(stream.device())?;
-    let mut usage = Usage { rt, device: stream.device(), baseline_free: rt.mem_get_info(stream.device())?.free, peak: 0 };
+    let mut usage =
+        Usage { rt, device: stream.device(), baseline_free: rt.mem_get_info(stream.device())?.free, peak: 0 };
     let start = Instant::now();
     let mut current: Option<DeviceBuffer<u8>> = None;
     let mut peak_live = 0;
@@ -177,7 +193,12 @@ fn grow_by_copy(rt: &Runtime, stream: &Stream, step: u64, steps: u64) -> Result<
         let next = device.alloc::<u8>(size as usize)?;
         let old = match &current {
             Some(old) => {
-                rt.copy_device_to_device_async(next.device_ptr(), old.device_ptr(), old.size_bytes(), stream.raw())?;
+                rt.copy_device_to_device_async(
+                    next.device_ptr(),
+                    old.device_ptr(),
+                    old.size_bytes(),
+                    stream.raw(),
+                )?;
                 old.size_bytes()
             }
             None => 0,
@@ -193,7 +214,10 @@ fn grow_by_copy(rt: &Runtime, stream: &Stream, step: u64, steps: u64) -> Result<
         let mut last = [0u8; 1];
         rt.copy_device_to_host(&mut last, DevicePtr(buf.device_ptr().0 + buf.size_bytes() - 1))?;
         if last[0] != steps as u8 {
-            return Err(hipmem::Error::Unknown(format!("copy path: last byte {} != {}", last[0], steps as u8)));
+            return Err(hipmem::Error::Unknown(format!(
+                "copy path: last byte {} != {}",
+                last[0], steps as u8
+            )));
         }
     }
     Ok(Outcome { total_ms, peak_live, peak_device: usage.peak, chunks: None })
@@ -202,7 +226,8 @@ fn grow_by_copy(rt: &Runtime, stream: &Stream, step: u64, steps: u64) -> Result<
 fn check_tail(buf: &GrowableBuffer<u8>, steps: u64) -> Result<()> {
     let mut first_last = [0u8; 2];
     buf.runtime().copy_device_to_host(&mut first_last[..1], buf.base())?;
-    buf.runtime().copy_device_to_host(&mut first_last[1..], DevicePtr(buf.base().0 + buf.len() as u64 - 1))?;
+    buf.runtime()
+        .copy_device_to_host(&mut first_last[1..], DevicePtr(buf.base().0 + buf.len() as u64 - 1))?;
     if first_last != [1, steps as u8] {
         return Err(hipmem::Error::Unknown(format!("growable buffer lost data: {first_last:?}")));
     }

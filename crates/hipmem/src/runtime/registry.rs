@@ -32,7 +32,10 @@ impl MemoryKind {
     pub fn is_device_accessible(&self) -> bool {
         matches!(
             self,
-            MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_) | MemoryKind::VmmMapping
+            MemoryKind::Device
+                | MemoryKind::PoolSegment(_)
+                | MemoryKind::DriverPool(_)
+                | MemoryKind::VmmMapping
         )
     }
 }

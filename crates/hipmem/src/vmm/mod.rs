@@ -24,11 +24,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 pub use growable::GrowableBuffer;
-pub use safe::{AddressReservation, Mapping, MappedView, PhysicalAllocation};
+pub use safe::{AddressReservation, MappedView, Mapping, PhysicalAllocation};
 
-pub use crate::backend::virtual_memory::{HANDLE_TYPE_POSIX_FD, PhysicalProperties};
 use crate::backend::DevicePtr;
 use crate::backend::virtual_memory::VirtualMemory;
+pub use crate::backend::virtual_memory::{HANDLE_TYPE_POSIX_FD, PhysicalProperties};
 use crate::error::{Error, Result};
 pub use crate::pool::AccessFlags;
 use crate::runtime::{Allocation, MemoryKind, Runtime};
@@ -193,7 +193,10 @@ fn invalid(msg: impl Into<String>) -> Error {
 impl Runtime {
     fn vm(&self) -> Result<&dyn VirtualMemory> {
         self.inner.backend.virtual_memory().ok_or_else(|| {
-            Error::NotSupported(format!("the {} backend has no virtual memory management", self.backend_kind()))
+            Error::NotSupported(format!(
+                "the {} backend has no virtual memory management",
+                self.backend_kind()
+            ))
         })
     }
 
@@ -298,7 +301,13 @@ impl Runtime {
 
     /// `hipMemAddressReserve`: `size` bytes of addresses, aligned to
     /// `alignment` (0: the granularity), at `hint` if free (check the result).
-    pub fn address_reserve(&self, size: u64, alignment: u64, hint: DevicePtr, flags: u64) -> Result<DevicePtr> {
+    pub fn address_reserve(
+        &self,
+        size: u64,
+        alignment: u64,
+        hint: DevicePtr,
+        flags: u64,
+    ) -> Result<DevicePtr> {
         let g = self.reservation_granularity()?;
         if flags != 0 {
             return Err(invalid(format!("hipMemAddressReserve: flags must be 0, not {flags:#x}")));
@@ -384,17 +393,25 @@ impl Runtime {
                 props.size
             )));
         }
-        let end = ptr.0.checked_add(size).ok_or_else(|| invalid(format!("hipMemMap: {ptr} + {size} overflows")))?;
+        let end =
+            ptr.0.checked_add(size).ok_or_else(|| invalid(format!("hipMemMap: {ptr} + {size} overflows")))?;
         let inside = state.reservations.range(..=ptr.0).next_back().is_some_and(|(b, s)| end <= b + s);
         if !inside {
-            return Err(invalid(format!("hipMemMap: {size} bytes at {ptr} are not inside one address reservation")));
+            return Err(invalid(format!(
+                "hipMemMap: {size} bytes at {ptr} are not inside one address reservation"
+            )));
         }
         if state.mappings.range(..end).next_back().is_some_and(|(b, m)| b + m.size > ptr.0) {
             return Err(invalid(format!("hipMemMap: {size} bytes at {ptr} overlap an existing mapping")));
         }
         vm.mem_map(ptr, size, offset, handle)?;
         state.mappings.insert(ptr.0, MapInfo { size, handle, props });
-        self.inner.allocations.insert(Allocation { base: ptr, size, kind: MemoryKind::VmmMapping, device: props.device });
+        self.inner.allocations.insert(Allocation {
+            base: ptr,
+            size,
+            kind: MemoryKind::VmmMapping,
+            device: props.device,
+        });
         Ok(())
     }
 
@@ -413,7 +430,9 @@ impl Runtime {
         // Out of the registry first: no new work can name the range.
         let mut removed = Vec::new();
         for (base, _) in &covered {
-            if let Some(a) = self.inner.allocations.remove_if(DevicePtr(*base), |a| a.kind == MemoryKind::VmmMapping) {
+            if let Some(a) =
+                self.inner.allocations.remove_if(DevicePtr(*base), |a| a.kind == MemoryKind::VmmMapping)
+            {
                 removed.push(a);
             }
         }
@@ -500,7 +519,9 @@ impl Runtime {
         self.vm()?;
         let state = self.inner.vmm.lock();
         let h = state.handles.get(&handle).filter(|h| h.refs > 0).ok_or_else(|| {
-            invalid(format!("hipMemGetAllocationPropertiesFromHandle: {handle:#x} is not a live allocation handle"))
+            invalid(format!(
+                "hipMemGetAllocationPropertiesFromHandle: {handle:#x} is not a live allocation handle"
+            ))
         })?;
         Ok(AllocationProp {
             alloc_type: ALLOCATION_TYPE_PINNED,
@@ -510,7 +531,12 @@ impl Runtime {
     }
 
     /// `hipMemExportToShareableHandle` with a POSIX file descriptor.
-    pub fn export_shareable_handle(&self, handle: u64, handle_type: u32, flags: u64) -> Result<std::os::fd::OwnedFd> {
+    pub fn export_shareable_handle(
+        &self,
+        handle: u64,
+        handle_type: u32,
+        flags: u64,
+    ) -> Result<std::os::fd::OwnedFd> {
         let vm = self.vm()?;
         if flags != 0 {
             return Err(invalid(format!("hipMemExportToShareableHandle: flags must be 0, not {flags:#x}")));

@@ -118,7 +118,10 @@ pub struct AddressReservation {
 
 impl std::fmt::Debug for AddressReservation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AddressReservation").field("ptr", &self.inner.ptr).field("size", &self.inner.size).finish()
+        f.debug_struct("AddressReservation")
+            .field("ptr", &self.inner.ptr)
+            .field("size", &self.inner.size)
+            .finish()
     }
 }
 

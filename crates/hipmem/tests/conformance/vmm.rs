@@ -47,7 +47,8 @@ fn granularity_is_a_power_of_two_and_matches_the_device_properties() {
     let rt = runtime();
     for d in 0..rt.device_count() {
         let min = rt.allocation_granularity(&AllocationProp::device(d), GranularityOption::Minimum).unwrap();
-        let rec = rt.allocation_granularity(&AllocationProp::device(d), GranularityOption::Recommended).unwrap();
+        let rec =
+            rt.allocation_granularity(&AllocationProp::device(d), GranularityOption::Recommended).unwrap();
         assert!(min.is_power_of_two() && min >= 4096, "granularity {min}");
         assert!(rec >= min && rec % min == 0, "recommended {rec} vs minimum {min}");
         let caps = &rt.device_properties(d).unwrap().capabilities;
@@ -254,7 +255,11 @@ fn mem_map_rejects_bad_input() {
     expect_err(rt.mem_map(p, g, 4096, h, 0), 1, &["multiples"]);
     expect_err(rt.mem_map(DevicePtr(p.0 + 3 * g), 2 * g, 0, h, 0), 1, &["reservation"]);
     let on_stack = 0u64;
-    expect_err(rt.mem_map(DevicePtr(&on_stack as *const u64 as u64 & !(g - 1)), g, 0, h, 0), 1, &["reservation"]);
+    expect_err(
+        rt.mem_map(DevicePtr(&on_stack as *const u64 as u64 & !(g - 1)), g, 0, h, 0),
+        1,
+        &["reservation"],
+    );
     rt.mem_map(p, 2 * g, 0, h, 0).unwrap();
     expect_err(rt.mem_map(DevicePtr(p.0 + g), g, 0, h, 0), 1, &["overlap"]);
     // A freed handle cannot be mapped.
@@ -487,7 +492,10 @@ fn growable_buffer_grows_and_shrinks_in_place_and_keeps_its_data() {
         assert!(buf.mapped_bytes() >= step as u64 * 4);
         assert!(buf.mapped_bytes() <= buf.reserved_bytes());
         let v = buf.read_to_vec().unwrap();
-        assert!(v[..old].iter().enumerate().all(|(i, &x)| x == i as i32), "data kept across growth to {step}");
+        assert!(
+            v[..old].iter().enumerate().all(|(i, &x)| x == i as i32),
+            "data kept across growth to {step}"
+        );
         stream.iota(&buf, 1).unwrap();
         stream.synchronize().unwrap();
         sizes.push(step);

@@ -19,16 +19,19 @@ type Handle = c_ulonglong;
 /// The VMM entry points (signatures as in cuda.h of CUDA 12 and 13).
 #[allow(non_snake_case)]
 struct VmmDriver {
-    cuMemCreate: unsafe extern "C" fn(*mut Handle, usize, *const CUmemAllocationProp, c_ulonglong) -> CUresult,
+    cuMemCreate:
+        unsafe extern "C" fn(*mut Handle, usize, *const CUmemAllocationProp, c_ulonglong) -> CUresult,
     cuMemRelease: unsafe extern "C" fn(Handle) -> CUresult,
-    cuMemAddressReserve: unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, c_ulonglong) -> CUresult,
+    cuMemAddressReserve:
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, c_ulonglong) -> CUresult,
     cuMemAddressFree: unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult,
     cuMemMap: unsafe extern "C" fn(CUdeviceptr, usize, usize, Handle, c_ulonglong) -> CUresult,
     cuMemUnmap: unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult,
     cuMemSetAccess: unsafe extern "C" fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> CUresult,
     cuMemGetAccess: unsafe extern "C" fn(*mut c_ulonglong, *const CUmemLocation, CUdeviceptr) -> CUresult,
     cuMemRetainAllocationHandle: unsafe extern "C" fn(*mut Handle, *mut c_void) -> CUresult,
-    cuMemGetAllocationPropertiesFromHandle: unsafe extern "C" fn(*mut CUmemAllocationProp, Handle) -> CUresult,
+    cuMemGetAllocationPropertiesFromHandle:
+        unsafe extern "C" fn(*mut CUmemAllocationProp, Handle) -> CUresult,
     cuMemExportToShareableHandle: unsafe extern "C" fn(*mut c_void, Handle, c_uint, c_ulonglong) -> CUresult,
     cuMemImportFromShareableHandle: unsafe extern "C" fn(*mut Handle, *mut c_void, c_uint) -> CUresult,
 }
@@ -82,8 +85,11 @@ impl VirtualMemory for CudaBackend {
     fn granularity(&self, device: usize, recommended: bool) -> Result<u64> {
         let dev = self.device(device)?;
         let prop = CUmemAllocationProp::pinned_on_device(dev.cu);
-        let option =
-            if recommended { driver::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED } else { driver::CU_MEM_ALLOC_GRANULARITY_MINIMUM };
+        let option = if recommended {
+            driver::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+        } else {
+            driver::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+        };
         super::result::allocation_granularity(self.driver, &prop, option)
     }
 
@@ -96,7 +102,9 @@ impl VirtualMemory for CudaBackend {
         let len = Self::usize_of(size, "cuMemCreate size")?;
         // SAFETY: valid out-pointer and a fully initialized properties struct.
         let r = unsafe { (v.cuMemCreate)(&mut handle, len, &prop, 0) };
-        self.check(r, || format!("cuMemCreate({size} bytes on device {device}, handle types {handle_types:#x})"))?;
+        self.check(r, || {
+            format!("cuMemCreate({size} bytes on device {device}, handle types {handle_types:#x})")
+        })?;
         Ok(handle)
     }
 
@@ -210,7 +218,9 @@ impl VirtualMemory for CudaBackend {
         };
         self.check(r, || format!("cuMemExportToShareableHandle({handle:#x}, POSIX fd)"))?;
         if fd < 0 {
-            return Err(Error::Unknown(format!("cuMemExportToShareableHandle({handle:#x}) gave no descriptor")));
+            return Err(Error::Unknown(format!(
+                "cuMemExportToShareableHandle({handle:#x}) gave no descriptor"
+            )));
         }
         // SAFETY: the driver created this descriptor for the caller to own.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })

@@ -78,7 +78,8 @@ fn bad(msg: String) -> Error {
 }
 
 fn to_usize(n: u64, what: &str) -> Result<usize> {
-    usize::try_from(n).map_err(|_| Error::OutOfMemory(format!("{what} of {n} bytes does not fit the address space")))
+    usize::try_from(n)
+        .map_err(|_| Error::OutOfMemory(format!("{what} of {n} bytes does not fit the address space")))
 }
 
 fn prot(flags: u32) -> MprotectFlags {
@@ -129,10 +130,8 @@ impl HostBackend {
 
     /// The bases of the whole mappings that exactly cover `[ptr, ptr + size)`.
     fn covering(state: &VmmState, ptr: DevicePtr, size: u64, what: &str) -> Result<Vec<u64>> {
-        let end = ptr
-            .0
-            .checked_add(size)
-            .ok_or_else(|| bad(format!("{what}: {ptr} + {size} bytes overflows")))?;
+        let end =
+            ptr.0.checked_add(size).ok_or_else(|| bad(format!("{what}: {ptr} + {size} bytes overflows")))?;
         let mut bases = Vec::new();
         let mut at = ptr.0;
         while at < end {
@@ -177,7 +176,9 @@ impl VirtualMemory for HostBackend {
         let d = self.device(device)?;
         let g = self.config.vmm_granularity;
         if size == 0 || size % g != 0 {
-            return Err(bad(format!("physical allocation size {size} is not a nonzero multiple of the granularity {g}")));
+            return Err(bad(format!(
+                "physical allocation size {size} is not a nonzero multiple of the granularity {g}"
+            )));
         }
         let capacity = self.config.memory_per_device;
         let mut used = lock(&d.used);
@@ -189,8 +190,9 @@ impl VirtualMemory for HostBackend {
         }
         let fd = rustix::fs::memfd_create("hipmem-vmm", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| Error::OutOfMemory(format!("memfd_create failed: {e}")))?;
-        rustix::fs::ftruncate(&fd, size)
-            .map_err(|e| Error::OutOfMemory(format!("sizing a {size}-byte physical allocation failed: {e}")))?;
+        rustix::fs::ftruncate(&fd, size).map_err(|e| {
+            Error::OutOfMemory(format!("sizing a {size}-byte physical allocation failed: {e}"))
+        })?;
         *used += size;
         drop(used);
         let mut state = lock(&self.vmm.state);
@@ -217,10 +219,14 @@ impl VirtualMemory for HostBackend {
     fn address_reserve(&self, size: u64, alignment: u64, hint: DevicePtr) -> Result<DevicePtr> {
         let g = self.config.vmm_granularity;
         if size == 0 || size % g != 0 {
-            return Err(Error::OutOfMemory(format!("reservation size {size} is not a nonzero multiple of the granularity {g}")));
+            return Err(Error::OutOfMemory(format!(
+                "reservation size {size} is not a nonzero multiple of the granularity {g}"
+            )));
         }
         if alignment != 0 && !alignment.is_power_of_two() {
-            return Err(Error::OutOfMemory(format!("reservation alignment {alignment} is not a power of two")));
+            return Err(Error::OutOfMemory(format!(
+                "reservation alignment {alignment} is not a power of two"
+            )));
         }
         let align = alignment.max(g);
         let len = to_usize(size, "reservation")?;
@@ -258,9 +264,9 @@ impl VirtualMemory for HostBackend {
             None => {
                 // Over-reserve and trim to the alignment.
                 let extra = to_usize(align, "alignment")?;
-                let total = len
-                    .checked_add(extra)
-                    .ok_or_else(|| Error::OutOfMemory(format!("reservation of {size} bytes aligned to {align} overflows")))?;
+                let total = len.checked_add(extra).ok_or_else(|| {
+                    Error::OutOfMemory(format!("reservation of {size} bytes aligned to {align} overflows"))
+                })?;
                 let p = map(0, total)?;
                 let aligned = round_up(p, align);
                 unmap(p, (aligned - p) as usize);
@@ -277,7 +283,9 @@ impl VirtualMemory for HostBackend {
         match state.reservations.get(&ptr.0) {
             Some(&s) if s == size => {}
             Some(&s) => {
-                return Err(bad(format!("the reservation at {ptr} has {s} bytes, not {size}: free it whole")));
+                return Err(bad(format!(
+                    "the reservation at {ptr} has {s} bytes, not {size}: free it whole"
+                )));
             }
             None => return Err(bad(format!("{ptr} is not the start of a live address reservation"))),
         }
@@ -339,7 +347,9 @@ impl VirtualMemory for HostBackend {
         if let Some(p) = state.physical.get_mut(&handle) {
             p.maps += 1;
         }
-        state.mappings.insert(ptr.0, HostMapping { size, handle, access: vec![0; devices], registered: false });
+        state
+            .mappings
+            .insert(ptr.0, HostMapping { size, handle, access: vec![0; devices], registered: false });
         Ok(())
     }
 
@@ -371,7 +381,10 @@ impl VirtualMemory for HostBackend {
 
     fn mem_set_access(&self, ptr: DevicePtr, size: u64, device: usize, flags: u32) -> Result<()> {
         if device >= self.devices.len() {
-            return Err(bad(format!("device {device} does not exist (the host backend has {})", self.devices.len())));
+            return Err(bad(format!(
+                "device {device} does not exist (the host backend has {})",
+                self.devices.len()
+            )));
         }
         if !matches!(flags, 0 | 1 | 3) {
             return Err(bad(format!("{flags} is not a hipMemAccessFlags value (0, 1 or 3)")));
@@ -411,7 +424,8 @@ impl VirtualMemory for HostBackend {
                 .map_err(|e| Error::Unknown(format!("mprotect of the mapping at {b:#x} failed: {e}")))?;
             let want = effective == 3;
             if want && !m.registered {
-                self.regions.insert(b, Region { len: m.size, device: phys_device, kind: RegionKind::VirtualMapping });
+                self.regions
+                    .insert(b, Region { len: m.size, device: phys_device, kind: RegionKind::VirtualMapping });
             } else if !want && m.registered {
                 self.regions.remove_if(b, |r| r.kind == RegionKind::VirtualMapping);
             }
@@ -422,7 +436,10 @@ impl VirtualMemory for HostBackend {
 
     fn mem_get_access(&self, ptr: DevicePtr, device: usize) -> Result<u32> {
         if device >= self.devices.len() {
-            return Err(bad(format!("device {device} does not exist (the host backend has {})", self.devices.len())));
+            return Err(bad(format!(
+                "device {device} does not exist (the host backend has {})",
+                self.devices.len()
+            )));
         }
         let state = lock(&self.vmm.state);
         let (_, m) = Self::mapping_at(&state, ptr).ok_or_else(|| bad(format!("{ptr} is not mapped")))?;
@@ -431,9 +448,9 @@ impl VirtualMemory for HostBackend {
 
     fn retain_allocation_handle(&self, ptr: DevicePtr) -> Result<u64> {
         let mut state = lock(&self.vmm.state);
-        let handle = Self::mapping_at(&state, ptr)
-            .map(|(_, m)| m.handle)
-            .ok_or_else(|| bad(format!("{ptr} is not a mapped address (reserved but unmapped, or unknown)")))?;
+        let handle = Self::mapping_at(&state, ptr).map(|(_, m)| m.handle).ok_or_else(|| {
+            bad(format!("{ptr} is not a mapped address (reserved but unmapped, or unknown)"))
+        })?;
         if let Some(p) = state.physical.get_mut(&handle) {
             p.refs += 1;
         }
@@ -462,25 +479,30 @@ impl VirtualMemory for HostBackend {
                 "{handle:#x} was not created with the POSIX file descriptor handle type, so it cannot be exported as one"
             )));
         }
-        p.fd.try_clone().map_err(|e| Error::Unknown(format!("dup of the allocation's file descriptor failed: {e}")))
+        p.fd.try_clone()
+            .map_err(|e| Error::Unknown(format!("dup of the allocation's file descriptor failed: {e}")))
     }
 
     fn import_from_fd(&self, fd: BorrowedFd<'_>) -> Result<u64> {
-        let stat = rustix::fs::fstat(fd).map_err(|e| bad(format!("fstat of the shared handle failed: {e}")))?;
+        let stat =
+            rustix::fs::fstat(fd).map_err(|e| bad(format!("fstat of the shared handle failed: {e}")))?;
         let size = stat.st_size as u64;
         let g = self.config.vmm_granularity;
         if size == 0 || size % g != 0 {
             return Err(bad(format!("the shared handle is not a physical allocation ({size} bytes)")));
         }
-        let fd = fd.try_clone_to_owned().map_err(|e| Error::Unknown(format!("dup of the shared handle failed: {e}")))?;
+        let fd = fd
+            .try_clone_to_owned()
+            .map_err(|e| Error::Unknown(format!("dup of the shared handle failed: {e}")))?;
         // Imported memory is counted against device 0 (a memfd says no device).
         *lock(&self.devices[0].used) += size;
         let mut state = lock(&self.vmm.state);
         state.next_handle += 1;
         let handle = 0x7000_0000_0000 + state.next_handle * 0x10;
-        state
-            .physical
-            .insert(handle, Physical { fd, device: 0, size, handle_types: HANDLE_TYPE_POSIX_FD, refs: 1, maps: 0 });
+        state.physical.insert(
+            handle,
+            Physical { fd, device: 0, size, handle_types: HANDLE_TYPE_POSIX_FD, refs: 1, maps: 0 },
+        );
         Ok(handle)
     }
 }

@@ -672,6 +672,9 @@ impl Runtime {
     /// allocation, or one block of a pool.
     pub fn check_device_range(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Allocation> {
         let a = self.inner.allocations.check_range(ptr, len, what)?;
+        if a.kind == MemoryKind::VmmMapping {
+            self.check_vmm_access(ptr, len, what)?;
+        }
         if let MemoryKind::PoolSegment(pool) = a.kind {
             let core = self.inner.pools.get(pool);
             let block = core.and_then(|c| c.block_containing(ptr.0)).ok_or_else(|| {

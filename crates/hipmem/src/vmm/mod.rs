@@ -123,6 +123,8 @@ struct MapInfo {
     size: u64,
     handle: u64,
     props: PhysicalProperties,
+    /// Bit d: device d has some access (read or read-write).
+    accessible: u64,
 }
 
 #[derive(Debug, Default)]
@@ -191,6 +193,27 @@ fn invalid(msg: impl Into<String>) -> Error {
 }
 
 impl Runtime {
+    /// Device work on mapped memory needs access set first: every mapping
+    /// in `[ptr, ptr + len)` must be accessible to some device (else the
+    /// work would fault on the device instead of failing here).
+    pub(crate) fn check_vmm_access(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
+        let state = self.inner.vmm.lock();
+        let end = ptr.0.saturating_add(len);
+        let mut at = ptr.0;
+        while at < end {
+            let Some((base, m)) = state.mapping_at(DevicePtr(at)) else {
+                return Err(invalid(format!("{what}: {at:#x} is not mapped")));
+            };
+            if m.accessible == 0 {
+                return Err(invalid(format!(
+                    "{what}: the mapping at {base:#x} has no access for any device (hipMemSetAccess first)"
+                )));
+            }
+            at = base + m.size;
+        }
+        Ok(())
+    }
+
     fn vm(&self) -> Result<&dyn VirtualMemory> {
         self.inner.backend.virtual_memory().ok_or_else(|| {
             Error::NotSupported(format!(
@@ -405,7 +428,7 @@ impl Runtime {
             return Err(invalid(format!("hipMemMap: {size} bytes at {ptr} overlap an existing mapping")));
         }
         vm.mem_map(ptr, size, offset, handle)?;
-        state.mappings.insert(ptr.0, MapInfo { size, handle, props });
+        state.mappings.insert(ptr.0, MapInfo { size, handle, props, accessible: 0 });
         self.inner.allocations.insert(Allocation {
             base: ptr,
             size,
@@ -467,10 +490,16 @@ impl Runtime {
             let flags = AccessFlags::from_raw(d.flags)?;
             parsed.push((device, flags));
         }
-        let state = self.inner.vmm.lock();
-        state.covering(ptr, size, "hipMemSetAccess")?;
+        let mut state = self.inner.vmm.lock();
+        let covered = state.covering(ptr, size, "hipMemSetAccess")?;
         for (device, flags) in parsed {
             vm.mem_set_access(ptr, size, device, flags.raw())?;
+            let bit = 1u64 << (device % 64);
+            for (base, _) in &covered {
+                if let Some(m) = state.mappings.get_mut(base) {
+                    if flags == AccessFlags::None { m.accessible &= !bit } else { m.accessible |= bit }
+                }
+            }
         }
         Ok(())
     }

@@ -199,13 +199,15 @@ fn a_new_mapping_has_no_access_until_set() {
         assert_eq!(rt.mem_get_access(&MemLocation::device(d), p).unwrap(), AccessFlags::None);
     }
     // Device work on it is an error, not a crash.
-    assert!(rt.copy_host_to_device(p, &[1u8; 64]).is_err(), "a copy into a mapping with no access succeeded");
+    expect_err(rt.copy_host_to_device(p, &[1u8; 64]), 1, &["no access"]);
     rt.mem_set_access(p, g, &[AccessDesc::device(0, AccessFlags::ReadWrite)]).unwrap();
     assert_eq!(write_read(rt, p, &[9u8; 64]), vec![9u8; 64]);
     // Taking access away again makes it an error again.
     rt.mem_set_access(p, g, &[AccessDesc::device(0, AccessFlags::None)]).unwrap();
     assert_eq!(rt.mem_get_access(&MemLocation::device(0), p).unwrap(), AccessFlags::None);
-    assert!(rt.copy_host_to_device(p, &[1u8; 64]).is_err(), "a copy after access was removed succeeded");
+    expect_err(rt.copy_host_to_device(p, &[1u8; 64]), 1, &["no access"]);
+    let stream = device(0).create_stream().unwrap();
+    expect_err(stream.iota(&ViewOf { rt, ptr: p, len: 16 }, 1), 1, &["no access"]);
     teardown(rt, h, p, g);
 }
 

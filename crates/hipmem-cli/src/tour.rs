@@ -6,7 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use hipmem::{Device, DeviceSlice, Error, PinnedBuffer, Result, Runtime};
+use hipmem::vmm::{GranularityOption, MemLocation};
+use hipmem::{
+    AccessDesc, AccessFlags, AllocationProp, Device, DevicePtr, DeviceSlice, Error, PinnedBuffer, Result,
+    Runtime,
+};
 
 use crate::report::{bytes, duration};
 
@@ -49,6 +53,7 @@ pub fn run(rt: &Runtime, elements: usize) -> Result<()> {
     explicit_memory(&mut tour, &device, elements)?;
     pinned_memory(&mut tour, rt, &device, elements)?;
     stream_ordered_allocation(&mut tour, &device, elements)?;
+    virtual_memory(&mut tour, &device, elements)?;
     println!();
     println!("tour complete: every result verified");
     Ok(())
@@ -241,6 +246,114 @@ fn stream_ordered_allocation(tour: &mut Tour, device: &Device, n: usize) -> Resu
         Ok(((), format!("{:.1}x faster", slow.as_secs_f64() / fast.as_secs_f64().max(1e-12))))
     })?;
     Ok(())
+}
+
+/// Seed 001, "Virtual memory management": granularity, hipMemCreate,
+/// hipMemAddressReserve, hipMemMap, hipMemSetAccess, use, grow at the hint
+/// address right after, and free.
+fn virtual_memory(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
+    tour.section("Virtual memory management: reserve, map, set access, grow, free", "seed 001");
+    let rt = device.runtime();
+    let dev = device.ordinal();
+    let prop = AllocationProp::device(dev);
+    let granularity = tour.step("hipMemGetAllocationGranularity(&g, &prop, Minimum)", || {
+        let g = rt.allocation_granularity(&prop, GranularityOption::Minimum)?;
+        Ok((g, format!("g = {}", bytes(g))))
+    })?;
+    let size = (n * std::mem::size_of::<i32>()) as u64;
+    let padded = size.div_ceil(granularity).max(1) * granularity;
+    let handle = tour.step("hipMemCreate(&allocHandle, padded_size, &prop, 0)", || {
+        let h = rt.mem_create(padded, &prop, 0)?;
+        Ok((h, format!("{} as handle {h:#x}", bytes(padded))))
+    })?;
+    let ptr = tour.step("hipMemAddressReserve(&ptr, padded_size, 0, 0, 0)", || {
+        let p = rt.address_reserve(padded, 0, DevicePtr::NULL, 0)?;
+        Ok((p, format!("ptr = {p}")))
+    })?;
+    tour.step("hipMemMap(ptr, padded_size, 0, allocHandle, 0)", || {
+        rt.mem_map(ptr, padded, 0, handle, 0)?;
+        let access = rt.mem_get_access(&MemLocation::device(dev), ptr)?;
+        Ok(((), format!("mapped; access now {access:?}")))
+    })?;
+    let rw = [AccessDesc::device(dev, AccessFlags::ReadWrite)];
+    tour.step("hipMemSetAccess(ptr, padded_size, &accessDesc, 1)", || {
+        rt.mem_set_access(ptr, padded, &rw)?;
+        Ok(((), format!("{:?}", rt.mem_get_access(&MemLocation::device(dev), ptr)?)))
+    })?;
+    let stream = device.create_stream()?;
+    let reservation_view = RawView { rt, ptr, len: n };
+    tour.step("kernel<<<...>>>(ptr)  // ptr[i] = i * 3; copy back, check", || {
+        stream.iota(&reservation_view, 3)?;
+        stream.synchronize()?;
+        let v = reservation_view.read_to_vec()?;
+        match v.iter().enumerate().find(|&(i, &x)| x != (i as i32).wrapping_mul(3)) {
+            None => Ok(((), format!("ptr[i] == 3*i for all {n}"))),
+            Some((i, x)) => Err(Error::Unknown(format!("ptr[{i}] = {x}, expected {}", 3 * i))),
+        }
+    })?;
+    // Grow: a second physical allocation, reserved right after the first.
+    let hint = DevicePtr(ptr.0 + padded);
+    let grow = padded;
+    let new_handle = tour.step("hipMemCreate(&newAllocHandle, new_size - padded_size, &prop, 0)", || {
+        let h = rt.mem_create(grow, &prop, 0)?;
+        Ok((h, format!("{} as handle {h:#x}", bytes(grow))))
+    })?;
+    let new_ptr = tour.step("hipMemAddressReserve(&new_ptr, ..., 0, ptr + padded_size, 0)", || {
+        let p = rt.address_reserve(grow, 0, hint, 0)?;
+        let said = if p == hint {
+            "hint honoured: contiguous".to_string()
+        } else {
+            format!("hint NOT honoured: {p}")
+        };
+        Ok((p, said))
+    })?;
+    tour.step("hipMemMap(new_ptr, ...); hipMemSetAccess(new_ptr, ...)", || {
+        rt.mem_map(new_ptr, grow, 0, new_handle, 0)?;
+        rt.mem_set_access(new_ptr, grow, &[AccessDesc::device(dev, AccessFlags::ReadWrite)])?;
+        Ok(((), format!("{} more at {new_ptr}", bytes(grow))))
+    })?;
+    tour.step("kernel<<<...>>> over the grown range; check", || {
+        let (start, len) =
+            if new_ptr == hint { (ptr, n + (grow / 4) as usize) } else { (new_ptr, (grow / 4) as usize) };
+        let view = RawView { rt, ptr: start, len };
+        stream.iota(&view, 5)?;
+        stream.synchronize()?;
+        let v = view.read_to_vec()?;
+        match v.iter().enumerate().find(|&(i, &x)| x != (i as i32).wrapping_mul(5)) {
+            None if new_ptr == hint => Ok(((), format!("one range of {} elements, no copy", len))),
+            None => Ok(((), format!("new range verified alone ({len} elements)"))),
+            Some((i, x)) => Err(Error::Unknown(format!("element {i} = {x}, expected {}", 5 * i))),
+        }
+    })?;
+    tour.step("hipMemUnmap(ptr, size); hipMemRelease(handle); hipMemAddressFree(ptr, size)", || {
+        rt.mem_unmap(new_ptr, grow)?;
+        rt.mem_unmap(ptr, padded)?;
+        rt.mem_release(new_handle)?;
+        rt.mem_release(handle)?;
+        rt.address_free(new_ptr, grow)?;
+        rt.address_free(ptr, padded)?;
+        Ok(((), "unmapped, released, freed".to_string()))
+    })?;
+    Ok(())
+}
+
+/// A device range as `i32` elements (for the kernels and copies).
+struct RawView<'a> {
+    rt: &'a Runtime,
+    ptr: DevicePtr,
+    len: usize,
+}
+
+impl DeviceSlice<i32> for RawView<'_> {
+    fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn runtime(&self) -> &Runtime {
+        self.rt
+    }
 }
 
 fn rate(bytes: usize, took: Duration) -> String {

@@ -29,6 +29,7 @@ pub mod pinned;
 pub mod pool;
 pub mod runtime;
 pub mod stream;
+pub mod vmm;
 
 pub use backend::{
     BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
@@ -43,3 +44,7 @@ pub use pinned::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer, P
 pub use pool::{AccessFlags, MemPool, PoolAttribute, PoolBuffer, PoolProps, PoolStats};
 pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use stream::{AsyncScope, FillElement, Stream};
+pub use vmm::{
+    AccessDesc, AddressReservation, AllocationProp, GrowableBuffer, MappedView, Mapping, MemLocation,
+    PhysicalAllocation,
+};

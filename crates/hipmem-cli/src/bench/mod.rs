@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod copy;
+pub mod vmm;
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;

@@ -20,6 +20,7 @@ pub mod host;
 pub mod host_memory;
 pub mod lend;
 pub mod parallel_memcpy;
+pub mod virtual_memory;
 
 use std::fmt;
 use std::sync::Arc;
@@ -435,6 +436,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     // A feature whose operations only some backends have lives in a trait of
     // its own; the backend hands it out here (None: not supported).
     // capability: virtual memory management (issue 4)
+    /// Virtual memory management, where the backend has it.
+    fn virtual_memory(&self) -> Option<&dyn virtual_memory::VirtualMemory> {
+        None
+    }
     // capability: page-locked host memory (issue 5)
     /// Page-locked host memory (`hipHostMalloc`, `hipHostRegister`, ...).
     fn page_locked_memory(&self) -> Option<&dyn host_memory::PageLockedMemory> {

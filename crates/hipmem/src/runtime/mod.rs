@@ -138,6 +138,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) event_pool: Vec<Mutex<Vec<RawEvent>>>,
     /// Page-locked memory: raw allocations, the staging pool.
     pub(crate) pinned: crate::pinned::PinnedState,
+    /// Handles, reservations and mappings of virtual memory management.
+    pub(crate) vmm: crate::vmm::VmmTable,
 }
 
 impl RuntimeInner {
@@ -335,6 +337,7 @@ impl Runtime {
                 streams: Mutex::new(HashMap::new()),
                 null_clocks,
                 pinned: Default::default(),
+                vmm: crate::vmm::VmmTable::default(),
             }),
         })
     }
@@ -513,9 +516,10 @@ impl Runtime {
         Ok(match self.inner.allocations.find(ptr) {
             Some(a) => PointerAttributes {
                 memory_type: match a.kind {
-                    MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_) => {
-                        MemoryType::Device
-                    }
+                    MemoryKind::Device
+                    | MemoryKind::PoolSegment(_)
+                    | MemoryKind::DriverPool(_)
+                    | MemoryKind::VmmMapping => MemoryType::Device,
                     MemoryKind::PinnedHost { .. } | MemoryKind::RegisteredHost { .. } => MemoryType::Host,
                 },
                 device: a.device as i32,
@@ -686,6 +690,9 @@ impl Runtime {
     /// allocation, or one block of a pool.
     pub fn check_device_range(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Allocation> {
         let a = self.inner.allocations.check_range(ptr, len, what)?;
+        if a.kind == MemoryKind::VmmMapping {
+            self.check_vmm_access(ptr, len, what)?;
+        }
         if let MemoryKind::PoolSegment(pool) = a.kind {
             let core = self.inner.pools.get(pool);
             let block = core.and_then(|c| c.block_containing(ptr.0)).ok_or_else(|| {

@@ -32,12 +32,21 @@ pub enum MemoryKind {
         /// The `hipHostRegister` flags.
         flags: u32,
     },
+    /// One virtual-memory mapping (`hipMemMap`); adjacent mappings form one
+    /// range of addresses that device work may span.
+    VmmMapping,
 }
 
 impl MemoryKind {
     /// Whether device work addresses this memory directly.
     pub fn is_device_accessible(&self) -> bool {
-        matches!(self, MemoryKind::Device | MemoryKind::PoolSegment(_) | MemoryKind::DriverPool(_))
+        matches!(
+            self,
+            MemoryKind::Device
+                | MemoryKind::PoolSegment(_)
+                | MemoryKind::DriverPool(_)
+                | MemoryKind::VmmMapping
+        )
     }
 
     /// Whether this is page-locked host memory (allocated or registered).
@@ -140,6 +149,19 @@ impl AllocationRegistry {
         let end = ptr.0.checked_add(len).ok_or_else(|| {
             Error::InvalidValue(format!("{what}: {ptr} + {len} bytes overflows the address space"))
         })?;
+        let mut a = a;
+        if a.kind == MemoryKind::VmmMapping && end > a.end() {
+            // Adjacent mappings are one range of addresses: extend over them.
+            let map = self.map.read().unwrap_or_else(|p| p.into_inner());
+            while end > a.end() {
+                match map.get(&a.end()) {
+                    Some(next) if next.kind == MemoryKind::VmmMapping && next.device == a.device => {
+                        a.size += next.size
+                    }
+                    _ => break,
+                }
+            }
+        }
         if end > a.end() {
             return Err(Error::InvalidValue(format!(
                 "{what}: {len} bytes at {ptr} run {} bytes past the end of the {}-byte allocation at {}",

@@ -38,6 +38,7 @@ mod pool_stats;
 mod pool_stress;
 mod pools;
 mod streams;
+mod vmm;
 
 use std::fmt::Debug;
 use std::sync::OnceLock;

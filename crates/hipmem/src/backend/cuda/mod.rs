@@ -25,6 +25,7 @@
 pub mod driver;
 mod page_locked;
 pub mod result;
+mod virtual_memory;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -967,6 +968,9 @@ impl Backend for CudaBackend {
     }
 
     // capability: virtual memory management (issue 4)
+    fn virtual_memory(&self) -> Option<&dyn super::virtual_memory::VirtualMemory> {
+        Some(self)
+    }
     // capability: page-locked host memory (issue 5)
     fn page_locked_memory(&self) -> Option<&dyn super::host_memory::PageLockedMemory> {
         Some(self)

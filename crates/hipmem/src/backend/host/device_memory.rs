@@ -15,6 +15,9 @@ pub enum RegionKind {
     Device,
     /// Mapped page-locked host memory (allocated or registered).
     PageLocked,
+    /// A virtual-memory mapping with read-write access; adjacent ones form
+    /// one range (device work may span them).
+    VirtualMapping,
 }
 
 /// One range of emulator-owned memory.
@@ -49,9 +52,19 @@ impl RegionsRead<'_> {
         let Some((&base, region)) = self.guard.range(..=ptr.0).next_back() else {
             return Err(Error::InvalidValue(format!("{what}: {ptr} is not memory of this emulated device")));
         };
-        let end = base + region.len;
+        let mut end = base + region.len;
         if ptr.0 >= end {
             return Err(Error::InvalidValue(format!("{what}: {ptr} is not memory of this emulated device")));
+        }
+        if region.kind == RegionKind::VirtualMapping {
+            // Adjacent mappings are one range of addresses: extend over them.
+            let want_end = ptr.0.saturating_add(len);
+            while end < want_end {
+                match self.guard.get(&end) {
+                    Some(next) if next.kind == RegionKind::VirtualMapping => end += next.len,
+                    _ => break,
+                }
+            }
         }
         let want_end = ptr
             .0
@@ -61,7 +74,7 @@ impl RegionsRead<'_> {
             return Err(Error::InvalidValue(format!(
                 "{what}: {len} bytes at {ptr} run {} bytes past the end of the {}-byte allocation at {:#x}",
                 want_end - end,
-                region.len,
+                end - base,
                 base
             )));
         }

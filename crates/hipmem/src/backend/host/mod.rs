@@ -15,6 +15,7 @@ pub mod config;
 pub(crate) mod device_memory;
 pub(crate) mod page_locked;
 pub(crate) mod stream_worker;
+mod virtual_memory;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +53,7 @@ pub struct HostBackend {
     streams: Mutex<HashMap<u64, Arc<StreamShared>>>,
     events: Mutex<HashMap<u64, Arc<HostEvent>>>,
     next_handle: AtomicU64,
+    vmm: virtual_memory::HostVmm,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -76,6 +78,7 @@ impl HostBackend {
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(0x1000),
+            vmm: virtual_memory::HostVmm::default(),
         })
     }
 
@@ -220,7 +223,7 @@ impl Backend for HostBackend {
             multiprocessor_count: threads,
             capabilities: DeviceCapabilities {
                 memory_pools: true,
-                virtual_memory: false,
+                virtual_memory: true,
                 managed_memory: false,
                 concurrent_managed_access: false,
                 can_map_host_memory: true,
@@ -481,6 +484,9 @@ impl Backend for HostBackend {
     }
 
     // capability: virtual memory management (issue 4)
+    fn virtual_memory(&self) -> Option<&dyn super::virtual_memory::VirtualMemory> {
+        Some(self)
+    }
     // capability: page-locked host memory (issue 5)
     fn page_locked_memory(&self) -> Option<&dyn super::host_memory::PageLockedMemory> {
         Some(self)

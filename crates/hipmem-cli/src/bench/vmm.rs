@@ -1,0 +1,235 @@
+//! `hipmem bench vmm`: growing a buffer in steps, with virtual memory
+//! (`GrowableBuffer`: map new chunks at the end, no copy) and with
+//! allocate-copy-free (`DeviceBuffer`: a larger buffer, a device-to-device
+//! copy of the old contents, then free the old one).
+//!
+//! The buffer grows in equal steps to 16 GiB on cuda (2 GiB on the CPU
+//! emulation), or half the device's free memory where that is less. Every
+//! step also writes its new tail (a memset on the stream), so both paths
+//! touch the same bytes; the copy path's extra work is the copy.
+//!
+//! Reported per path: total time, time per step, peak live bytes (the sum of
+//! live allocations, tracked), peak device memory in use (the drop in the
+//! device's free memory from before the run), both as a ratio to the final
+//! size, and the number of chunks mapped (growable paths).
+//!
+//! Paths: `growable-exact` maps exactly what each step needs (rounded to the
+//! granularity); `growable` is the default policy (geometric chunks, at most
+//! 1/8 over what is mapped); `copy` is allocate-copy-free.
+
+use std::time::Instant;
+
+use hipmem::{
+    BackendKind, DeviceBuffer, DevicePtr, DeviceSlice, FillValue, GrowableBuffer, PhysicalAllocation, Result,
+    Runtime, Stream,
+};
+
+use super::{Progress, Report};
+
+/// How far to grow.
+#[derive(Copy, Clone, Debug)]
+pub struct Scale {
+    /// Final size on cuda (capped by half the free memory).
+    gpu_bytes: u64,
+    /// Final size on the CPU emulation.
+    host_bytes: u64,
+    /// Number of equal steps.
+    steps: u64,
+}
+
+impl Scale {
+    /// Full runs (the GPU machine).
+    pub fn full() -> Scale {
+        Scale { gpu_bytes: 16 << 30, host_bytes: 2 << 30, steps: 32 }
+    }
+
+    /// A quick smoke run.
+    pub fn quick() -> Scale {
+        Scale { gpu_bytes: 512 << 20, host_bytes: 256 << 20, steps: 8 }
+    }
+}
+
+/// What one path measured.
+struct Outcome {
+    total_ms: f64,
+    peak_live: u64,
+    peak_device: u64,
+    chunks: Option<usize>,
+}
+
+/// Peak tracking of the device's used memory (free-memory deltas).
+struct Usage<'a> {
+    rt: &'a Runtime,
+    device: usize,
+    baseline_free: u64,
+    peak: u64,
+}
+
+impl Usage<'_> {
+    fn sample(&mut self) -> Result<()> {
+        let free = self.rt.mem_get_info(self.device)?.free;
+        self.peak = self.peak.max(self.baseline_free.saturating_sub(free));
+        Ok(())
+    }
+}
+
+/// Runs the bench on device 0.
+pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
+    let device = rt.device(0)?;
+    let mut report = Report::new("vmm", rt, 0)?;
+    let g = PhysicalAllocation::granularity(&device)?;
+    let free = rt.mem_get_info(0)?.free;
+    let cap = if rt.backend_kind() == BackendKind::Cuda { scale.gpu_bytes } else { scale.host_bytes };
+    let target = cap.min(free / 2);
+    let step = (target / scale.steps / g * g).max(g);
+    let final_size = step * scale.steps;
+    eprintln!(
+        "note: growing to {} in {} steps of {} (granularity {})",
+        crate::report::bytes(final_size),
+        scale.steps,
+        crate::report::bytes(step),
+        crate::report::bytes(g)
+    );
+    let stream = device.create_stream()?;
+    // Warm the kernels and the driver so the first path pays no setup.
+    {
+        let warm = device.alloc::<u8>(4096)?;
+        stream.memset(&warm, 0)?;
+        stream.synchronize()?;
+    }
+    let paths = ["growable-exact", "growable", "copy"];
+    let mut progress = Progress::new(paths.len());
+    let mut outcomes = Vec::new();
+    for path in paths {
+        progress.step(path);
+        device.synchronize()?;
+        let outcome = match path {
+            "copy" => grow_by_copy(rt, &stream, step, scale.steps)?,
+            _ => grow_in_place(rt, &stream, step, scale.steps, final_size, path == "growable-exact")?,
+        };
+        outcomes.push((path, outcome));
+    }
+    progress.finish();
+    let size = Some(final_size);
+    let steps = scale.steps as f64;
+    for (path, o) in &outcomes {
+        report.push("grow_in_steps", path, size, "total_time", o.total_ms, "ms");
+        report.push("grow_in_steps", path, size, "per_step", o.total_ms * 1e3 / steps, "us");
+        report.push("grow_in_steps", path, size, "peak_live_bytes", o.peak_live as f64, "B");
+        report.push(
+            "grow_in_steps",
+            path,
+            size,
+            "peak_live_vs_final",
+            o.peak_live as f64 / final_size as f64,
+            "x",
+        );
+        report.push("grow_in_steps", path, size, "peak_device_bytes", o.peak_device as f64, "B");
+        report.push(
+            "grow_in_steps",
+            path,
+            size,
+            "peak_device_vs_final",
+            o.peak_device as f64 / final_size as f64,
+            "x",
+        );
+        if let Some(c) = o.chunks {
+            report.push("grow_in_steps", path, size, "chunks_mapped", c as f64, "count");
+        }
+    }
+    if let (Some((_, fast)), Some((_, copy))) = (outcomes.first(), outcomes.last()) {
+        report.push(
+            "grow_in_steps",
+            "copy",
+            size,
+            "time_vs_growable_exact",
+            copy.total_ms / fast.total_ms,
+            "x",
+        );
+    }
+    Ok(report)
+}
+
+fn grow_in_place(
+    rt: &Runtime,
+    stream: &Stream,
+    step: u64,
+    steps: u64,
+    final_size: u64,
+    exact: bool,
+) -> Result<Outcome> {
+    let device = rt.device(stream.device())?;
+    let mut usage =
+        Usage { rt, device: stream.device(), baseline_free: rt.mem_get_info(stream.device())?.free, peak: 0 };
+    let start = Instant::now();
+    // Reserve room for the geometric policy's overshoot as well.
+    let mut buf = GrowableBuffer::<u8>::with_reservation(&device, final_size + final_size / 4)?;
+    if exact {
+        buf.set_max_overshoot(0.0);
+    }
+    let mut peak_live = 0;
+    for i in 1..=steps {
+        let old = buf.len() as u64;
+        buf.resize((i * step) as usize)?;
+        rt.memset_async(DevicePtr(buf.base().0 + old), FillValue::U8(i as u8), step, stream.raw())?;
+        stream.synchronize()?;
+        peak_live = peak_live.max(buf.mapped_bytes());
+        usage.sample()?;
+    }
+    let total_ms = start.elapsed().as_secs_f64() * 1e3;
+    check_tail(&buf, steps)?;
+    Ok(Outcome { total_ms, peak_live, peak_device: usage.peak, chunks: Some(buf.chunk_count()) })
+}
+
+fn grow_by_copy(rt: &Runtime, stream: &Stream, step: u64, steps: u64) -> Result<Outcome> {
+    let device = rt.device(stream.device())?;
+    let mut usage =
+        Usage { rt, device: stream.device(), baseline_free: rt.mem_get_info(stream.device())?.free, peak: 0 };
+    let start = Instant::now();
+    let mut current: Option<DeviceBuffer<u8>> = None;
+    let mut peak_live = 0;
+    for i in 1..=steps {
+        let size = i * step;
+        let next = device.alloc::<u8>(size as usize)?;
+        let old = match &current {
+            Some(old) => {
+                rt.copy_device_to_device_async(
+                    next.device_ptr(),
+                    old.device_ptr(),
+                    old.size_bytes(),
+                    stream.raw(),
+                )?;
+                old.size_bytes()
+            }
+            None => 0,
+        };
+        rt.memset_async(DevicePtr(next.device_ptr().0 + old), FillValue::U8(i as u8), step, stream.raw())?;
+        stream.synchronize()?;
+        peak_live = peak_live.max(old + size);
+        usage.sample()?;
+        current = Some(next); // drops (hipFree) the old buffer
+    }
+    let total_ms = start.elapsed().as_secs_f64() * 1e3;
+    if let Some(buf) = &current {
+        let mut last = [0u8; 1];
+        rt.copy_device_to_host(&mut last, DevicePtr(buf.device_ptr().0 + buf.size_bytes() - 1))?;
+        if last[0] != steps as u8 {
+            return Err(hipmem::Error::Unknown(format!(
+                "copy path: last byte {} != {}",
+                last[0], steps as u8
+            )));
+        }
+    }
+    Ok(Outcome { total_ms, peak_live, peak_device: usage.peak, chunks: None })
+}
+
+fn check_tail(buf: &GrowableBuffer<u8>, steps: u64) -> Result<()> {
+    let mut first_last = [0u8; 2];
+    buf.runtime().copy_device_to_host(&mut first_last[..1], buf.base())?;
+    buf.runtime()
+        .copy_device_to_host(&mut first_last[1..], DevicePtr(buf.base().0 + buf.len() as u64 - 1))?;
+    if first_last != [1, steps as u8] {
+        return Err(hipmem::Error::Unknown(format!("growable buffer lost data: {first_last:?}")));
+    }
+    Ok(())
+}

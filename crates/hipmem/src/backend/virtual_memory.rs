@@ -1,0 +1,77 @@
+//! Virtual memory management (`cuMem*` / `hipMem*` VMM): the raw operations a
+//! backend with virtual memory provides, as a capability trait of its own
+//! (handed out by [`super::Backend::virtual_memory`]).
+//!
+//! A physical allocation is an opaque handle (`CUmemGenericAllocationHandle`);
+//! a reservation is a range of addresses with nothing behind it; a mapping
+//! puts part of a physical allocation behind part of a reservation; access is
+//! set per device and per mapping. The backend does what it is asked and
+//! checks what it must to stay memory-safe; HIP's argument rules (zero sizes,
+//! flags, granularity multiples) are the runtime's.
+
+use super::DevicePtr;
+use crate::error::Result;
+
+/// `hipMemAllocationHandleType` bit: a POSIX file descriptor.
+pub const HANDLE_TYPE_POSIX_FD: u32 = 1;
+
+/// What a physical allocation is (from its handle).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PhysicalProperties {
+    /// Device the memory lives on.
+    pub device: usize,
+    /// Size in bytes.
+    pub size: u64,
+    /// `hipMemAllocationHandleType` bits it may be exported as.
+    pub handle_types: u32,
+}
+
+/// The raw VMM operations.
+pub trait VirtualMemory: Send + Sync {
+    /// Allocation granularity of `device`: the minimum, or the recommended one.
+    fn granularity(&self, device: usize, recommended: bool) -> Result<u64>;
+
+    /// Creates a physical allocation of `size` bytes (a multiple of the
+    /// granularity) on `device`, exportable as `handle_types`.
+    fn mem_create(&self, device: usize, size: u64, handle_types: u32) -> Result<u64>;
+
+    /// Drops one reference to a handle; the memory goes once it is neither
+    /// referenced nor mapped.
+    fn mem_release(&self, handle: u64) -> Result<()>;
+
+    /// Reserves `size` bytes of addresses aligned to `alignment` (0: the
+    /// granularity), at `hint` if that range is free, else anywhere.
+    fn address_reserve(&self, size: u64, alignment: u64, hint: DevicePtr) -> Result<DevicePtr>;
+
+    /// Frees a whole reservation (it must hold no mapping).
+    fn address_free(&self, ptr: DevicePtr, size: u64) -> Result<()>;
+
+    /// Maps `size` bytes of `handle`, from `offset`, at `ptr` (inside a
+    /// reservation, over no other mapping). The mapping starts with no access.
+    fn mem_map(&self, ptr: DevicePtr, size: u64, offset: u64, handle: u64) -> Result<()>;
+
+    /// Unmaps `[ptr, ptr + size)`, which must cover whole mappings; the
+    /// addresses stay reserved. Work queued on the range completes first.
+    fn mem_unmap(&self, ptr: DevicePtr, size: u64) -> Result<()>;
+
+    /// Sets `device`'s access to the mapped range (0 none, 1 read, 3 read-write).
+    fn mem_set_access(&self, ptr: DevicePtr, size: u64, device: usize, flags: u32) -> Result<()>;
+
+    /// `device`'s access to the mapping that contains `ptr`.
+    fn mem_get_access(&self, ptr: DevicePtr, device: usize) -> Result<u32>;
+
+    /// The handle of the physical allocation mapped at `ptr`, with one more
+    /// reference (released with [`VirtualMemory::mem_release`]).
+    fn retain_allocation_handle(&self, ptr: DevicePtr) -> Result<u64>;
+
+    /// What a handle is.
+    fn allocation_properties(&self, handle: u64) -> Result<PhysicalProperties>;
+
+    /// Exports a handle as a POSIX file descriptor (it must have been created
+    /// with [`HANDLE_TYPE_POSIX_FD`]).
+    fn export_to_fd(&self, handle: u64) -> Result<std::os::fd::OwnedFd>;
+
+    /// Imports a physical allocation from a file descriptor made by
+    /// [`VirtualMemory::export_to_fd`] (a new handle with one reference).
+    fn import_from_fd(&self, fd: std::os::fd::BorrowedFd<'_>) -> Result<u64>;
+}

@@ -118,10 +118,10 @@ fn copy_once(
         ("hipmem-staged", true) => rt.copy_pageable_to_device(d, pageable),
         ("hipmem-staged", false) => rt.copy_device_to_pageable(pageable, d),
         ("staged-always", true) => {
-            rt.copy_pageable_to_device_staged(d, pageable, hipmem::pinned::STAGING_CHUNK)
+            rt.copy_pageable_to_device_staged(d, pageable, hipmem::pinned::StagingConfig::get().chunk)
         }
         ("staged-always", false) => {
-            rt.copy_device_to_pageable_staged(pageable, d, hipmem::pinned::STAGING_CHUNK)
+            rt.copy_device_to_pageable_staged(pageable, d, hipmem::pinned::StagingConfig::get().chunk)
         }
         ("page-locked", true) => {
             stream.copy_to_device_from_pinned(pinned, dev)?;

@@ -78,7 +78,7 @@ pub fn threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-        .clamp(1, crate::pinned::STAGING_THREADS)
+        .clamp(1, crate::pinned::StagingConfig::get().threads)
 }
 
 /// Copies `src` into `dst` (same length) with up to [`threads`] threads.

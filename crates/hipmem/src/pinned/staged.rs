@@ -18,14 +18,54 @@ use crate::event::Event;
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 
-/// Copies of at least this many bytes are staged (on backends with DMA).
+/// Copies of at least this many bytes are staged (on backends with DMA);
+/// `HIPMEM_STAGED_MIN` overrides it.
 pub const STAGED_MIN_BYTES: usize = 4 << 20;
-/// Bytes per chunk of a staged copy.
+/// Bytes per chunk of a staged copy; `HIPMEM_STAGING_CHUNK` overrides it.
 pub const STAGING_CHUNK: usize = 8 << 20;
-/// Staging buffers in the ring.
+/// Staging buffers in the ring; `HIPMEM_STAGING_RING` overrides it.
 pub const STAGING_RING: usize = 4;
-/// The most host threads that copy one chunk (see `backend::parallel_memcpy`).
+/// The most host threads that copy one chunk (see `backend::parallel_memcpy`);
+/// `HIPMEM_STAGING_THREADS` overrides it.
 pub const STAGING_THREADS: usize = 8;
+
+/// The staging parameters in force (the constants, or the environment's
+/// `HIPMEM_STAGED_MIN`, `HIPMEM_STAGING_CHUNK`, `HIPMEM_STAGING_RING`,
+/// `HIPMEM_STAGING_THREADS`; sizes accept suffixes like `16M`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StagingConfig {
+    /// Smallest staged copy.
+    pub min_bytes: usize,
+    /// Chunk size.
+    pub chunk: usize,
+    /// Ring depth.
+    pub ring: usize,
+    /// Host copy threads.
+    pub threads: usize,
+}
+
+impl StagingConfig {
+    /// Read once per process.
+    pub fn get() -> StagingConfig {
+        static CONFIG: std::sync::OnceLock<StagingConfig> = std::sync::OnceLock::new();
+        *CONFIG.get_or_init(|| {
+            let size = |name: &str, default: usize| {
+                std::env::var(name)
+                    .ok()
+                    .and_then(|v| crate::backend::host::config::parse_size(&v).ok())
+                    .map(|v| v as usize)
+                    .filter(|&v| v > 0)
+                    .unwrap_or(default)
+            };
+            StagingConfig {
+                min_bytes: size("HIPMEM_STAGED_MIN", STAGED_MIN_BYTES),
+                chunk: size("HIPMEM_STAGING_CHUNK", STAGING_CHUNK),
+                ring: size("HIPMEM_STAGING_RING", STAGING_RING).clamp(2, 64),
+                threads: size("HIPMEM_STAGING_THREADS", STAGING_THREADS).clamp(1, 256),
+            }
+        })
+    }
+}
 
 /// Which way a staged copy goes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -46,7 +86,7 @@ impl Plan {
     fn new(len: usize, chunk: usize) -> Plan {
         let chunk = chunk.min(len).max(1);
         let chunks = len.div_ceil(chunk);
-        let ring = STAGING_RING.min(chunks).max(1);
+        let ring = StagingConfig::get().ring.min(chunks).max(1);
         Plan { len, chunk, chunks, ring }
     }
 
@@ -59,7 +99,7 @@ impl Plan {
 
 impl Runtime {
     fn stages(&self, len: usize) -> bool {
-        len >= STAGED_MIN_BYTES
+        len >= StagingConfig::get().min_bytes
             && self.backend_kind() != BackendKind::Host
             && self.backend().page_locked_memory().is_some()
     }
@@ -70,7 +110,7 @@ impl Runtime {
     /// pageable path.
     pub fn copy_pageable_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         if self.stages(src.len()) {
-            self.copy_pageable_to_device_staged(dst, src, STAGING_CHUNK)
+            self.copy_pageable_to_device_staged(dst, src, StagingConfig::get().chunk)
         } else {
             self.copy_host_to_device(dst, src)
         }
@@ -80,7 +120,7 @@ impl Runtime {
     /// like [`Runtime::copy_pageable_to_device`]).
     pub fn copy_device_to_pageable(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
         if self.stages(dst.len()) {
-            self.copy_device_to_pageable_staged(dst, src, STAGING_CHUNK)
+            self.copy_device_to_pageable_staged(dst, src, StagingConfig::get().chunk)
         } else {
             self.copy_device_to_host(dst, src)
         }

@@ -117,12 +117,16 @@ fn copy_once(
         ("driver-pageable", false) => rt.copy_device_to_host(pageable, d),
         ("hipmem-staged", true) => rt.copy_pageable_to_device(d, pageable),
         ("hipmem-staged", false) => rt.copy_device_to_pageable(pageable, d),
-        ("staged-always", true) => {
-            rt.copy_pageable_to_device_staged(d, pageable, hipmem::pinned::StagingConfig::get().chunk)
-        }
-        ("staged-always", false) => {
-            rt.copy_device_to_pageable_staged(pageable, d, hipmem::pinned::StagingConfig::get().chunk)
-        }
+        ("staged-always", true) => rt.copy_pageable_to_device_staged(
+            d,
+            pageable,
+            hipmem::pinned::StagingConfig::get().chunk_for(pageable.len()),
+        ),
+        ("staged-always", false) => rt.copy_device_to_pageable_staged(
+            pageable,
+            d,
+            hipmem::pinned::StagingConfig::get().chunk_for(pageable.len()),
+        ),
         ("page-locked", true) => {
             stream.copy_to_device_from_pinned(pinned, dev)?;
             stream.synchronize()

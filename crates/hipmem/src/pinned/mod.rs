@@ -31,7 +31,9 @@ use std::sync::{Mutex, OnceLock};
 
 pub use buffer::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer};
 pub use pool::{PinnedPool, PinnedPoolStats};
-pub use staged::{STAGED_MIN_BYTES, STAGING_CHUNK, STAGING_RING, STAGING_THREADS, StagingConfig};
+pub use staged::{
+    STAGED_MIN_BYTES, STAGING_CHUNK, STAGING_MIN_CHUNK, STAGING_RING, STAGING_THREADS, StagingConfig,
+};
 
 use crate::backend::host_memory::{PageLockedBlock, PageLockedFlags, RegisterFlags, RegisterSpan};
 use crate::backend::{DevicePtr, RawStream};

@@ -41,7 +41,7 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use event::Event;
 pub use pinned::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer, PinnedPool, PinnedPoolStats};
-pub use pool::{AccessFlags, MemPool, PoolAttribute, PoolBuffer, PoolProps, PoolStats};
+pub use pool::{AccessFlags, MemPool, PoolAttribute, PoolBacking, PoolBuffer, PoolProps, PoolStats};
 pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use stream::{AsyncScope, FillElement, Stream};
 pub use vmm::{

@@ -292,6 +292,18 @@ fn random_allocations(
     Ok((time_ms, result?.1))
 }
 
+/// RMM's random_allocations on `pool` (one observed run): time in ms and
+/// fragmentation (peak reserved / peak requested).
+pub(super) fn pool_random_allocations(
+    rt: &Runtime,
+    pool: &MemPool,
+    ops: usize,
+    stream: &Stream,
+) -> Result<(f64, f64)> {
+    let (time_ms, frag) = random_run(rt, &Allocator::Hipmem(pool.clone()), ops, stream, true)?;
+    Ok((time_ms, frag.unwrap_or(0.0)))
+}
+
 fn random_run(
     rt: &Runtime,
     a: &Allocator,

@@ -23,6 +23,7 @@ use hipmem::{
     BackendKind, DeviceBuffer, DevicePtr, DeviceSlice, FillValue, GrowableBuffer, PhysicalAllocation, Result,
     Runtime, Stream,
 };
+use hipmem::{MemPool, PoolBacking, PoolProps};
 
 use super::{Progress, Report};
 
@@ -35,17 +36,19 @@ pub struct Scale {
     host_bytes: u64,
     /// Number of equal steps.
     steps: u64,
+    /// Operation counts of the random_allocations runs.
+    random_ops: [usize; 2],
 }
 
 impl Scale {
     /// Full runs (the GPU machine).
     pub fn full() -> Scale {
-        Scale { gpu_bytes: 16 << 30, host_bytes: 2 << 30, steps: 32 }
+        Scale { gpu_bytes: 16 << 30, host_bytes: 2 << 30, steps: 32, random_ops: [10_000, 100_000] }
     }
 
     /// A quick smoke run.
     pub fn quick() -> Scale {
-        Scale { gpu_bytes: 512 << 20, host_bytes: 256 << 20, steps: 8 }
+        Scale { gpu_bytes: 512 << 20, host_bytes: 256 << 20, steps: 8, random_ops: [500, 2_000] }
     }
 }
 
@@ -146,6 +149,25 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
             copy.total_ms / fast.total_ms,
             "x",
         );
+    }
+    // RMM's random_allocations on hipmem's pool, without and with
+    // virtual-memory backing: fragmentation = peak reserved / peak requested.
+    for ops in scale.random_ops {
+        for (name, backing) in
+            [("hipmem-pool-segments", PoolBacking::Segments), ("hipmem-pool-vmm", PoolBacking::VirtualMemory)]
+        {
+            let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
+            let pool = MemPool::create_with_backing(rt, props, backing)?;
+            pool.set_release_threshold(u64::MAX);
+            let (time_ms, frag) = super::alloc::pool_random_allocations(rt, &pool, ops, &stream)?;
+            let case = format!("random_allocations_{ops}");
+            report.push(&case, name, None, "fragmentation", frag, "x");
+            report.push(&case, name, None, "time_observed", time_ms, "ms");
+            if pool.backing() != backing {
+                eprintln!("note: {name}: this backend has no virtual memory; the pool used segments");
+            }
+            pool.destroy()?;
+        }
     }
     Ok(report)
 }

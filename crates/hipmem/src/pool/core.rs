@@ -51,6 +51,42 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How a pool gets memory from the backend.
+enum Backing {
+    /// Separate device allocations (segments); blocks coalesce within one.
+    Segments,
+    /// One reserved address range; physical chunks are mapped into it as the
+    /// pool grows (right after free space, so free space coalesces across
+    /// chunk boundaries) and unmapped and released once wholly free, while
+    /// live addresses stay put. Taken where the backend has virtual memory
+    /// (unless `HIPMEM_POOL_BACKING=segments`).
+    Virtual(Mutex<Option<VirtualRange>>),
+}
+
+/// The reservation of a pool on virtual memory and the chunks mapped in it.
+struct VirtualRange {
+    base: u64,
+    size: u64,
+    granularity: u64,
+    /// Mapped chunks: address → (size, physical handle).
+    chunks: std::collections::BTreeMap<u64, (u64, u64)>,
+}
+
+impl Backing {
+    fn choose(rt: &RuntimeInner, device: usize, requested: Option<super::PoolBacking>) -> Backing {
+        let wanted = match requested {
+            Some(b) => b == super::PoolBacking::VirtualMemory,
+            None => std::env::var("HIPMEM_POOL_BACKING").map(|v| v != "segments").unwrap_or(true),
+        };
+        let capable = rt.devices.get(device).is_some_and(|d| d.capabilities.virtual_memory);
+        if wanted && capable && rt.backend.virtual_memory().is_some() {
+            Backing::Virtual(Mutex::new(None))
+        } else {
+            Backing::Segments
+        }
+    }
+}
+
 /// The three reuse rules (`hipMemPoolReuse*`), each on by default.
 #[derive(Debug)]
 struct ReusePolicy {
@@ -66,6 +102,8 @@ pub(crate) struct PoolCore {
     pub(crate) props: PoolProps,
     pub(crate) is_default: bool,
     rt: Weak<RuntimeInner>,
+    backend: Arc<dyn crate::backend::Backend>,
+    backing: Backing,
     heap: Mutex<Heap>,
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
     policy: ReusePolicy,
@@ -74,6 +112,37 @@ pub(crate) struct PoolCore {
     used_high: Mutex<u64>,
     access: Mutex<Vec<AccessFlags>>,
     destroyed: AtomicBool,
+}
+
+impl Drop for PoolCore {
+    /// The runtime is going away with this pool: every segment, chunk and
+    /// reservation goes back to the backend (work still queued is waited for
+    /// by the backend's own free).
+    fn drop(&mut self) {
+        let heap = self.heap.get_mut().unwrap_or_else(|p| p.into_inner());
+        match &self.backing {
+            Backing::Segments => {
+                for seg in heap.segments().copied().collect::<Vec<_>>() {
+                    if let Err(e) = self.backend.mem_free(self.device, DevicePtr(seg.base)) {
+                        tracing::debug!(target: "hipmem", "releasing a pool segment at teardown: {e}");
+                    }
+                }
+            }
+            Backing::Virtual(range) => {
+                let Some(vm) = self.backend.virtual_memory() else { return };
+                if let Some(vr) = range.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = self.backend.device_synchronize(self.device);
+                    for (&addr, &(size, handle)) in &vr.chunks {
+                        let _ = vm.mem_unmap(DevicePtr(addr), size);
+                        let _ = vm.mem_release(handle);
+                    }
+                    if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
+                        tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for PoolCore {
@@ -89,6 +158,7 @@ impl PoolCore {
         device: usize,
         props: PoolProps,
         is_default: bool,
+        backing: Option<super::PoolBacking>,
     ) -> PoolCore {
         let mut access = vec![AccessFlags::None; rt.devices.len()];
         access[device] = AccessFlags::ReadWrite;
@@ -98,6 +168,8 @@ impl PoolCore {
             props,
             is_default,
             rt: Arc::downgrade(rt),
+            backend: Arc::clone(&rt.backend),
+            backing: Backing::choose(rt, device, backing),
             heap: Mutex::new(Heap::new()),
             slots: Mutex::new(HashMap::new()),
             policy: ReusePolicy {
@@ -115,6 +187,14 @@ impl PoolCore {
 
     fn runtime(&self) -> Result<Arc<RuntimeInner>> {
         self.rt.upgrade().ok_or_else(|| Error::ContextIsDestroyed("the runtime of this pool is gone".into()))
+    }
+
+    /// How the pool gets its memory.
+    pub(crate) fn backing(&self) -> super::PoolBacking {
+        match self.backing {
+            Backing::Segments => super::PoolBacking::Segments,
+            Backing::Virtual(_) => super::PoolBacking::VirtualMemory,
+        }
     }
 
     pub(crate) fn is_destroyed(&self) -> bool {
@@ -203,11 +283,8 @@ impl PoolCore {
         let rt = self.runtime()?;
         // Once enough of this stream's frees are pending, ask whether the
         // stream is idle: its completed frees then coalesce with free space.
-        let (pending, reserved) = {
-            let heap = lock(&self.heap);
-            (heap.pending_bytes(me), heap.reserved())
-        };
-        if pending >= (reserved / 16).max(MIN_SEGMENT) {
+        let pending = lock(&self.heap).pending_bytes(me);
+        if pending >= MIN_SEGMENT {
             self.promote_if_idle(&rt, slot);
         }
         // 2-3. Reuse from the heap.
@@ -419,6 +496,9 @@ impl PoolCore {
 
     /// Adds a segment large enough for `want`, within maxSize.
     fn grow(&self, rt: &RuntimeInner, want: u64) -> Result<()> {
+        if let Backing::Virtual(range) = &self.backing {
+            return self.grow_virtual(rt, range, want);
+        }
         let reserved = lock(&self.heap).reserved();
         let step = (reserved / 32).clamp(MIN_SEGMENT, MAX_GROWTH_STEP);
         let mut size = want
@@ -454,6 +534,157 @@ impl PoolCore {
         heap.add_segment(ptr.0, size);
         self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Grows a pool on virtual memory: maps a chunk into the reservation where
+    /// it joins the most free space (the end of a free block), so that the
+    /// request fits in one run; reserves the range on first use.
+    fn grow_virtual(&self, rt: &RuntimeInner, range: &Mutex<Option<VirtualRange>>, want: u64) -> Result<()> {
+        let vm = rt
+            .backend
+            .virtual_memory()
+            .ok_or_else(|| Error::NotSupported("the backend lost its virtual memory".into()))?;
+        let mut guard = lock(range);
+        if guard.is_none() {
+            let granularity = vm.granularity(self.device, false)?.max(BLOCK_ALIGN);
+            let total = rt.devices.get(self.device).map(|d| d.total_memory).unwrap_or(1 << 30);
+            let size = (total.saturating_mul(2)).clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
+            let base = vm.address_reserve(size, granularity, DevicePtr::NULL)?;
+            rt.allocations.insert(Allocation {
+                base,
+                size,
+                kind: MemoryKind::PoolSegment(self.id),
+                device: self.device,
+            });
+            lock(&self.heap).add_reservation(base.0, size);
+            *guard = Some(VirtualRange { base: base.0, size, granularity, chunks: Default::default() });
+        }
+        let vr = guard.as_mut().expect("reserved above");
+        let g = vr.granularity;
+        let (addr, chunk) = {
+            let heap = lock(&self.heap);
+            let reserved = heap.reserved();
+            let step = (reserved / 256).clamp(g, MAX_GROWTH_STEP).next_multiple_of(g);
+            let mut best: Option<(u64, u64, u64)> = None; // (need, addr, chunk)
+            for (start, size) in heap.unbacked_ranges() {
+                let before = heap.global_free_ending_at(start);
+                let need = want.saturating_sub(before).max(1).checked_next_multiple_of(g).unwrap_or(u64::MAX);
+                if need > size {
+                    continue;
+                }
+                let chunk = need.max(step).min(size);
+                if best.is_none_or(|b| need < b.0) {
+                    best = Some((need, start, chunk));
+                }
+            }
+            let Some((need, addr, mut chunk)) = best else {
+                return Err(Error::OutOfMemory(format!(
+                    "the pool's {}-byte address reservation has no room for {want} more bytes",
+                    vr.size
+                )));
+            };
+            if self.props.max_size > 0 {
+                let room = self.props.max_size.saturating_sub(reserved) / g * g;
+                if need > room {
+                    return Err(Error::OutOfMemory(format!(
+                        "the pool's maxSize of {} bytes is reached ({reserved} reserved)",
+                        self.props.max_size
+                    )));
+                }
+                chunk = chunk.min(room).max(need);
+            }
+            (addr, chunk)
+        };
+        let handle = match vm.mem_create(self.device, chunk, self.props.handle_types) {
+            Ok(h) => h,
+            Err(e) => return Err(e),
+        };
+        let mapped = vm.mem_map(DevicePtr(addr), chunk, 0, handle).and_then(|()| {
+            let access = lock(&self.access).clone();
+            for (device, flags) in access.iter().enumerate() {
+                if *flags != AccessFlags::None {
+                    vm.mem_set_access(DevicePtr(addr), chunk, device, flags.raw())?;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = mapped {
+            let _ = vm.mem_unmap(DevicePtr(addr), chunk);
+            let _ = vm.mem_release(handle);
+            return Err(e);
+        }
+        vr.chunks.insert(addr, (chunk, handle));
+        let mut heap = lock(&self.heap);
+        heap.back(addr, chunk);
+        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Releases one piece of unused memory (a whole free segment or chunk),
+    /// the largest that keeps at least `floor` bytes reserved. Returns false
+    /// if there is none.
+    fn release_one(&self, rt: &RuntimeInner, floor: u64) -> bool {
+        match &self.backing {
+            Backing::Segments => {
+                let seg = {
+                    let mut heap = lock(&self.heap);
+                    let reserved = heap.reserved();
+                    let mut candidates: Vec<_> = heap
+                        .releasable_segments()
+                        .into_iter()
+                        .filter(|s| reserved.saturating_sub(s.size) >= floor)
+                        .collect();
+                    candidates.sort_by_key(|s| std::cmp::Reverse(s.size));
+                    let Some(seg) = candidates.into_iter().next() else { return false };
+                    heap.remove_segment(seg.base);
+                    seg
+                };
+                rt.allocations.remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+                if let Err(e) = rt.backend.mem_free(self.device, DevicePtr(seg.base)) {
+                    tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}");
+                }
+                true
+            }
+            Backing::Virtual(range) => {
+                let Some(vm) = rt.backend.virtual_memory() else { return false };
+                let mut guard = lock(range);
+                let Some(vr) = guard.as_mut() else { return false };
+                let victim = {
+                    let mut heap = lock(&self.heap);
+                    let reserved = heap.reserved();
+                    let mut candidates: Vec<(u64, u64, u64)> = vr
+                        .chunks
+                        .iter()
+                        .filter(|&(&a, &(size, _))| {
+                            heap.is_global_free(a, size) && reserved.saturating_sub(size) >= floor
+                        })
+                        .map(|(&a, &(size, h))| (a, size, h))
+                        .collect();
+                    candidates.sort_by_key(|c| std::cmp::Reverse(c.1));
+                    let Some(victim) = candidates.into_iter().next() else { return false };
+                    heap.unback(victim.0, victim.1);
+                    victim
+                };
+                vr.chunks.remove(&victim.0);
+                if let Err(e) = vm.mem_unmap(DevicePtr(victim.0), victim.1) {
+                    tracing::warn!(target: "hipmem", "unmapping a pool chunk failed: {e}");
+                }
+                if let Err(e) = vm.mem_release(victim.2) {
+                    tracing::warn!(target: "hipmem", "releasing a pool chunk failed: {e}");
+                }
+                // A destroyed pool with nothing backed gives its addresses back.
+                if self.is_destroyed() && vr.chunks.is_empty() && lock(&self.heap).remove_reservation(vr.base)
+                {
+                    rt.allocations
+                        .remove_if(DevicePtr(vr.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+                    if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
+                        tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");
+                    }
+                    *guard = None;
+                }
+                true
+            }
+        }
     }
 
     // ---- free ------------------------------------------------------------------------
@@ -562,25 +793,13 @@ impl PoolCore {
         self.release_down_to(rt, |reserved, _| reserved > keep_reserved);
     }
 
-    /// Releases whole free segments (largest first) while `more(reserved, live)`.
+    /// Releases whole free segments or chunks (largest first) while
+    /// `more(reserved, live)`.
     fn release_down_to(&self, rt: &RuntimeInner, more: impl Fn(u64, u64) -> bool) {
         loop {
-            let seg = {
-                let mut heap = lock(&self.heap);
-                let live = self.used_current();
-                if !more(heap.reserved(), live) {
-                    return;
-                }
-                let mut candidates = heap.releasable_segments();
-                candidates.sort_by_key(|s| std::cmp::Reverse(s.size));
-                // Keep the reserved total at or above what the caller keeps.
-                let Some(seg) = candidates.into_iter().next() else { return };
-                heap.remove_segment(seg.base);
-                seg
-            };
-            rt.allocations.remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
-            if let Err(e) = rt.backend.mem_free(self.device, DevicePtr(seg.base)) {
-                tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}");
+            let reserved = lock(&self.heap).reserved();
+            if !more(reserved, self.used_current()) || !self.release_one(rt, 0) {
+                return;
             }
         }
     }
@@ -604,26 +823,8 @@ impl PoolCore {
             }
             lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag());
         }
-        // Release whole segments, largest first, but never below `keep`.
-        loop {
-            let seg = {
-                let mut heap = lock(&self.heap);
-                let reserved = heap.reserved();
-                if reserved <= keep {
-                    return;
-                }
-                let mut candidates: Vec<_> =
-                    heap.releasable_segments().into_iter().filter(|s| reserved - s.size >= keep).collect();
-                candidates.sort_by_key(|s| std::cmp::Reverse(s.size));
-                let Some(seg) = candidates.into_iter().next() else { return };
-                heap.remove_segment(seg.base);
-                seg
-            };
-            rt.allocations.remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
-            if let Err(e) = rt.backend.mem_free(self.device, DevicePtr(seg.base)) {
-                tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}");
-            }
-        }
+        // Release whole segments or chunks, largest first, never below `keep`.
+        while lock(&self.heap).reserved() > keep && self.release_one(rt, keep) {}
     }
 
     /// The stream is being destroyed: its cache goes to the heap (pending,
@@ -764,6 +965,15 @@ impl PoolCore {
             )));
         }
         *slot = flags;
+        drop(access);
+        // A pool on virtual memory maps the access into every chunk it has.
+        if let (Backing::Virtual(range), Some(vm)) = (&self.backing, self.backend.virtual_memory()) {
+            if let Some(vr) = lock(range).as_ref() {
+                for (&addr, &(size, _)) in &vr.chunks {
+                    vm.mem_set_access(DevicePtr(addr), size, device, flags.raw())?;
+                }
+            }
+        }
         Ok(())
     }
 

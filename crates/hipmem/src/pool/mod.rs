@@ -152,6 +152,17 @@ pub struct PoolProps {
     pub max_size: u64,
 }
 
+/// How a hipmem pool gets memory from the backend.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PoolBacking {
+    /// Separate device allocations; free space coalesces within each.
+    Segments,
+    /// One reserved address range with physical chunks mapped in as the pool
+    /// grows and unmapped when free: free space coalesces across chunks.
+    /// The default where the backend has virtual memory.
+    VirtualMemory,
+}
+
 /// The four statistics of a pool, in bytes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStats {
@@ -287,8 +298,24 @@ impl MemPool {
     /// `hipMemPoolCreate`: a new hipmem pool on `props.device`.
     pub fn create(rt: &Runtime, props: PoolProps) -> Result<MemPool> {
         check_props(rt, &props)?;
-        let core = rt.inner.pools.create(&rt.inner, props, false);
+        let core = rt.inner.pools.create(&rt.inner, props, false, None);
         Ok(MemPool::owned(rt, PoolRef::Hipmem(core)))
+    }
+
+    /// Like [`MemPool::create`], with the backing chosen (virtual memory falls
+    /// back to segments where the backend has none).
+    pub fn create_with_backing(rt: &Runtime, props: PoolProps, backing: PoolBacking) -> Result<MemPool> {
+        check_props(rt, &props)?;
+        let core = rt.inner.pools.create(&rt.inner, props, false, Some(backing));
+        Ok(MemPool::owned(rt, PoolRef::Hipmem(core)))
+    }
+
+    /// How the pool gets memory (driver pools: segments of the driver's own).
+    pub fn backing(&self) -> PoolBacking {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.backing(),
+            PoolRef::Driver(_) => PoolBacking::Segments,
+        }
     }
 
     /// A new pool of the driver's own kind (`cuMemPoolCreate`), behind the same
@@ -576,9 +603,15 @@ impl PoolTable {
         PoolTable { current_ids: (0..devices).map(|_| AtomicU64::new(0)).collect(), ..Default::default() }
     }
 
-    fn create(&self, rt: &Arc<RuntimeInner>, props: PoolProps, is_default: bool) -> Arc<PoolCore> {
+    fn create(
+        &self,
+        rt: &Arc<RuntimeInner>,
+        props: PoolProps,
+        is_default: bool,
+        backing: Option<PoolBacking>,
+    ) -> Arc<PoolCore> {
         let id = next_pool_id();
-        let core = Arc::new(PoolCore::new(rt, id, props.device, props, is_default));
+        let core = Arc::new(PoolCore::new(rt, id, props.device, props, is_default, backing));
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::clone(&core));
         core
     }
@@ -614,11 +647,9 @@ impl PoolTable {
     /// The default pool of `device`, created on first use.
     pub(crate) fn default_pool(&self, rt: &Arc<RuntimeInner>, device: usize) -> Arc<PoolCore> {
         let mut defaults = self.defaults.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(
-            defaults
-                .entry(device)
-                .or_insert_with(|| self.create(rt, PoolProps { device, handle_types: 0, max_size: 0 }, true)),
-        )
+        Arc::clone(defaults.entry(device).or_insert_with(|| {
+            self.create(rt, PoolProps { device, handle_types: 0, max_size: 0 }, true, None)
+        }))
     }
 
     /// The id of `device`'s current pool (0: the default pool).

@@ -44,6 +44,9 @@ pub enum Owner {
 enum State {
     Allocated,
     Free(Owner),
+    /// Reserved addresses with no physical memory behind them (a pool on
+    /// virtual memory): never handed out, never merged with free space.
+    Unbacked,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -130,6 +133,117 @@ impl Heap {
         self.blocks.insert(base, Block { size, segment: base, state: State::Allocated });
         self.allocated += size;
         self.release_block(base, Owner::Global);
+    }
+
+    /// Adds a reserved address range with no memory behind it yet (a pool on
+    /// virtual memory): [`Heap::back`] maps parts of it in, [`Heap::unback`]
+    /// gives them back. Blocks coalesce across the chunks backed inside it.
+    pub fn add_reservation(&mut self, base: u64, size: u64) {
+        debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0);
+        self.segments.insert(base, Segment { base, size });
+        self.blocks.insert(base, Block { size, segment: base, state: State::Unbacked });
+    }
+
+    /// The unbacked ranges: (start, size), lowest first.
+    pub fn unbacked_ranges(&self) -> Vec<(u64, u64)> {
+        self.blocks.iter().filter(|(_, b)| b.state == State::Unbacked).map(|(&a, b)| (a, b.size)).collect()
+    }
+
+    /// The global free block that ends exactly at `addr`, if any: its size.
+    pub fn global_free_ending_at(&self, addr: u64) -> u64 {
+        match self.blocks.range(..addr).next_back() {
+            Some((&a, b)) if a + b.size == addr && b.state == State::Free(Owner::Global) => b.size,
+            _ => 0,
+        }
+    }
+
+    /// Turns `[addr, addr + size)`, inside one unbacked block, into global
+    /// free memory (it was just mapped), coalescing with free neighbours.
+    /// Returns false if the range is not unbacked.
+    pub fn back(&mut self, addr: u64, size: u64) -> bool {
+        let Some((&start, b)) = self.blocks.range(..=addr).next_back() else { return false };
+        let b = *b;
+        if b.state != State::Unbacked || addr + size > start + b.size || size == 0 {
+            return false;
+        }
+        self.blocks.remove(&start);
+        if addr > start {
+            self.blocks
+                .insert(start, Block { size: addr - start, segment: b.segment, state: State::Unbacked });
+        }
+        let end = addr + size;
+        if end < start + b.size {
+            self.blocks.insert(
+                end,
+                Block { size: start + b.size - end, segment: b.segment, state: State::Unbacked },
+            );
+        }
+        self.blocks.insert(addr, Block { size, segment: b.segment, state: State::Allocated });
+        self.allocated += size;
+        self.reserved += size;
+        self.release_block(addr, Owner::Global)
+    }
+
+    /// Whether `[addr, addr + size)` lies inside one global free block (so its
+    /// memory may be unmapped).
+    pub fn is_global_free(&self, addr: u64, size: u64) -> bool {
+        match self.blocks.range(..=addr).next_back() {
+            Some((&a, b)) => b.state == State::Free(Owner::Global) && addr + size <= a + b.size,
+            None => false,
+        }
+    }
+
+    /// Turns `[addr, addr + size)`, inside one global free block, back into
+    /// unbacked addresses (its memory is about to be unmapped). Returns false
+    /// if the range is not global free memory.
+    pub fn unback(&mut self, addr: u64, size: u64) -> bool {
+        if !self.is_global_free(addr, size) || size == 0 {
+            return false;
+        }
+        let (&start, b) = self.blocks.range(..=addr).next_back().expect("checked above");
+        let b = *b;
+        self.unindex(start, b.size, Owner::Global);
+        self.blocks.remove(&start);
+        if addr > start {
+            self.blocks.insert(start, Block { size: addr - start, ..b });
+            self.index(start, addr - start, Owner::Global);
+        }
+        let end = addr + size;
+        if end < start + b.size {
+            self.blocks.insert(end, Block { size: start + b.size - end, ..b });
+            self.index(end, start + b.size - end, Owner::Global);
+        }
+        self.reserved -= size;
+        // Merge with unbacked neighbours.
+        let (mut s0, mut sz) = (addr, size);
+        if let Some((&pa, pb)) = self.blocks.range(..addr).next_back() {
+            if pb.state == State::Unbacked && pa + pb.size == addr && pb.segment == b.segment {
+                s0 = pa;
+                sz += pb.size;
+            }
+        }
+        if let Some(nb) = self.blocks.get(&end).copied() {
+            if nb.state == State::Unbacked && nb.segment == b.segment {
+                self.blocks.remove(&end);
+                sz += nb.size;
+            }
+        }
+        self.blocks.insert(s0, Block { size: sz, segment: b.segment, state: State::Unbacked });
+        true
+    }
+
+    /// Removes a reservation whose addresses are all unbacked; false if any
+    /// memory is still backed.
+    pub fn remove_reservation(&mut self, base: u64) -> bool {
+        let Some(seg) = self.segments.get(&base).copied() else { return false };
+        match self.blocks.get(&base) {
+            Some(b) if b.state == State::Unbacked && b.size == seg.size => {
+                self.blocks.remove(&base);
+                self.segments.remove(&base);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The segment containing `addr`.
@@ -279,9 +393,14 @@ impl Heap {
             .values()
             .filter(|s| {
                 matches!(self.blocks.get(&s.base), Some(b) if b.size == s.size && b.state == State::Free(Owner::Global))
+                    && !self.has_unbacked(s)
             })
             .copied()
             .collect()
+    }
+
+    fn has_unbacked(&self, s: &Segment) -> bool {
+        self.blocks.range(s.base..s.base + s.size).any(|(_, b)| b.state == State::Unbacked)
     }
 
     /// Removes a releasable segment (see [`Heap::releasable_segments`]).
@@ -342,6 +461,13 @@ impl Heap {
         let mut reserved = 0;
         for seg in self.segments.values() {
             reserved += seg.size;
+            let unbacked: u64 = self
+                .blocks
+                .range(seg.base..seg.base + seg.size)
+                .filter(|(_, b)| b.state == State::Unbacked)
+                .map(|(_, b)| b.size)
+                .sum();
+            reserved -= unbacked;
             let mut at = seg.base;
             let mut prev: Option<State> = None;
             for (&a, b) in self.blocks.range(seg.base..seg.base + seg.size) {
@@ -352,6 +478,11 @@ impl Heap {
                     return Err(format!("block {a:#x} names segment {:#x}", b.segment));
                 }
                 match b.state {
+                    State::Unbacked => {
+                        if prev == Some(State::Unbacked) {
+                            return Err(format!("adjacent unbacked blocks not merged at {a:#x}"));
+                        }
+                    }
                     State::Allocated => allocated += b.size,
                     State::Free(o) => {
                         let indexed = match o {
@@ -381,7 +512,7 @@ impl Heap {
             }
         }
         let indexed_blocks = self.global_free.len() + self.pending.values().map(|s| s.len()).sum::<usize>();
-        let free_blocks = self.blocks.values().filter(|b| b.state != State::Allocated).count();
+        let free_blocks = self.blocks.values().filter(|b| matches!(b.state, State::Free(_))).count();
         if indexed_blocks != free_blocks {
             return Err(format!("{indexed_blocks} indexed, {free_blocks} free blocks"));
         }
@@ -471,6 +602,34 @@ mod tests {
         h.check_invariants().unwrap();
         assert_eq!(h.best_fit_global(2 * MB), None);
         assert_eq!(h.releasable_segments().len(), 2);
+    }
+
+    #[test]
+    fn a_reservation_is_backed_and_unbacked_in_chunks_that_coalesce() {
+        let base = 1u64 << 30;
+        let mut h = Heap::new();
+        h.add_reservation(base, 64 * MB);
+        h.check_invariants().unwrap();
+        assert!(h.best_fit_global(256).is_none(), "unbacked addresses are never handed out");
+        assert!(h.back(base, 2 * MB));
+        let (a, _) = h.best_fit_global(MB).unwrap();
+        h.take(a, MB);
+        assert_eq!(h.global_free_ending_at(base + 2 * MB), MB);
+        // A second chunk right after: its free space joins the first chunk's.
+        assert!(h.back(base + 2 * MB, 2 * MB));
+        assert_eq!(h.best_fit_global(3 * MB), Some((base + MB, 3 * MB)));
+        assert_eq!(h.reserved(), 4 * MB);
+        h.check_invariants().unwrap();
+        // Only fully free chunks can be unbacked.
+        assert!(h.unback(base + 2 * MB, 2 * MB));
+        assert_eq!(h.reserved(), 2 * MB);
+        assert!(!h.unback(base, 2 * MB), "a chunk with a live block stays");
+        h.check_invariants().unwrap();
+        h.release_block(a, Owner::Global);
+        assert!(h.unback(base, 2 * MB));
+        assert_eq!(h.unbacked_ranges(), vec![(base, 64 * MB)]);
+        assert!(h.remove_reservation(base));
+        h.check_invariants().unwrap();
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! backend with virtual memory provides, as a capability trait of its own
 //! (handed out by [`super::Backend::virtual_memory`]).
 //!
-//! A physical allocation is an opaque handle (`CUmemGenericAllocationHandle`);
+//! A physical allocation is an opaque handle (the backend's own id: the cuda
+//! backend's stands for a list of `CUmemGenericAllocationHandle`s);
 //! a reservation is a range of addresses with nothing behind it; a mapping
 //! puts part of a physical allocation behind part of a reservation; access is
 //! set per device and per mapping. The backend does what it is asked and

@@ -225,6 +225,8 @@ pub struct CudaBackend {
     events: Mutex<HashMap<u64, Arc<EventEntry>>>,
     /// Driver pools handed out (created ones and devices' default pools).
     driver_pools: Mutex<std::collections::HashSet<u64>>,
+    /// hipmem's physical allocations (lists of driver allocations) and mappings.
+    vmm: virtual_memory::CudaVmm,
 }
 
 impl fmt::Debug for CudaBackend {
@@ -251,6 +253,7 @@ impl CudaBackend {
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
             driver_pools: Mutex::new(std::collections::HashSet::new()),
+            vmm: virtual_memory::CudaVmm::default(),
         };
         // On an error below, dropping `backend` releases what was retained.
         for ordinal in 0..count.max(0) {

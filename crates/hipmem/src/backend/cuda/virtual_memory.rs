@@ -2,19 +2,64 @@
 //! `cuMemAddressReserve`, `cuMemMap`, `cuMemSetAccess`, ... loaded on first
 //! use into a table of their own (a driver without them leaves the rest of
 //! the backend working).
+//!
+//! # Physical allocations are lists of driver allocations
+//!
+//! hipmem allows `hipMemMap` at a nonzero offset into a physical allocation
+//! (a multiple of the granularity), but `cuMemMap` refuses any offset but 0
+//! (CUDA_ERROR_NOT_SUPPORTED on CUDA 12 and 13). So a hipmem physical
+//! allocation is an ordered list of driver allocations ("pieces") that tile
+//! it, and the handle hipmem hands out is an id of this backend's, not a
+//! `CUmemGenericAllocationHandle`. A mapping of `[offset, offset + size)` maps
+//! each piece in that range with its own `cuMemMap(.., offset 0, ..)`, so a
+//! mapping can start only where a piece starts. How an allocation is cut:
+//!
+//! - up to [`EAGER_PIECES`] granules, not exportable: one piece per granule
+//!   from the start, so any mapping works at any time (cost: up to
+//!   [`EAGER_PIECES`] `cuMemCreate`s, and one `cuMemMap` / `cuMemUnmap` per
+//!   granule mapped);
+//! - larger, or exportable: one piece (a 16 GiB chunk of a GrowableBuffer is
+//!   one driver allocation). The first mapping that does not map it whole
+//!   at offset 0 cuts it into one piece per granule, if nothing can have
+//!   seen its memory yet (never mapped, exported or imported): the new pieces
+//!   are created before the old one is released, so this needs the memory
+//!   twice for a moment. Once the allocation is "fixed", a mapping that
+//!   does not start at a piece boundary is NotSupported (a mapping that ends
+//!   inside a piece maps a prefix of it, at offset 0, if the driver allows);
+//! - imported: one piece of a size only the driver knows; offset 0 only.
+//!
+//! Exporting needs exactly one piece (NotSupported otherwise).
+//!
+//! # Lifetimes
+//!
+//! Each piece's driver handle holds one driver reference, released when the
+//! hipmem allocation has neither a handle reference (create, retain, import)
+//! nor a mapping left, which is when CUDA itself frees an allocation; so
+//! `hipMemRetainAllocationHandle` of any mapped address gives back the whole
+//! allocation, with every piece. Each `cuMemMap` is undone by a `cuMemUnmap`
+//! of exactly its range, as the driver requires.
 
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-use super::CudaBackend;
 use super::driver::{self, CUdeviceptr, CUmemAccessDesc, CUmemAllocationProp, CUmemLocation, CUresult};
+use super::{CudaBackend, lock};
 use crate::backend::DevicePtr;
 use crate::backend::virtual_memory::{HANDLE_TYPE_POSIX_FD, PhysicalProperties, VirtualMemory};
 use crate::error::{Error, Result};
 
 /// `CUmemGenericAllocationHandle`.
 type Handle = c_ulonglong;
+
+/// Allocations of at most this many granules (and not exportable) are cut
+/// into one driver allocation per granule when created.
+pub(super) const EAGER_PIECES: u64 = 16;
+
+/// The ids this backend hands out as handles: `ID_BASE + n * ID_STEP`.
+const ID_BASE: u64 = 0x7d00_0000_0000;
+const ID_STEP: u64 = 0x10;
 
 /// The VMM entry points (signatures as in cuda.h of CUDA 12 and 13).
 #[allow(non_snake_case)]
@@ -29,7 +74,6 @@ struct VmmDriver {
     cuMemUnmap: unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult,
     cuMemSetAccess: unsafe extern "C" fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> CUresult,
     cuMemGetAccess: unsafe extern "C" fn(*mut c_ulonglong, *const CUmemLocation, CUdeviceptr) -> CUresult,
-    cuMemRetainAllocationHandle: unsafe extern "C" fn(*mut Handle, *mut c_void) -> CUresult,
     cuMemGetAllocationPropertiesFromHandle:
         unsafe extern "C" fn(*mut CUmemAllocationProp, Handle) -> CUresult,
     cuMemExportToShareableHandle: unsafe extern "C" fn(*mut c_void, Handle, c_uint, c_ulonglong) -> CUresult,
@@ -55,11 +99,117 @@ fn load() -> Result<VmmDriver> {
         cuMemUnmap: load!("cuMemUnmap"),
         cuMemSetAccess: load!("cuMemSetAccess"),
         cuMemGetAccess: load!("cuMemGetAccess"),
-        cuMemRetainAllocationHandle: load!("cuMemRetainAllocationHandle"),
         cuMemGetAllocationPropertiesFromHandle: load!("cuMemGetAllocationPropertiesFromHandle"),
         cuMemExportToShareableHandle: load!("cuMemExportToShareableHandle"),
         cuMemImportFromShareableHandle: load!("cuMemImportFromShareableHandle"),
     })
+}
+
+/// One driver allocation of a hipmem physical allocation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Piece {
+    /// Where it starts in the hipmem allocation.
+    offset: u64,
+    /// Its size in bytes; 0 when only the driver knows it (imported).
+    len: u64,
+    handle: Handle,
+}
+
+impl Piece {
+    fn end(&self) -> u64 {
+        if self.len == 0 { u64::MAX } else { self.offset + self.len }
+    }
+}
+
+/// A hipmem physical allocation.
+#[derive(Debug)]
+struct Physical {
+    device: usize,
+    /// Size in bytes; 0 when imported (the driver knows it, hipmem does not).
+    size: u64,
+    handle_types: u32,
+    /// Driver allocations tiling `[0, size)` in order, each holding one
+    /// driver reference of this backend's.
+    pieces: Vec<Piece>,
+    /// Unreleased hipmem handle references (create, retain, import).
+    refs: u32,
+    /// Live mappings of it.
+    maps: u32,
+    /// Mapped, exported or imported once: its memory may hold data someone
+    /// saw, so its pieces can no longer be replaced.
+    fixed: bool,
+}
+
+/// A hipmem mapping: the `cuMemMap`s it is made of.
+#[derive(Debug)]
+struct CudaMapping {
+    id: u64,
+    size: u64,
+    /// `(address, bytes)` of each `cuMemMap` not yet undone.
+    ranges: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct VmmState {
+    next_id: u64,
+    physical: HashMap<u64, Physical>,
+    /// base → mapping.
+    mappings: BTreeMap<u64, CudaMapping>,
+}
+
+/// The cuda backend's VMM tables (one lock: VMM calls are not a fast path).
+#[derive(Debug, Default)]
+pub(super) struct CudaVmm {
+    state: Mutex<VmmState>,
+}
+
+/// The piece sizes an allocation of `size` bytes starts with.
+fn initial_piece_len(size: u64, granularity: u64, handle_types: u32) -> u64 {
+    if handle_types == 0 && size / granularity <= EAGER_PIECES { granularity } else { size }
+}
+
+/// `[0, size)` cut into pieces of `piece` bytes (the last may be shorter).
+fn tiling(size: u64, piece: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while offset < size {
+        let len = piece.min(size - offset);
+        out.push((offset, len));
+        offset += len;
+    }
+    out
+}
+
+/// One `cuMemMap` of a mapping: `len` bytes of piece `piece`, from its start.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Segment {
+    piece: usize,
+    len: u64,
+}
+
+/// The `cuMemMap`s that map `[offset, offset + size)` of an allocation made of
+/// `pieces`: `Some((segments, exact))`, `exact` false when the last segment
+/// is only a prefix of its piece; None when no piece starts at `offset`.
+fn plan(pieces: &[Piece], offset: u64, size: u64) -> Option<(Vec<Segment>, bool)> {
+    let end = offset.checked_add(size)?;
+    let mut index = pieces.iter().position(|p| p.offset == offset)?;
+    let mut segments = Vec::new();
+    let mut at = offset;
+    let mut exact = true;
+    while at < end {
+        let p = pieces.get(index)?;
+        if p.offset != at {
+            return None;
+        }
+        let stop = p.end().min(end);
+        if stop < p.end() {
+            exact = false;
+        }
+        segments.push(Segment { piece: index, len: stop - at });
+        at = stop;
+        index += 1;
+    }
+    Some((segments, exact))
 }
 
 impl CudaBackend {
@@ -79,6 +229,103 @@ impl CudaBackend {
     fn usize_of(value: u64, what: &str) -> Result<usize> {
         usize::try_from(value).map_err(|_| Error::InvalidValue(format!("{what}: {value} does not fit usize")))
     }
+
+    /// Creates the driver allocations tiling `size` bytes on `device` in
+    /// pieces of `piece` bytes; on an error releases those already made.
+    fn create_pieces(
+        &self,
+        v: &VmmDriver,
+        device: usize,
+        size: u64,
+        piece: u64,
+        handle_types: u32,
+    ) -> Result<Vec<Piece>> {
+        let dev = self.bound(device)?;
+        let mut prop = CUmemAllocationProp::pinned_on_device(dev.cu);
+        prop.requestedHandleTypes = handle_types;
+        let mut pieces = Vec::new();
+        for (offset, len) in tiling(size, piece) {
+            let made = Self::usize_of(len, "cuMemCreate size").and_then(|bytes| {
+                let mut handle: Handle = 0;
+                // SAFETY: valid out-pointer and a fully initialized properties struct.
+                let r = unsafe { (v.cuMemCreate)(&mut handle, bytes, &prop, 0) };
+                self.check(r, || {
+                    format!(
+                        "cuMemCreate({len} bytes on device {device}, handle types {handle_types:#x}) \
+                         (piece at {offset} of a {size}-byte physical allocation)"
+                    )
+                })
+                .map(|()| handle)
+            });
+            match made {
+                Ok(handle) => pieces.push(Piece { offset, len, handle }),
+                Err(e) => {
+                    if let Err(e2) = self.release_pieces(v, &pieces) {
+                        tracing::warn!(target: "hipmem", "releasing pieces after a failed cuMemCreate: {e2}");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(pieces)
+    }
+
+    /// Drops this backend's driver reference of each piece (all of them are
+    /// tried); the first error.
+    fn release_pieces(&self, v: &VmmDriver, pieces: &[Piece]) -> Result<()> {
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        self.any_bound()?;
+        let mut first = Ok(());
+        for p in pieces {
+            let handle = p.handle;
+            // SAFETY: the handle came from cuMemCreate or cuMemImportFromShareableHandle
+            // and this backend still holds the reference it releases here (each
+            // piece is released once: its Physical is dropped or its list replaced).
+            let r = unsafe { (v.cuMemRelease)(handle) };
+            let done = self.check(r, || format!("cuMemRelease({handle:#x})"));
+            if first.is_ok() {
+                first = done;
+            }
+        }
+        first
+    }
+
+    /// Drops a physical allocation once it has neither references nor mappings.
+    fn collect(&self, v: &VmmDriver, state: &mut VmmState, id: u64) -> Result<()> {
+        let dead = state.physical.get(&id).is_some_and(|p| p.refs == 0 && p.maps == 0);
+        match dead.then(|| state.physical.remove(&id)).flatten() {
+            Some(p) => self.release_pieces(v, &p.pieces),
+            None => Ok(()),
+        }
+    }
+
+    /// Undoes `cuMemMap`s (each exactly as mapped), last first; the ranges
+    /// that could not be unmapped stay in `ranges`, the first error is returned.
+    fn unmap_ranges(&self, v: &VmmDriver, ranges: &mut Vec<(u64, u64)>) -> Result<()> {
+        let mut first = Ok(());
+        let mut left = Vec::new();
+        while let Some((at, bytes)) = ranges.pop() {
+            let done = Self::usize_of(bytes, "cuMemUnmap size").and_then(|len| {
+                // SAFETY: `[at, at + bytes)` is exactly one range this backend
+                // mapped with cuMemMap and has not unmapped; no Rust object
+                // lives there. Device work still using it would fault on the
+                // device, not in this process.
+                let r = unsafe { (v.cuMemUnmap)(at, len) };
+                self.check(r, || format!("cuMemUnmap({at:#x}, {bytes} bytes)"))
+            });
+            if let Err(e) = done {
+                left.push((at, bytes));
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        left.reverse();
+        *ranges = left;
+        first
+    }
 }
 
 impl VirtualMemory for CudaBackend {
@@ -95,26 +342,35 @@ impl VirtualMemory for CudaBackend {
 
     fn mem_create(&self, device: usize, size: u64, handle_types: u32) -> Result<u64> {
         let v = self.vmm()?;
-        let dev = self.bound(device)?;
-        let mut prop = CUmemAllocationProp::pinned_on_device(dev.cu);
-        prop.requestedHandleTypes = handle_types;
-        let mut handle: Handle = 0;
-        let len = Self::usize_of(size, "cuMemCreate size")?;
-        // SAFETY: valid out-pointer and a fully initialized properties struct.
-        let r = unsafe { (v.cuMemCreate)(&mut handle, len, &prop, 0) };
-        self.check(r, || {
-            format!("cuMemCreate({size} bytes on device {device}, handle types {handle_types:#x})")
-        })?;
-        Ok(handle)
+        let g = self.granularity(device, false)?;
+        if size == 0 || g == 0 || size % g != 0 {
+            return Err(Error::InvalidValue(format!(
+                "physical allocation size {size} is not a nonzero multiple of the granularity {g}"
+            )));
+        }
+        let piece = initial_piece_len(size, g, handle_types);
+        let pieces = self.create_pieces(v, device, size, piece, handle_types)?;
+        let mut state = lock(&self.vmm.state);
+        state.next_id += 1;
+        let id = ID_BASE + state.next_id * ID_STEP;
+        state
+            .physical
+            .insert(id, Physical { device, size, handle_types, pieces, refs: 1, maps: 0, fixed: false });
+        Ok(id)
     }
 
     fn mem_release(&self, handle: u64) -> Result<()> {
         let v = self.vmm()?;
-        self.any_bound()?;
-        // SAFETY: the driver validates the handle value (the runtime passes
-        // only handles it knows to be live).
-        let r = unsafe { (v.cuMemRelease)(handle) };
-        self.check(r, || format!("cuMemRelease({handle:#x})"))
+        let mut state = lock(&self.vmm.state);
+        match state.physical.get_mut(&handle) {
+            Some(p) if p.refs > 0 => p.refs -= 1,
+            _ => {
+                return Err(Error::InvalidValue(format!(
+                    "{handle:#x} is not a live physical allocation handle (never created, or already released)"
+                )));
+            }
+        }
+        self.collect(v, &mut state, handle)
     }
 
     fn address_reserve(&self, size: u64, alignment: u64, hint: DevicePtr) -> Result<DevicePtr> {
@@ -140,22 +396,137 @@ impl VirtualMemory for CudaBackend {
 
     fn mem_map(&self, ptr: DevicePtr, size: u64, offset: u64, handle: u64) -> Result<()> {
         let v = self.vmm()?;
-        self.any_bound()?;
-        let len = Self::usize_of(size, "cuMemMap size")?;
-        let off = Self::usize_of(offset, "cuMemMap offset")?;
-        // SAFETY: plain numbers; the driver validates the range and handle.
-        let r = unsafe { (v.cuMemMap)(ptr.0, len, off, handle, 0) };
-        self.check(r, || format!("cuMemMap({ptr}, {size} bytes, offset {offset}, handle {handle:#x})"))
+        let end = offset
+            .checked_add(size)
+            .ok_or_else(|| Error::InvalidValue(format!("{size} bytes from offset {offset} overflow")))?;
+        ptr.0
+            .checked_add(size)
+            .ok_or_else(|| Error::InvalidValue(format!("{ptr} + {size} bytes overflows")))?;
+        if size == 0 {
+            return Err(Error::InvalidValue("a mapping of 0 bytes".into()));
+        }
+        let mut state = lock(&self.vmm.state);
+        if state.mappings.contains_key(&ptr.0) {
+            return Err(Error::InvalidValue(format!("{ptr} is already mapped")));
+        }
+        let Some(phys) = state.physical.get_mut(&handle).filter(|p| p.refs > 0) else {
+            return Err(Error::InvalidValue(format!("{handle:#x} is not a live physical allocation handle")));
+        };
+        if phys.size != 0 && end > phys.size {
+            return Err(Error::InvalidValue(format!(
+                "{size} bytes from offset {offset} run past the end of the {}-byte physical allocation",
+                phys.size
+            )));
+        }
+        let mut planned = plan(&phys.pieces, offset, size);
+        let fits = matches!(planned, Some((_, true)));
+        if !fits && !phys.fixed && phys.size != 0 {
+            // Nothing can have seen this memory yet: cut it into granules
+            // (new pieces first, so a failure leaves the allocation as it was).
+            let g = self.granularity(phys.device, false)?;
+            if g != 0 && phys.size % g == 0 && phys.pieces.iter().any(|p| p.len != g) {
+                let fresh = self.create_pieces(v, phys.device, phys.size, g, phys.handle_types)?;
+                let old = std::mem::replace(&mut phys.pieces, fresh);
+                tracing::debug!(
+                    target: "hipmem",
+                    "physical allocation {handle:#x}: {} driver allocation(s) replaced by {} of one granule each, to map {size} bytes at offset {offset}",
+                    old.len(),
+                    phys.pieces.len()
+                );
+                if let Err(e) = self.release_pieces(v, &old) {
+                    tracing::warn!(target: "hipmem", "releasing the replaced pieces of {handle:#x}: {e}");
+                }
+                planned = plan(&phys.pieces, offset, size);
+            }
+        }
+        let Some((segments, _)) = planned else {
+            return Err(Error::NotSupported(format!(
+                "cannot map {size} bytes of physical allocation {handle:#x} at offset {offset}: the CUDA driver maps \
+                 only from the start of a driver allocation, and this one (made of {} driver allocation(s), {}) \
+                 has none starting at {offset}; it was mapped, exported or imported before, so it can no longer be \
+                 cut (allocations of at most {EAGER_PIECES} granules that are not exportable map at any offset)",
+                phys.pieces.len(),
+                if phys.size == 0 { "imported".to_string() } else { format!("{} bytes", phys.size) },
+            )));
+        };
+        self.bound(phys.device)?;
+        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(segments.len());
+        let mut at = ptr.0;
+        for s in segments {
+            let piece = phys.pieces[s.piece];
+            let mapped = Self::usize_of(s.len, "cuMemMap size").and_then(|len| {
+                // SAFETY: plain numbers and a handle this backend holds a
+                // reference to; offset 0 into it, as the driver requires. The
+                // driver validates that the range is reserved and unmapped.
+                let r = unsafe { (v.cuMemMap)(at, len, 0, piece.handle, 0) };
+                self.check(r, || {
+                    format!(
+                        "cuMemMap({at:#x}, {} bytes, offset 0, handle {:#x}) (the piece at byte {} of physical allocation {handle:#x}, mapped at {ptr})",
+                        s.len, piece.handle, piece.offset
+                    )
+                })
+            });
+            if let Err(e) = mapped {
+                if let Err(e2) = self.unmap_ranges(v, &mut ranges) {
+                    tracing::warn!(target: "hipmem", "undoing a partial mapping at {ptr}: {e2}");
+                }
+                return Err(e);
+            }
+            ranges.push((at, s.len));
+            at += s.len;
+        }
+        phys.maps += 1;
+        phys.fixed = true;
+        state.mappings.insert(ptr.0, CudaMapping { id: handle, size, ranges });
+        Ok(())
     }
 
     fn mem_unmap(&self, ptr: DevicePtr, size: u64) -> Result<()> {
         let v = self.vmm()?;
+        let end = ptr
+            .0
+            .checked_add(size)
+            .ok_or_else(|| Error::InvalidValue(format!("{ptr} + {size} bytes overflows")))?;
+        let mut state = lock(&self.vmm.state);
+        // The mappings that exactly cover the range.
+        let mut bases = Vec::new();
+        let mut at = ptr.0;
+        for (&base, m) in state.mappings.range(ptr.0..end) {
+            if base != at {
+                break;
+            }
+            bases.push(base);
+            at = base + m.size;
+        }
+        if bases.is_empty() || at != end {
+            return Err(Error::InvalidValue(format!(
+                "{size} bytes at {ptr} are not exactly a run of whole mappings"
+            )));
+        }
         self.any_bound()?;
-        let len = Self::usize_of(size, "cuMemUnmap size")?;
-        // SAFETY: plain numbers; the driver validates the range. Device work
-        // still using it would fault on the device, not in this process.
-        let r = unsafe { (v.cuMemUnmap)(ptr.0, len) };
-        self.check(r, || format!("cuMemUnmap({ptr}, {size} bytes)"))
+        let mut first = Ok(());
+        for base in &bases {
+            if let Some(m) = state.mappings.get_mut(base) {
+                let done = self.unmap_ranges(v, &mut m.ranges);
+                if first.is_ok() {
+                    first = done;
+                }
+            }
+        }
+        // On an error every mapping stays listed (with what is left of it),
+        // so that unmapping the same range again finishes the job.
+        first?;
+        for base in bases {
+            if let Some(m) = state.mappings.remove(&base) {
+                if let Some(p) = state.physical.get_mut(&m.id) {
+                    p.maps = p.maps.saturating_sub(1);
+                }
+                if let Err(e) = self.collect(v, &mut state, m.id) {
+                    tracing::warn!(target: "hipmem", "releasing physical allocation {:#x} after its last unmap: {e}", m.id);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn mem_set_access(&self, ptr: DevicePtr, size: u64, device: usize, flags: u32) -> Result<()> {
@@ -166,6 +537,9 @@ impl VirtualMemory for CudaBackend {
             flags,
         };
         let len = Self::usize_of(size, "cuMemSetAccess size")?;
+        // One call for the whole range, however many driver allocations are
+        // mapped in it ("a fully mapped address range containing all
+        // allocations created by cuMemMap / cuMemCreate", says cuda.h).
         // SAFETY: one valid, fully initialized descriptor.
         let r = unsafe { (v.cuMemSetAccess)(ptr.0, len, &desc, 1) };
         self.check(r, || format!("cuMemSetAccess({ptr}, {size} bytes, device {device}, flags {flags})"))
@@ -183,45 +557,71 @@ impl VirtualMemory for CudaBackend {
     }
 
     fn retain_allocation_handle(&self, ptr: DevicePtr) -> Result<u64> {
-        let v = self.vmm()?;
-        self.any_bound()?;
-        let mut handle: Handle = 0;
-        // SAFETY: valid out-pointer; the address is only looked up by the driver.
-        let r = unsafe { (v.cuMemRetainAllocationHandle)(&mut handle, ptr.0 as *mut c_void) };
-        self.check(r, || format!("cuMemRetainAllocationHandle({ptr})"))?;
-        Ok(handle)
+        self.vmm()?;
+        let mut state = lock(&self.vmm.state);
+        let id = state
+            .mappings
+            .range(..=ptr.0)
+            .next_back()
+            .filter(|(b, m)| ptr.0 < **b + m.size)
+            .map(|(_, m)| m.id)
+            .ok_or_else(|| Error::InvalidValue(format!("{ptr} is not a mapped address")))?;
+        let p = state.physical.get_mut(&id).ok_or_else(|| {
+            Error::Unknown(format!("the mapping at {ptr} names physical allocation {id:#x}, which is gone"))
+        })?;
+        p.refs += 1;
+        Ok(id)
     }
 
     fn allocation_properties(&self, handle: u64) -> Result<PhysicalProperties> {
-        let v = self.vmm()?;
-        self.any_bound()?;
-        let mut prop = CUmemAllocationProp::pinned_on_device(0);
-        // SAFETY: valid out-pointer to a properties struct of cuda.h's layout.
-        let r = unsafe { (v.cuMemGetAllocationPropertiesFromHandle)(&mut prop, handle) };
-        self.check(r, || format!("cuMemGetAllocationPropertiesFromHandle({handle:#x})"))?;
-        // The driver does not report the size; the runtime keeps it.
-        Ok(PhysicalProperties {
-            device: self.ordinal_of(prop.location.id),
-            size: 0,
-            handle_types: prop.requestedHandleTypes,
-        })
+        self.vmm()?;
+        let state = lock(&self.vmm.state);
+        let p = state.physical.get(&handle).filter(|p| p.refs > 0).ok_or_else(|| {
+            Error::InvalidValue(format!("{handle:#x} is not a live physical allocation handle"))
+        })?;
+        Ok(PhysicalProperties { device: p.device, size: p.size, handle_types: p.handle_types })
     }
 
     fn export_to_fd(&self, handle: u64) -> Result<OwnedFd> {
         let v = self.vmm()?;
-        self.any_bound()?;
+        let mut state = lock(&self.vmm.state);
+        let p = state.physical.get_mut(&handle).filter(|p| p.refs > 0).ok_or_else(|| {
+            Error::InvalidValue(format!("{handle:#x} is not a live physical allocation handle"))
+        })?;
+        let driver_handle = match p.pieces.as_slice() {
+            [one] => one.handle,
+            pieces => {
+                return Err(Error::NotSupported(format!(
+                    "physical allocation {handle:#x} is made of {} CUDA driver allocations (it was cut so that it \
+                     could be mapped at a nonzero offset, which cuMemMap does not do), and a file descriptor \
+                     shares only one; export it before mapping it anywhere but whole at offset 0",
+                    pieces.len()
+                )));
+            }
+        };
+        self.bound(p.device)?;
         let mut fd: c_int = -1;
         // SAFETY: for CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR the driver
-        // writes an int through the pointer.
+        // writes an int through the pointer; the handle is one this backend
+        // holds a reference to.
         let r = unsafe {
-            (v.cuMemExportToShareableHandle)((&mut fd as *mut c_int).cast(), handle, HANDLE_TYPE_POSIX_FD, 0)
+            (v.cuMemExportToShareableHandle)(
+                (&mut fd as *mut c_int).cast(),
+                driver_handle,
+                HANDLE_TYPE_POSIX_FD,
+                0,
+            )
         };
-        self.check(r, || format!("cuMemExportToShareableHandle({handle:#x}, POSIX fd)"))?;
+        self.check(r, || {
+            format!("cuMemExportToShareableHandle({driver_handle:#x} of physical allocation {handle:#x}, POSIX fd)")
+        })?;
         if fd < 0 {
             return Err(Error::Unknown(format!(
-                "cuMemExportToShareableHandle({handle:#x}) gave no descriptor"
+                "cuMemExportToShareableHandle({driver_handle:#x}) gave no descriptor"
             )));
         }
+        // Another process may now see this memory: never cut it again.
+        p.fixed = true;
         // SAFETY: the driver created this descriptor for the caller to own.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
@@ -240,6 +640,88 @@ impl VirtualMemory for CudaBackend {
             )
         };
         self.check(r, || "cuMemImportFromShareableHandle(POSIX fd)".to_string())?;
-        Ok(handle)
+        let piece = Piece { offset: 0, len: 0, handle };
+        let mut prop = CUmemAllocationProp::pinned_on_device(0);
+        // SAFETY: valid out-pointer to a properties struct of cuda.h's layout;
+        // the handle was just imported.
+        let r = unsafe { (v.cuMemGetAllocationPropertiesFromHandle)(&mut prop, handle) };
+        if let Err(e) = self.check(r, || format!("cuMemGetAllocationPropertiesFromHandle({handle:#x})")) {
+            if let Err(e2) = self.release_pieces(v, &[piece]) {
+                tracing::warn!(target: "hipmem", "releasing an imported handle: {e2}");
+            }
+            return Err(e);
+        }
+        let device = self.ordinal_of(prop.location.id);
+        let mut state = lock(&self.vmm.state);
+        state.next_id += 1;
+        let id = ID_BASE + state.next_id * ID_STEP;
+        state.physical.insert(
+            id,
+            Physical {
+                device,
+                size: 0,
+                handle_types: prop.requestedHandleTypes,
+                pieces: vec![piece],
+                refs: 1,
+                maps: 0,
+                fixed: true,
+            },
+        );
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 2 << 20;
+
+    fn pieces(lens: &[u64]) -> Vec<Piece> {
+        let mut offset = 0;
+        lens.iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let p = Piece { offset, len, handle: 100 + i as u64 };
+                offset += len;
+                p
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_plain_allocations_are_cut_into_granules_others_are_one_piece() {
+        assert_eq!(initial_piece_len(G, G, 0), G);
+        assert_eq!(initial_piece_len(2 * G, G, 0), G);
+        assert_eq!(initial_piece_len(EAGER_PIECES * G, G, 0), G);
+        assert_eq!(initial_piece_len((EAGER_PIECES + 1) * G, G, 0), (EAGER_PIECES + 1) * G);
+        assert_eq!(initial_piece_len(8 << 30, G, 0), 8 << 30, "a 8 GiB chunk is one driver allocation");
+        assert_eq!(initial_piece_len(2 * G, G, HANDLE_TYPE_POSIX_FD), 2 * G, "exportable: one piece");
+        assert_eq!(tiling(3 * G, G), vec![(0, G), (G, G), (2 * G, G)]);
+        assert_eq!(tiling(3 * G, 3 * G), vec![(0, 3 * G)]);
+        assert!(tiling(0, G).is_empty());
+    }
+
+    #[test]
+    fn plans_map_whole_pieces_from_their_start() {
+        let granules = pieces(&[G, G, G]);
+        let seg = |piece, len| Segment { piece, len };
+        assert_eq!(plan(&granules, 0, 3 * G), Some((vec![seg(0, G), seg(1, G), seg(2, G)], true)));
+        assert_eq!(plan(&granules, G, G), Some((vec![seg(1, G)], true)));
+        assert_eq!(plan(&granules, G, 2 * G), Some((vec![seg(1, G), seg(2, G)], true)));
+        assert_eq!(plan(&granules, 2 * G, 2 * G), None, "past the end");
+        assert_eq!(plan(&granules, G / 2, G), None, "not at a piece start");
+        let one = pieces(&[4 * G]);
+        assert_eq!(plan(&one, 0, 4 * G), Some((vec![seg(0, 4 * G)], true)));
+        assert_eq!(plan(&one, 0, G), Some((vec![seg(0, G)], false)), "a prefix");
+        assert_eq!(plan(&one, G, G), None);
+        let mixed = pieces(&[G, 2 * G]);
+        assert_eq!(plan(&mixed, 0, 2 * G), Some((vec![seg(0, G), seg(1, G)], false)));
+        assert_eq!(plan(&mixed, 2 * G, G), None);
+        assert_eq!(plan(&granules, u64::MAX - G, 2 * G), None, "overflow");
+        // Imported: one piece of unknown size, from offset 0 only.
+        let imported = [Piece { offset: 0, len: 0, handle: 7 }];
+        assert_eq!(plan(&imported, 0, 5 * G), Some((vec![seg(0, 5 * G)], false)));
+        assert_eq!(plan(&imported, G, G), None);
     }
 }

@@ -595,10 +595,7 @@ impl PoolCore {
             }
             (addr, chunk)
         };
-        let handle = match vm.mem_create(self.device, chunk, self.props.handle_types) {
-            Ok(h) => h,
-            Err(e) => return Err(e),
-        };
+        let handle = vm.mem_create(self.device, chunk, self.props.handle_types)?;
         let mapped = vm.mem_map(DevicePtr(addr), chunk, 0, handle).and_then(|()| {
             let access = lock(&self.access).clone();
             for (device, flags) in access.iter().enumerate() {

@@ -144,7 +144,12 @@ pub unsafe extern "C" fn hipMemsetAsync(
         non_null(dst, "hipMemsetAsync: dst")?;
         let rt = rt()?;
         let stream: Stream = handles::stream(&rt, stream)?;
-        rt.memset_async(DevicePtr(dst as usize as u64), FillValue::U8(value as u8), sizeBytes as u64, stream.raw())
+        rt.memset_async(
+            DevicePtr(dst as usize as u64),
+            FillValue::U8(value as u8),
+            sizeBytes as u64,
+            stream.raw(),
+        )
     })
 }
 

@@ -38,7 +38,9 @@ pub fn stream(rt: &Runtime, handle: hipStream_t) -> Result<Stream> {
     match found {
         Some(s) => Ok(s),
         None => Stream::from_raw(rt, RawStream { device, handle: h }).map_err(|_| {
-            Error::InvalidHandle(format!("hipStream_t {h:#x} is not a live stream (destroyed, or never created)"))
+            Error::InvalidHandle(format!(
+                "hipStream_t {h:#x} is not a live stream (destroyed, or never created)"
+            ))
         }),
     }
 }

@@ -29,7 +29,11 @@ pub unsafe extern "C" fn hipHostFree(ptr: *mut c_void) -> hipError_t {
 
 /// `hipHostRegister`: page-locks `sizeBytes` bytes of the caller's memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipHostRegister(hostPtr: *mut c_void, sizeBytes: usize, flags: c_uint) -> hipError_t {
+pub unsafe extern "C" fn hipHostRegister(
+    hostPtr: *mut c_void,
+    sizeBytes: usize,
+    flags: c_uint,
+) -> hipError_t {
     call(|| {
         if hostPtr.is_null() || sizeBytes == 0 {
             return Err(Error::InvalidValue("hipHostRegister of a null pointer or 0 bytes".into()));

@@ -10,7 +10,11 @@ use crate::{call, device_ordinal, handles, non_null, rt};
 
 /// `hipMallocAsync`: from the current pool of the stream's device.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: hipStream_t) -> hipError_t {
+pub unsafe extern "C" fn hipMallocAsync(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: hipStream_t,
+) -> hipError_t {
     call(|| {
         non_null(dev_ptr, "hipMallocAsync: dev_ptr")?;
         let rt = rt()?;
@@ -35,7 +39,10 @@ pub unsafe extern "C" fn hipFreeAsync(dev_ptr: *mut c_void, stream: hipStream_t)
 
 /// `hipMemPoolCreate`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipMemPoolCreate(mem_pool: *mut hipMemPool_t, pool_props: *const hipMemPoolProps) -> hipError_t {
+pub unsafe extern "C" fn hipMemPoolCreate(
+    mem_pool: *mut hipMemPool_t,
+    pool_props: *const hipMemPoolProps,
+) -> hipError_t {
     call(|| {
         non_null(mem_pool, "hipMemPoolCreate: mem_pool")?;
         non_null(pool_props, "hipMemPoolCreate: pool_props")?;
@@ -54,7 +61,8 @@ pub unsafe extern "C" fn hipMemPoolCreate(mem_pool: *mut hipMemPool_t, pool_prop
             )));
         }
         let rt = rt()?;
-        let device = device_ordinal(&rt, props.location.id).map_err(|e| Error::InvalidValue(e.message().into()))?;
+        let device =
+            device_ordinal(&rt, props.location.id).map_err(|e| Error::InvalidValue(e.message().into()))?;
         let pool = MemPool::create(
             &rt,
             PoolProps { device, handle_types: props.handleTypes as u32, max_size: props.maxSize as u64 },
@@ -99,7 +107,11 @@ pub unsafe extern "C" fn hipMallocFromPoolAsync(
 
 /// `hipMemPoolSetAttribute`: the reuse flags are `int`, the rest `uint64_t`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipMemPoolSetAttribute(mem_pool: hipMemPool_t, attr: hipMemPoolAttr, value: *mut c_void) -> hipError_t {
+pub unsafe extern "C" fn hipMemPoolSetAttribute(
+    mem_pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> hipError_t {
     call(|| {
         let pool = handles::pool(mem_pool)?;
         non_null(value, "hipMemPoolSetAttribute: value")?;
@@ -117,7 +129,11 @@ pub unsafe extern "C" fn hipMemPoolSetAttribute(mem_pool: hipMemPool_t, attr: hi
 
 /// `hipMemPoolGetAttribute`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipMemPoolGetAttribute(mem_pool: hipMemPool_t, attr: hipMemPoolAttr, value: *mut c_void) -> hipError_t {
+pub unsafe extern "C" fn hipMemPoolGetAttribute(
+    mem_pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> hipError_t {
     call(|| {
         let pool = handles::pool(mem_pool)?;
         non_null(value, "hipMemPoolGetAttribute: value")?;
@@ -149,7 +165,10 @@ fn write_pool(out: *mut hipMemPool_t, pool: MemPool) {
 
 /// `hipDeviceGetDefaultMemPool`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipDeviceGetDefaultMemPool(mem_pool: *mut hipMemPool_t, device: c_int) -> hipError_t {
+pub unsafe extern "C" fn hipDeviceGetDefaultMemPool(
+    mem_pool: *mut hipMemPool_t,
+    device: c_int,
+) -> hipError_t {
     call(|| {
         non_null(mem_pool, "hipDeviceGetDefaultMemPool: mem_pool")?;
         let rt = rt()?;

@@ -56,7 +56,11 @@ pub unsafe extern "C" fn hipGetDevice(deviceId: *mut c_int) -> hipError_t {
 
 /// `hipDeviceGetAttribute`, for the attributes the header declares.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipDeviceGetAttribute(pi: *mut c_int, attr: hipDeviceAttribute_t, deviceId: c_int) -> hipError_t {
+pub unsafe extern "C" fn hipDeviceGetAttribute(
+    pi: *mut c_int,
+    attr: hipDeviceAttribute_t,
+    deviceId: c_int,
+) -> hipError_t {
     call(|| {
         non_null(pi, "hipDeviceGetAttribute: pi")?;
         let rt = rt()?;
@@ -147,7 +151,11 @@ pub unsafe extern "C" fn hipStreamQuery(stream: hipStream_t) -> hipError_t {
 
 /// `hipStreamWaitEvent`: flags must be 0.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipStreamWaitEvent(stream: hipStream_t, event: hipEvent_t, flags: c_uint) -> hipError_t {
+pub unsafe extern "C" fn hipStreamWaitEvent(
+    stream: hipStream_t,
+    event: hipEvent_t,
+    flags: c_uint,
+) -> hipError_t {
     call(|| {
         if flags != 0 {
             return Err(Error::InvalidValue(format!("hipStreamWaitEvent: flags must be 0, not {flags}")));
@@ -167,7 +175,11 @@ struct HostFn {
 /// `hipLaunchHostFunc`: `fn(userData)` runs on a host thread when the stream
 /// gets there. It must not call back into functions that wait for the stream.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipLaunchHostFunc(stream: hipStream_t, fn_: hipHostFn_t, userData: *mut c_void) -> hipError_t {
+pub unsafe extern "C" fn hipLaunchHostFunc(
+    stream: hipStream_t,
+    fn_: hipHostFn_t,
+    userData: *mut c_void,
+) -> hipError_t {
     call(|| {
         let f = fn_.ok_or_else(|| Error::InvalidValue("hipLaunchHostFunc: null function".into()))?;
         let stream = handles::stream(&rt()?, stream)?;
@@ -235,7 +247,11 @@ pub unsafe extern "C" fn hipEventSynchronize(event: hipEvent_t) -> hipError_t {
 
 /// `hipEventElapsedTime`: milliseconds from `start` to `stop`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipEventElapsedTime(ms: *mut c_float, start: hipEvent_t, stop: hipEvent_t) -> hipError_t {
+pub unsafe extern "C" fn hipEventElapsedTime(
+    ms: *mut c_float,
+    start: hipEvent_t,
+    stop: hipEvent_t,
+) -> hipError_t {
     call(|| {
         non_null(ms, "hipEventElapsedTime: ms")?;
         let (start, stop) = (handles::event(start)?, handles::event(stop)?);

@@ -115,8 +115,10 @@ pub unsafe extern "C" fn hipMemSetAccess(
         non_null(desc, "hipMemSetAccess: desc")?;
         // SAFETY: non-null; HIP's contract: `count` readable descriptors.
         let descs = unsafe { std::slice::from_raw_parts(desc, count) };
-        let descs: Vec<AccessDesc> =
-            descs.iter().map(|d| AccessDesc { location: location(&d.location), flags: d.flags as u32 }).collect();
+        let descs: Vec<AccessDesc> = descs
+            .iter()
+            .map(|d| AccessDesc { location: location(&d.location), flags: d.flags as u32 })
+            .collect();
         rt()?.mem_set_access(dptr(ptr), size as u64, &descs)
     })
 }

@@ -8,7 +8,8 @@ use std::process::Command;
 /// The repository root: an ancestor of the test executable (or of the working
 /// directory, or `git rev-parse --show-toplevel`) that holds the header.
 fn repo_root() -> PathBuf {
-    let has_header = |d: &Path| d.join("include/hip/hip_runtime.h").is_file() && d.join("examples/c").is_dir();
+    let has_header =
+        |d: &Path| d.join("include/hip/hip_runtime.h").is_file() && d.join("examples/c").is_dir();
     if let Ok(dir) = std::env::var("HIPMEM_REPO_ROOT") {
         return PathBuf::from(dir);
     }
@@ -113,7 +114,10 @@ fn vmm_sequence_maps_grows_and_frees() {
     let Some(out) = build_and_run("vmm") else { return };
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.first(), Some(&"VMM: mapped 4194304 bytes, read back ok"), "{out}");
-    assert!(lines[1].starts_with("VMM: grew to 8388608 bytes (") && lines[1].ends_with("read back ok"), "{out}");
+    assert!(
+        lines[1].starts_with("VMM: grew to 8388608 bytes (") && lines[1].ends_with("read back ok"),
+        "{out}"
+    );
     if lines[1].contains("(contiguous)") {
         assert_eq!(lines[2], "VMM: whole range read back ok", "{out}");
     }

@@ -1,0 +1,101 @@
+//! HIP's C ABI on top of hipmem: `libhipmem.so` / `libhipmem.a`, declared by
+//! `include/hip/hip_runtime.h` at the repository root.
+//!
+//! Every exported function has HIP's exact name and signature and is built on
+//! [`hipmem_rs::Runtime::global`]. The rules every export follows:
+//!
+//! - the body runs inside [`call`]: a caught panic becomes `hipErrorUnknown`,
+//!   and a failing call records its code for `hipGetLastError` /
+//!   `hipPeekAtLastError` (per thread);
+//! - every pointer argument is checked for null where HIP's contract says so;
+//! - every handle is looked up on every call in a table kept here (streams,
+//!   events, pools) or in the runtime (virtual-memory handles): a stale,
+//!   destroyed or foreign handle is an error code, never undefined behaviour.
+//!
+//! The exports are grouped as `hip-memory-api.md` groups them:
+//! [`explicit`], [`pinned`], [`pools`], [`vmm`] and [`runtime_api`] (devices,
+//! streams, events, errors). Managed memory and IPC are not exported yet.
+#![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
+
+pub mod explicit;
+pub mod handles;
+pub mod pinned;
+pub mod pools;
+pub mod runtime_api;
+pub mod types;
+pub mod vmm;
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use hipmem_rs::{Error, Result, Runtime};
+
+pub use explicit::*;
+pub use pinned::*;
+pub use pools::*;
+pub use runtime_api::*;
+pub use types::*;
+pub use vmm::*;
+
+thread_local! {
+    /// The last error of this thread (`hipGetLastError` / `hipPeekAtLastError`).
+    static LAST_ERROR: Cell<hipError_t> = const { Cell::new(hipSuccess) };
+    /// The current device of this thread (`hipSetDevice` / `hipGetDevice`).
+    static CURRENT_DEVICE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Runs the body of an export: catches panics (→ `hipErrorUnknown`), turns
+/// the result into a `hipError_t` and records failures for `hipGetLastError`.
+pub(crate) fn call(body: impl FnOnce() -> Result<()>) -> hipError_t {
+    let code = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => hipSuccess,
+        Ok(Err(e)) => e.code(),
+        Err(_) => hipErrorUnknown,
+    };
+    record(code);
+    code
+}
+
+/// Records a failing code as the thread's last error. `hipErrorNotReady` is
+/// a status (CUDA's rule), not an error, and is not recorded.
+pub(crate) fn record(code: hipError_t) {
+    if code != hipSuccess && code != hipErrorNotReady {
+        LAST_ERROR.with(|c| c.set(code));
+    }
+}
+
+pub(crate) fn take_last_error() -> hipError_t {
+    LAST_ERROR.with(|c| c.replace(hipSuccess))
+}
+
+pub(crate) fn peek_last_error() -> hipError_t {
+    LAST_ERROR.with(|c| c.get())
+}
+
+/// The process-wide runtime (backend from `HIPMEM_BACKEND`).
+pub(crate) fn rt() -> Result<Runtime> {
+    Runtime::global()
+}
+
+/// The calling thread's current device.
+pub(crate) fn current_device() -> usize {
+    CURRENT_DEVICE.with(|c| c.get())
+}
+
+pub(crate) fn set_current_device(device: usize) {
+    CURRENT_DEVICE.with(|c| c.set(device));
+}
+
+/// InvalidValue for a null pointer argument.
+pub(crate) fn non_null<T>(ptr: *const T, what: &str) -> Result<()> {
+    if ptr.is_null() { Err(Error::InvalidValue(format!("{what} is a null pointer"))) } else { Ok(()) }
+}
+
+/// A device ordinal from a C `int` (negative or too large: InvalidDevice).
+pub(crate) fn device_ordinal(rt: &Runtime, device: i32) -> Result<usize> {
+    if device < 0 {
+        return Err(Error::InvalidDevice(format!("device {device} does not exist")));
+    }
+    rt.check_device(device as usize)?;
+    Ok(device as usize)
+}

@@ -1,0 +1,270 @@
+//! Stream-ordered allocation and memory pools. (The IPC functions,
+//! hipMemPoolExport*/Import*, are not exported yet.)
+
+use std::ffi::{c_int, c_void};
+
+use hipmem_rs::{AccessFlags, DevicePtr, Error, MemPool, PoolAttribute, PoolProps, Result, Runtime};
+
+use crate::types::*;
+use crate::{call, device_ordinal, handles, non_null, rt};
+
+/// `hipMallocAsync`: from the current pool of the stream's device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMallocAsync(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: hipStream_t,
+) -> hipError_t {
+    call(|| {
+        non_null(dev_ptr, "hipMallocAsync: dev_ptr")?;
+        let rt = rt()?;
+        let stream = handles::stream(&rt, stream)?;
+        let p = rt.malloc_async(size as u64, &stream)?;
+        // SAFETY: non-null; points to a writable `void*` (HIP's contract).
+        unsafe { *dev_ptr = p.0 as usize as *mut c_void };
+        Ok(())
+    })
+}
+
+/// `hipFreeAsync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipFreeAsync(dev_ptr: *mut c_void, stream: hipStream_t) -> hipError_t {
+    call(|| {
+        non_null(dev_ptr, "hipFreeAsync: dev_ptr")?;
+        let rt = rt()?;
+        let stream = handles::stream(&rt, stream)?;
+        rt.free_async(DevicePtr(dev_ptr as usize as u64), &stream)
+    })
+}
+
+/// `hipMemPoolCreate`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolCreate(
+    mem_pool: *mut hipMemPool_t,
+    pool_props: *const hipMemPoolProps,
+) -> hipError_t {
+    call(|| {
+        non_null(mem_pool, "hipMemPoolCreate: mem_pool")?;
+        non_null(pool_props, "hipMemPoolCreate: pool_props")?;
+        // SAFETY: non-null; points to a readable hipMemPoolProps (HIP's contract).
+        let props = unsafe { pool_props.read() };
+        if props.allocType != hipMemAllocationTypePinned {
+            return Err(Error::InvalidValue(format!(
+                "hipMemPoolCreate: allocType {} is not hipMemAllocationTypePinned",
+                props.allocType
+            )));
+        }
+        if props.location.type_ != hipMemLocationTypeDevice {
+            return Err(Error::InvalidValue(format!(
+                "hipMemPoolCreate: location type {} is not hipMemLocationTypeDevice",
+                props.location.type_
+            )));
+        }
+        let rt = rt()?;
+        let device =
+            device_ordinal(&rt, props.location.id).map_err(|e| Error::InvalidValue(e.message().into()))?;
+        let pool = MemPool::create(
+            &rt,
+            PoolProps { device, handle_types: props.handleTypes as u32, max_size: props.maxSize as u64 },
+        )?;
+        let h = handles::add_pool(pool);
+        // SAFETY: non-null; points to a writable hipMemPool_t (HIP's contract).
+        unsafe { *mem_pool = h };
+        Ok(())
+    })
+}
+
+/// `hipMemPoolDestroy`: null, destroyed or default pools are InvalidValue.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolDestroy(mem_pool: hipMemPool_t) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        pool.destroy()?;
+        drop(handles::remove_pool(mem_pool));
+        Ok(())
+    })
+}
+
+/// `hipMallocFromPoolAsync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMallocFromPoolAsync(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    mem_pool: hipMemPool_t,
+    stream: hipStream_t,
+) -> hipError_t {
+    call(|| {
+        non_null(dev_ptr, "hipMallocFromPoolAsync: dev_ptr")?;
+        let pool = handles::pool(mem_pool)?;
+        let rt = rt()?;
+        let stream = handles::stream(&rt, stream)?;
+        let p = pool.alloc_raw(size as u64, &stream)?;
+        // SAFETY: non-null; points to a writable `void*` (HIP's contract).
+        unsafe { *dev_ptr = p.0 as usize as *mut c_void };
+        Ok(())
+    })
+}
+
+/// `hipMemPoolSetAttribute`: the reuse flags are `int`, the rest `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolSetAttribute(
+    mem_pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        non_null(value, "hipMemPoolSetAttribute: value")?;
+        let attr = PoolAttribute::from_raw(attr)?;
+        let v = if attr.is_int() {
+            // SAFETY: non-null; for this attribute HIP's contract is an `int`.
+            (unsafe { (value as *const c_int).read_unaligned() }) as u64
+        } else {
+            // SAFETY: non-null; for this attribute HIP's contract is a `uint64_t`.
+            unsafe { (value as *const u64).read_unaligned() }
+        };
+        pool.set_attribute(attr, v)
+    })
+}
+
+/// `hipMemPoolGetAttribute`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolGetAttribute(
+    mem_pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        non_null(value, "hipMemPoolGetAttribute: value")?;
+        let attr = PoolAttribute::from_raw(attr)?;
+        let v = pool.try_attribute(attr)?;
+        if attr.is_int() {
+            // SAFETY: non-null; for this attribute HIP's contract is an `int`.
+            unsafe { (value as *mut c_int).write_unaligned(v as c_int) };
+        } else {
+            // SAFETY: non-null; for this attribute HIP's contract is a `uint64_t`.
+            unsafe { (value as *mut u64).write_unaligned(v) };
+        }
+        Ok(())
+    })
+}
+
+/// `hipMemPoolTrimTo`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolTrimTo(mem_pool: hipMemPool_t, min_bytes_to_hold: usize) -> hipError_t {
+    call(|| handles::pool(mem_pool)?.trim_to(min_bytes_to_hold as u64))
+}
+
+fn write_pool(out: *mut hipMemPool_t, pool: MemPool) {
+    let h = handles::add_pool(pool);
+    // SAFETY: the callers checked `out` for null; it points to a writable
+    // hipMemPool_t (HIP's contract).
+    unsafe { *out = h };
+}
+
+/// `hipDeviceGetDefaultMemPool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDeviceGetDefaultMemPool(
+    mem_pool: *mut hipMemPool_t,
+    device: c_int,
+) -> hipError_t {
+    call(|| {
+        non_null(mem_pool, "hipDeviceGetDefaultMemPool: mem_pool")?;
+        let rt = rt()?;
+        let device = device_ordinal(&rt, device)?;
+        write_pool(mem_pool, rt.default_mem_pool(device)?);
+        Ok(())
+    })
+}
+
+/// `hipDeviceSetMemPool`: the pool hipMallocAsync uses on `device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDeviceSetMemPool(device: c_int, mem_pool: hipMemPool_t) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        let rt = rt()?;
+        let device = device_ordinal(&rt, device)?;
+        rt.set_mem_pool(device, &pool)
+    })
+}
+
+/// `hipDeviceGetMemPool`: the current pool of `device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDeviceGetMemPool(mem_pool: *mut hipMemPool_t, device: c_int) -> hipError_t {
+    call(|| {
+        non_null(mem_pool, "hipDeviceGetMemPool: mem_pool")?;
+        let rt = rt()?;
+        let device = device_ordinal(&rt, device)?;
+        write_pool(mem_pool, rt.mem_pool(device)?);
+        Ok(())
+    })
+}
+
+/// Checks a `hipMemLocation` naming a device: a bad type is InvalidValue, a
+/// bad id InvalidDevice.
+fn location_device(rt: &Runtime, loc: &hipMemLocation) -> Result<usize> {
+    if loc.type_ != hipMemLocationTypeDevice {
+        return Err(Error::InvalidValue(format!(
+            "location type {} is not hipMemLocationTypeDevice",
+            loc.type_
+        )));
+    }
+    device_ordinal(rt, loc.id)
+}
+
+/// `hipMemPoolSetAccess`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolSetAccess(
+    mem_pool: hipMemPool_t,
+    desc_list: *const hipMemAccessDesc,
+    count: usize,
+) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        non_null(desc_list, "hipMemPoolSetAccess: desc_list")?;
+        let rt = rt()?;
+        if count > rt.device_count() {
+            return Err(Error::InvalidDevice(format!(
+                "hipMemPoolSetAccess: {count} descriptors for {} device(s)",
+                rt.device_count()
+            )));
+        }
+        // SAFETY: non-null; HIP's contract: `count` readable descriptors.
+        let descs = unsafe { std::slice::from_raw_parts(desc_list, count) };
+        let mut parsed = Vec::with_capacity(count);
+        for d in descs {
+            let device = location_device(&rt, &d.location)?;
+            let flags = u32::try_from(d.flags)
+                .map_err(|_| Error::InvalidValue(format!("{} is not a hipMemAccessFlags value", d.flags)))
+                .and_then(AccessFlags::from_raw)?;
+            parsed.push((device, flags));
+        }
+        for (device, flags) in parsed {
+            pool.set_access(device, flags)?;
+        }
+        Ok(())
+    })
+}
+
+/// `hipMemPoolGetAccess`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolGetAccess(
+    flags: *mut hipMemAccessFlags,
+    mem_pool: hipMemPool_t,
+    location: *mut hipMemLocation,
+) -> hipError_t {
+    call(|| {
+        non_null(flags, "hipMemPoolGetAccess: flags")?;
+        let pool = handles::pool(mem_pool)?;
+        non_null(location, "hipMemPoolGetAccess: location")?;
+        // SAFETY: non-null; points to a readable hipMemLocation (HIP's contract).
+        let loc = unsafe { location.read() };
+        let rt = rt()?;
+        let device = location_device(&rt, &loc)?;
+        let access = pool.access(device)?;
+        // SAFETY: non-null; points to a writable hipMemAccessFlags (HIP's contract).
+        unsafe { *flags = access.raw() as hipMemAccessFlags };
+        Ok(())
+    })
+}

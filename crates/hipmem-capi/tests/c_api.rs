@@ -1,0 +1,644 @@
+//! Every exported function, once with good input and once with each bad input
+//! that hip-memory-api.md lists, checking the exact hipError_t (through the
+//! Rust rlib of libhipmem). Runs on the host backend unless HIPMEM_BACKEND is set.
+#![allow(clippy::missing_safety_doc, unused_assignments, non_snake_case)]
+
+use std::ffi::{CStr, c_void};
+use std::ptr::{null, null_mut};
+use std::sync::Once;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hipmem::*;
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        if std::env::var_os("HIPMEM_BACKEND").is_none() {
+            // SAFETY: set once, before any test touches the runtime (all go through init).
+            unsafe { std::env::set_var("HIPMEM_BACKEND", "host") };
+        }
+        // SAFETY: plain FFI call.
+        assert_eq!(unsafe { hipInit(0) }, hipSuccess);
+    });
+}
+
+fn n(p: *mut c_void) -> u64 {
+    p as usize as u64
+}
+
+#[test]
+fn explicit_memory() {
+    init();
+    unsafe {
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(null_mut(), 16), hipErrorInvalidValue);
+        assert_eq!(hipMalloc(&mut p, 0), hipSuccess);
+        assert!(p.is_null());
+        assert_eq!(hipMalloc(&mut p, usize::MAX / 2), hipErrorOutOfMemory);
+        assert_eq!(hipMalloc(&mut p, 4096), hipSuccess);
+        assert!(!p.is_null());
+
+        // hipMemcpy
+        let src: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        let mut back = vec![0u8; 4096];
+        assert_eq!(hipMemcpy(p, src.as_ptr().cast(), 4096, hipMemcpyHostToDevice), hipSuccess);
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDefault), hipSuccess);
+        assert_eq!(back, src);
+        assert_eq!(hipMemcpy(null_mut(), null(), 0, 77), hipSuccess, "size 0 first");
+        assert_eq!(
+            hipMemcpy(null_mut(), src.as_ptr().cast(), 16, hipMemcpyHostToDevice),
+            hipErrorInvalidValue
+        );
+        assert_eq!(hipMemcpy(p, null(), 16, hipMemcpyHostToDevice), hipErrorInvalidValue);
+        assert_eq!(hipMemcpy(p, src.as_ptr().cast(), 16, 7), hipErrorInvalidMemcpyDirection);
+        assert_eq!(hipMemcpy(p, src.as_ptr().cast(), 4097, hipMemcpyHostToDevice), hipErrorInvalidValue);
+        let mut h2h = [0u8; 4];
+        assert_eq!(
+            hipMemcpy(h2h.as_mut_ptr().cast(), src[1..].as_ptr().cast(), 4, hipMemcpyHostToHost),
+            hipSuccess
+        );
+        assert_eq!(h2h, [1, 2, 3, 4]);
+        let mut q: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut q, 4096), hipSuccess);
+        assert_eq!(hipMemcpy(q, p, 4096, hipMemcpyDeviceToDevice), hipSuccess);
+
+        // hipMemcpyAsync, on a created and on a destroyed stream
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        let mut back2 = vec![0u8; 4096];
+        assert_eq!(hipMemcpyAsync(back2.as_mut_ptr().cast(), q, 4096, hipMemcpyDeviceToHost, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(back2, src);
+        assert_eq!(hipMemcpyAsync(q, p, 0, 99, s), hipSuccess);
+        assert_eq!(hipMemcpyAsync(q, null(), 16, hipMemcpyDeviceToDevice, s), hipErrorInvalidValue);
+        assert_eq!(hipMemcpyAsync(q, p, 16, 9, s), hipErrorInvalidMemcpyDirection);
+        assert_eq!(hipMemcpyAsync(q, p, 8192, hipMemcpyDeviceToDevice, s), hipErrorInvalidValue);
+        assert_eq!(hipMemcpyAsync(q, p, 16, hipMemcpyDeviceToDevice, hipStreamPerThread()), hipSuccess);
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+        assert_eq!(hipMemcpyAsync(q, p, 16, hipMemcpyDeviceToDevice, s), hipErrorInvalidHandle);
+
+        // hipMemset / hipMemsetAsync
+        assert_eq!(hipMemset(p, 0xab, 4096), hipSuccess);
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0xab));
+        assert_eq!(hipMemset(null_mut(), 0, 0), hipSuccess);
+        assert_eq!(hipMemset(null_mut(), 0, 16), hipErrorInvalidValue);
+        assert_eq!(hipMemset(back.as_mut_ptr().cast(), 0, 16), hipErrorInvalidValue, "plain host memory");
+        assert_eq!(hipMemset(p, 0, 4097), hipErrorInvalidValue);
+        assert_eq!(hipMemsetAsync(p, 1, 4096, null_mut()), hipSuccess);
+        assert_eq!(hipMemsetAsync(null_mut(), 1, 0, null_mut()), hipSuccess);
+        assert_eq!(hipMemsetAsync(null_mut(), 1, 16, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemsetAsync(back.as_mut_ptr().cast(), 1, 16, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemsetAsync(p, 1, 4097, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemsetAsync(p, 1, 16, s), hipErrorInvalidHandle);
+        assert_eq!(hipDeviceSynchronize(), hipSuccess);
+
+        // hipMemGetInfo
+        let (mut free, mut total) = (0usize, 0usize);
+        assert_eq!(hipMemGetInfo(&mut free, &mut total), hipSuccess);
+        assert!(total > 0 && free <= total);
+        assert_eq!(hipMemGetInfo(null_mut(), &mut total), hipErrorInvalidValue);
+        assert_eq!(hipMemGetInfo(&mut free, null_mut()), hipErrorInvalidValue);
+
+        // hipPointerGetAttributes
+        let mut a: hipPointerAttribute_t = std::mem::zeroed();
+        assert_eq!(hipPointerGetAttributes(&mut a, p), hipSuccess);
+        assert_eq!((a.type_, a.device, n(a.devicePointer)), (hipMemoryTypeDevice, 0, n(p)));
+        let local = 5u32;
+        assert_eq!(hipPointerGetAttributes(&mut a, (&raw const local).cast()), hipSuccess);
+        assert_eq!(a.type_, hipMemoryTypeUnregistered);
+        assert_eq!(hipPointerGetAttributes(null_mut(), p), hipErrorInvalidValue);
+        assert_eq!(hipPointerGetAttributes(&mut a, null()), hipErrorInvalidValue);
+
+        // hipFree
+        assert_eq!(hipFree(null_mut()), hipSuccess);
+        assert_eq!(hipFree(q), hipSuccess);
+        assert_eq!(hipFree(q), hipErrorInvalidValue, "double free");
+        assert_eq!(hipFree((&raw const local) as *mut c_void), hipErrorInvalidValue, "stack pointer");
+        assert_eq!(hipFree(p), hipSuccess);
+    }
+}
+
+unsafe fn hip_stream_per_thread() -> hipStream_t {
+    2usize as hipStream_t
+}
+use hip_stream_per_thread as hipStreamPerThread;
+
+#[test]
+fn page_locked_memory() {
+    init();
+    unsafe {
+        let mut h: *mut c_void = null_mut();
+        assert_eq!(hipHostMalloc(null_mut(), 64, 0), hipErrorInvalidValue);
+        assert_eq!(hipHostMalloc(&mut h, 0, 0), hipSuccess);
+        assert!(h.is_null());
+        assert_eq!(hipHostMalloc(&mut h, 64, 0x4000_0000 | 0x8000_0000), hipErrorInvalidValue);
+        assert_eq!(hipHostMalloc(&mut h, 64, 0x100), hipErrorInvalidValue);
+        assert_eq!(hipHostMalloc(&mut h, usize::MAX / 2, 0), hipErrorOutOfMemory);
+        assert_eq!(hipHostMalloc(&mut h, 4096, 0x2), hipSuccess);
+        let mut a: hipPointerAttribute_t = std::mem::zeroed();
+        assert_eq!(hipPointerGetAttributes(&mut a, h), hipSuccess);
+        assert_eq!(a.type_, hipMemoryTypeHost);
+
+        // hipMemcpyAsync from page-locked memory takes the asynchronous path.
+        let mut d: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut d, 4096), hipSuccess);
+        std::ptr::write_bytes(h.cast::<u8>(), 7, 4096);
+        assert_eq!(hipMemcpyAsync(d, h, 4096, hipMemcpyHostToDevice, null_mut()), hipSuccess);
+        assert_eq!(hipMemsetAsync(d, 9, 16, null_mut()), hipSuccess);
+        assert_eq!(hipMemcpyAsync(h, d, 4096, hipMemcpyDeviceToHost, null_mut()), hipSuccess);
+        assert_eq!(hipStreamSynchronize(null_mut()), hipSuccess);
+        let bytes = std::slice::from_raw_parts(h.cast::<u8>(), 4096);
+        assert!(bytes[..16].iter().all(|&b| b == 9) && bytes[16..].iter().all(|&b| b == 7));
+        assert_eq!(hipFree(d), hipSuccess);
+
+        let mut dp: *mut c_void = null_mut();
+        assert_eq!(hipHostGetDevicePointer(&mut dp, h, 0), hipSuccess);
+        assert!(!dp.is_null());
+        assert_eq!(hipHostGetDevicePointer(null_mut(), h, 0), hipErrorInvalidValue);
+        assert_eq!(hipHostGetDevicePointer(&mut dp, null_mut(), 0), hipErrorInvalidValue);
+        assert_eq!(hipHostGetDevicePointer(&mut dp, h, 1), hipErrorInvalidValue);
+
+        let mut buf = vec![0u8; 8192];
+        let bp: *mut c_void = buf.as_mut_ptr().cast();
+        assert_eq!(hipHostRegister(null_mut(), 64, 0), hipErrorInvalidValue);
+        assert_eq!(hipHostRegister(bp, 0, 0), hipErrorInvalidValue);
+        assert_eq!(hipHostRegister(bp, 8192, 0x100), hipErrorInvalidValue);
+        assert_eq!(hipHostRegister(bp, 8192, 0), hipSuccess);
+        assert_eq!(hipHostRegister(bp, 8192, 0), hipErrorInvalidValue, "already registered");
+        assert_eq!(hipHostFree(bp), hipErrorInvalidValue, "registered, not allocated");
+        assert_eq!(hipHostUnregister(bp), hipSuccess);
+        assert_eq!(hipHostUnregister(bp), hipErrorInvalidValue);
+        assert_eq!(hipHostUnregister(null_mut()), hipErrorInvalidValue);
+
+        assert_eq!(hipHostFree(null_mut()), hipSuccess);
+        assert_eq!(hipHostFree(bp), hipErrorInvalidValue, "unknown");
+        assert_eq!(hipHostFree(h), hipSuccess);
+        assert_eq!(hipHostFree(h), hipErrorInvalidValue, "already freed");
+        drop(buf);
+    }
+}
+
+fn pool_props(device: i32) -> hipMemPoolProps {
+    hipMemPoolProps {
+        allocType: hipMemAllocationTypePinned,
+        handleTypes: hipMemHandleTypeNone,
+        location: hipMemLocation { type_: hipMemLocationTypeDevice, id: device },
+        win32SecurityAttributes: null_mut(),
+        maxSize: 0,
+        reserved: [0; 56],
+    }
+}
+
+#[test]
+fn stream_ordered_allocation_and_pools() {
+    init();
+    unsafe {
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreateWithFlags(&mut s, hipStreamNonBlockingFlag()), hipSuccess);
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocAsync(null_mut(), 64, s), hipErrorInvalidValue);
+        assert_eq!(hipMallocAsync(&mut p, 0, s), hipSuccess);
+        assert!(p.is_null());
+        assert_eq!(hipMallocAsync(&mut p, 1 << 20, s), hipSuccess);
+        assert_eq!(hipMallocAsync(&mut p, 64, 0xdead0usize as hipStream_t), hipErrorInvalidHandle);
+        assert_eq!(hipMallocAsync(&mut p, usize::MAX / 2, s), hipErrorOutOfMemory);
+        assert_eq!(hipFreeAsync(null_mut(), s), hipErrorInvalidValue);
+        assert_eq!(hipFreeAsync(p, 0xdead0usize as hipStream_t), hipErrorInvalidHandle);
+        assert_eq!(hipFreeAsync(p, s), hipSuccess);
+        assert_eq!(hipFreeAsync(p, s), hipErrorInvalidValue, "double free");
+        let mut m: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut m, 256), hipSuccess);
+        assert_eq!(hipFreeAsync(m, s), hipSuccess, "hipMalloc memory is accepted");
+
+        // pools
+        let mut pool: hipMemPool_t = null_mut();
+        let props = pool_props(0);
+        assert_eq!(hipMemPoolCreate(null_mut(), &props), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolCreate(&mut pool, null()), hipErrorInvalidValue);
+        let mut bad = props;
+        bad.allocType = hipMemAllocationTypeInvalid;
+        assert_eq!(hipMemPoolCreate(&mut pool, &bad), hipErrorInvalidValue);
+        let mut bad = props;
+        bad.location.type_ = hipMemLocationTypeInvalid;
+        assert_eq!(hipMemPoolCreate(&mut pool, &bad), hipErrorInvalidValue);
+        let mut bad = props;
+        bad.location.id = 99;
+        assert_eq!(hipMemPoolCreate(&mut pool, &bad), hipErrorInvalidValue);
+        let mut limited = props;
+        limited.maxSize = 4 << 20;
+        assert_eq!(hipMemPoolCreate(&mut pool, &limited), hipSuccess);
+
+        assert_eq!(hipMallocFromPoolAsync(null_mut(), 64, pool, s), hipErrorInvalidValue);
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 64, null_mut(), s), hipErrorInvalidValue);
+        assert_eq!(
+            hipMallocFromPoolAsync(&mut p, 64, pool, 0xdead0usize as hipStream_t),
+            hipErrorInvalidHandle
+        );
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 0, pool, s), hipSuccess);
+        assert!(p.is_null());
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 64 << 20, pool, s), hipErrorOutOfMemory, "past maxSize");
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 1 << 20, pool, s), hipSuccess);
+
+        // attributes
+        let mut v: u64 = 0;
+        let vp: *mut c_void = (&raw mut v).cast();
+        assert_eq!(hipMemPoolGetAttribute(pool, hipMemPoolAttrUsedMemCurrent, vp), hipSuccess);
+        assert!(v >= 1 << 20);
+        assert_eq!(
+            hipMemPoolGetAttribute(null_mut(), hipMemPoolAttrUsedMemCurrent, vp),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemPoolGetAttribute(pool, hipMemPoolAttrUsedMemCurrent, null_mut()),
+            hipErrorInvalidValue
+        );
+        assert_eq!(hipMemPoolGetAttribute(pool, 42, vp), hipErrorInvalidValue);
+        let mut flag: i32 = 0;
+        assert_eq!(
+            hipMemPoolGetAttribute(pool, hipMemPoolReuseAllowOpportunistic, (&raw mut flag).cast()),
+            hipSuccess
+        );
+        assert_eq!(flag, 1);
+        v = u64::MAX;
+        assert_eq!(hipMemPoolSetAttribute(pool, hipMemPoolAttrReleaseThreshold, vp), hipSuccess);
+        assert_eq!(
+            hipMemPoolSetAttribute(null_mut(), hipMemPoolAttrReleaseThreshold, vp),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemPoolSetAttribute(pool, hipMemPoolAttrReleaseThreshold, null_mut()),
+            hipErrorInvalidValue
+        );
+        assert_eq!(hipMemPoolSetAttribute(pool, 0, vp), hipErrorInvalidValue);
+        v = 0;
+        assert_eq!(hipMemPoolSetAttribute(pool, hipMemPoolAttrUsedMemCurrent, vp), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolSetAttribute(pool, hipMemPoolAttrUsedMemHigh, vp), hipSuccess);
+        v = 5;
+        assert_eq!(hipMemPoolSetAttribute(pool, hipMemPoolAttrUsedMemHigh, vp), hipErrorInvalidValue);
+        flag = 0;
+        assert_eq!(
+            hipMemPoolSetAttribute(pool, hipMemPoolReuseAllowOpportunistic, (&raw mut flag).cast()),
+            hipSuccess
+        );
+
+        // trim
+        assert_eq!(hipFreeAsync(p, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipMemPoolTrimTo(pool, 0), hipSuccess);
+        assert_eq!(hipMemPoolTrimTo(null_mut(), 0), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolGetAttribute(pool, hipMemPoolAttrReservedMemCurrent, vp), hipSuccess);
+        assert_eq!(v, 0);
+
+        // access
+        let rw = hipMemAccessDesc {
+            location: hipMemLocation { type_: hipMemLocationTypeDevice, id: 0 },
+            flags: hipMemAccessFlagsProtReadWrite,
+        };
+        assert_eq!(hipMemPoolSetAccess(pool, &rw, 1), hipSuccess);
+        assert_eq!(hipMemPoolSetAccess(null_mut(), &rw, 1), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolSetAccess(pool, null(), 1), hipErrorInvalidValue);
+        let many = [rw; 65];
+        assert_eq!(hipMemPoolSetAccess(pool, many.as_ptr(), 65), hipErrorInvalidDevice);
+        let mut bad = rw;
+        bad.location.id = 99;
+        assert_eq!(hipMemPoolSetAccess(pool, &bad, 1), hipErrorInvalidDevice);
+        let mut bad = rw;
+        bad.flags = 7;
+        assert_eq!(hipMemPoolSetAccess(pool, &bad, 1), hipErrorInvalidValue);
+        let mut bad = rw;
+        bad.location.type_ = hipMemLocationTypeInvalid;
+        assert_eq!(hipMemPoolSetAccess(pool, &bad, 1), hipErrorInvalidValue);
+        let mut flags: hipMemAccessFlags = -1;
+        let mut loc = rw.location;
+        assert_eq!(hipMemPoolGetAccess(&mut flags, pool, &mut loc), hipSuccess);
+        assert_eq!(flags, hipMemAccessFlagsProtReadWrite);
+        assert_eq!(hipMemPoolGetAccess(null_mut(), pool, &mut loc), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolGetAccess(&mut flags, null_mut(), &mut loc), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolGetAccess(&mut flags, pool, null_mut()), hipErrorInvalidValue);
+
+        // default and current pools
+        let (mut def, mut cur): (hipMemPool_t, hipMemPool_t) = (null_mut(), null_mut());
+        assert_eq!(hipDeviceGetDefaultMemPool(&mut def, 0), hipSuccess);
+        assert_eq!(hipDeviceGetDefaultMemPool(null_mut(), 0), hipErrorInvalidValue);
+        assert_eq!(hipDeviceGetDefaultMemPool(&mut def, 99), hipErrorInvalidDevice);
+        assert_eq!(hipDeviceGetMemPool(&mut cur, 0), hipSuccess);
+        assert_eq!(cur, def);
+        assert_eq!(hipDeviceGetMemPool(null_mut(), 0), hipErrorInvalidValue);
+        assert_eq!(hipDeviceGetMemPool(&mut cur, -1), hipErrorInvalidDevice);
+        assert_eq!(hipDeviceSetMemPool(0, pool), hipSuccess);
+        assert_eq!(hipDeviceSetMemPool(0, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipDeviceSetMemPool(99, pool), hipErrorInvalidDevice);
+        assert_eq!(hipDeviceGetMemPool(&mut cur, 0), hipSuccess);
+        assert_eq!(cur, pool);
+        assert_eq!(hipMallocAsync(&mut p, 4096, s), hipSuccess, "from the current pool");
+
+        // destroy: live allocations stay valid, the default pool becomes current again
+        assert_eq!(hipMemPoolDestroy(null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolDestroy(def), hipErrorInvalidValue, "a default pool");
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(pool), hipErrorInvalidValue, "double destroy");
+        assert_eq!(hipMemPoolTrimTo(pool, 0), hipErrorInvalidValue, "stale handle");
+        assert_eq!(hipDeviceGetMemPool(&mut cur, 0), hipSuccess);
+        assert_eq!(cur, def);
+        assert_eq!(hipMemsetAsync(p, 0, 4096, s), hipSuccess);
+        assert_eq!(hipFreeAsync(p, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+    }
+}
+
+fn hipStreamNonBlockingFlag() -> u32 {
+    1
+}
+
+#[test]
+fn virtual_memory_management() {
+    init();
+    unsafe {
+        let prop = hipMemAllocationProp {
+            type_: hipMemAllocationTypePinned,
+            requestedHandleType: hipMemHandleTypePosixFileDescriptor,
+            location: hipMemLocation { type_: hipMemLocationTypeDevice, id: 0 },
+            win32HandleMetaData: null_mut(),
+            allocFlags: Default::default(),
+        };
+        let mut g = 0usize;
+        assert_eq!(
+            hipMemGetAllocationGranularity(&mut g, &prop, hipMemAllocationGranularityMinimum),
+            hipSuccess
+        );
+        assert!(g > 0);
+        assert_eq!(hipMemGetAllocationGranularity(null_mut(), &prop, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemGetAllocationGranularity(&mut g, null(), 0), hipErrorInvalidValue);
+        assert_eq!(hipMemGetAllocationGranularity(&mut g, &prop, 5), hipErrorInvalidValue);
+
+        let mut h: hipMemGenericAllocationHandle_t = null_mut();
+        assert_eq!(hipMemCreate(null_mut(), g, &prop, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemCreate(&mut h, g, null(), 0), hipErrorInvalidValue);
+        assert_eq!(hipMemCreate(&mut h, 0, &prop, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemCreate(&mut h, g, &prop, 1), hipErrorInvalidValue);
+        assert_eq!(hipMemCreate(&mut h, g + 1, &prop, 0), hipErrorInvalidValue);
+        let mut bad = prop;
+        bad.type_ = hipMemAllocationTypeInvalid;
+        assert_eq!(hipMemCreate(&mut h, g, &bad, 0), hipErrorInvalidValue);
+        let mut bad = prop;
+        bad.location.id = 99;
+        assert_eq!(hipMemCreate(&mut h, g, &bad, 0), hipErrorInvalidValue);
+        let mut bad = prop;
+        bad.requestedHandleType = hipMemHandleTypeWin32;
+        assert_eq!(hipMemCreate(&mut h, g, &bad, 0), hipErrorNotSupported);
+        assert_eq!(hipMemCreate(&mut h, 2 * g, &prop, 0), hipSuccess);
+
+        let mut va: *mut c_void = null_mut();
+        assert_eq!(hipMemAddressReserve(null_mut(), 2 * g, 0, null_mut(), 0), hipErrorInvalidValue);
+        assert_eq!(hipMemAddressReserve(&mut va, 2 * g, 0, null_mut(), 1), hipErrorInvalidValue);
+        assert_eq!(hipMemAddressReserve(&mut va, 0, 0, null_mut(), 0), hipErrorOutOfMemory);
+        assert_eq!(hipMemAddressReserve(&mut va, g + 1, 0, null_mut(), 0), hipErrorOutOfMemory);
+        assert_eq!(hipMemAddressReserve(&mut va, 2 * g, 3, null_mut(), 0), hipErrorOutOfMemory);
+        assert_eq!(hipMemAddressReserve(&mut va, 2 * g, 0, null_mut(), 0), hipSuccess);
+
+        assert_eq!(hipMemMap(null_mut(), 2 * g, 0, h, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemMap(va, 2 * g, 0, null_mut(), 0), hipErrorInvalidValue);
+        assert_eq!(hipMemMap(va, 0, 0, h, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemMap(va, 2 * g, 0, h, 1), hipErrorInvalidValue);
+        assert_eq!(hipMemMap(va, g, g, h, 0), hipSuccess, "a nonzero offset (CUDA's rule)");
+        assert_eq!(hipMemUnmap(va, g), hipSuccess);
+        assert_eq!(hipMemMap(va, 2 * g, 0, h, 0), hipSuccess);
+
+        let rw = hipMemAccessDesc {
+            location: hipMemLocation { type_: hipMemLocationTypeDevice, id: 0 },
+            flags: hipMemAccessFlagsProtReadWrite,
+        };
+        let mut f: u64 = 99;
+        let loc = rw.location;
+        assert_eq!(hipMemGetAccess(&mut f, &loc, va), hipSuccess);
+        assert_eq!(f, 0, "a new mapping has no access");
+        assert_eq!(hipMemSetAccess(null_mut(), 2 * g, &rw, 1), hipErrorInvalidValue);
+        assert_eq!(hipMemSetAccess(va, 0, &rw, 1), hipErrorInvalidValue);
+        assert_eq!(hipMemSetAccess(va, 2 * g, null(), 1), hipErrorInvalidValue);
+        assert_eq!(hipMemSetAccess(va, 2 * g, &rw, 0), hipErrorInvalidValue);
+        let mut bad = rw;
+        bad.location.id = 99;
+        assert_eq!(hipMemSetAccess(va, 2 * g, &bad, 1), hipErrorInvalidValue);
+        assert_eq!(hipMemSetAccess(va, 2 * g, &rw, 1), hipSuccess);
+        assert_eq!(hipMemGetAccess(&mut f, &loc, va), hipSuccess);
+        assert_eq!(f, hipMemAccessFlagsProtReadWrite as u64);
+        assert_eq!(hipMemGetAccess(null_mut(), &loc, va), hipErrorInvalidValue);
+        assert_eq!(hipMemGetAccess(&mut f, null(), va), hipErrorInvalidValue);
+        assert_eq!(hipMemGetAccess(&mut f, &loc, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemset(va, 3, 2 * g), hipSuccess);
+
+        // retain / properties / export / import
+        let mut r: hipMemGenericAllocationHandle_t = null_mut();
+        assert_eq!(hipMemRetainAllocationHandle(&mut r, va), hipSuccess);
+        assert_eq!(r, h);
+        assert_eq!(hipMemRetainAllocationHandle(null_mut(), va), hipErrorInvalidValue);
+        assert_eq!(hipMemRelease(r), hipSuccess);
+        let mut out: hipMemAllocationProp = std::mem::zeroed();
+        assert_eq!(hipMemGetAllocationPropertiesFromHandle(&mut out, h), hipSuccess);
+        assert_eq!(
+            (out.type_, out.requestedHandleType, out.location),
+            (prop.type_, prop.requestedHandleType, prop.location)
+        );
+        assert_eq!(hipMemGetAllocationPropertiesFromHandle(null_mut(), h), hipErrorInvalidValue);
+        assert_eq!(
+            hipMemGetAllocationPropertiesFromHandle(&mut out, 0x1234usize as *mut c_void),
+            hipErrorInvalidValue
+        );
+        let mut fd: i32 = -1;
+        let fdp: *mut c_void = (&raw mut fd).cast();
+        assert_eq!(
+            hipMemExportToShareableHandle(null_mut(), h, hipMemHandleTypePosixFileDescriptor, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemExportToShareableHandle(fdp, h, hipMemHandleTypePosixFileDescriptor, 1),
+            hipErrorInvalidValue
+        );
+        assert_eq!(hipMemExportToShareableHandle(fdp, h, hipMemHandleTypeNone, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemExportToShareableHandle(fdp, h, hipMemHandleTypePosixFileDescriptor, 0), hipSuccess);
+        assert!(fd >= 0);
+        let mut imp: hipMemGenericAllocationHandle_t = null_mut();
+        let os = fd as usize as *mut c_void;
+        assert_eq!(
+            hipMemImportFromShareableHandle(null_mut(), os, hipMemHandleTypePosixFileDescriptor),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemImportFromShareableHandle(&mut imp, os, hipMemHandleTypeWin32),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemImportFromShareableHandle(&mut imp, os, hipMemHandleTypePosixFileDescriptor),
+            hipSuccess
+        );
+        assert_eq!(hipMemRelease(imp), hipSuccess);
+
+        // unmap / release / free
+        assert_eq!(hipMemUnmap(va, g), hipErrorInvalidValue, "must cover whole mappings");
+        assert_eq!(hipMemAddressFree(va, 2 * g), hipErrorInvalidValue, "still mapped");
+        assert_eq!(hipMemRelease(h), hipSuccess, "the mapping keeps the memory alive");
+        assert_eq!(hipMemset(va, 4, 2 * g), hipSuccess);
+        assert_eq!(hipMemRelease(h), hipErrorInvalidValue, "double release");
+        assert_eq!(hipMemRelease(null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemUnmap(va, 2 * g), hipSuccess);
+        assert_eq!(hipMemRetainAllocationHandle(&mut r, va), hipErrorInvalidValue, "reserved but unmapped");
+        assert_eq!(hipMemAddressFree(null_mut(), 2 * g), hipErrorInvalidValue);
+        assert_eq!(hipMemAddressFree(va, 2 * g), hipSuccess);
+        assert_eq!(hipMemAddressFree(va, 2 * g), hipErrorInvalidValue);
+    }
+}
+
+static HOST_FN_CALLS: AtomicUsize = AtomicUsize::new(0);
+unsafe extern "C" fn count_call(user: *mut c_void) {
+    HOST_FN_CALLS.fetch_add(user as usize, Ordering::SeqCst);
+}
+
+#[test]
+fn devices_streams_events_and_errors() {
+    init();
+    unsafe {
+        assert_eq!(hipInit(1), hipErrorInvalidValue);
+        let mut count = 0;
+        assert_eq!(hipGetDeviceCount(&mut count), hipSuccess);
+        assert!(count >= 1);
+        assert_eq!(hipGetDeviceCount(null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipSetDevice(0), hipSuccess);
+        assert_eq!(hipSetDevice(count), hipErrorInvalidDevice);
+        assert_eq!(hipSetDevice(-1), hipErrorInvalidDevice);
+        let mut dev = -1;
+        assert_eq!(hipGetDevice(&mut dev), hipSuccess);
+        assert_eq!(dev, 0);
+        assert_eq!(hipGetDevice(null_mut()), hipErrorInvalidValue);
+        let mut v = 0;
+        assert_eq!(hipDeviceGetAttribute(&mut v, hipDeviceAttributeMemoryPoolsSupported, 0), hipSuccess);
+        assert_eq!(v, 1);
+        assert_eq!(hipDeviceGetAttribute(&mut v, hipDeviceAttributeMultiprocessorCount, 0), hipSuccess);
+        assert_eq!(
+            hipDeviceGetAttribute(null_mut(), hipDeviceAttributeMemoryPoolsSupported, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipDeviceGetAttribute(&mut v, hipDeviceAttributeMemoryPoolsSupported, count),
+            hipErrorInvalidDevice
+        );
+        assert_eq!(hipDeviceGetAttribute(&mut v, 123456, 0), hipErrorInvalidValue);
+        assert_eq!(hipDeviceSynchronize(), hipSuccess);
+
+        // streams
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipStreamCreateWithFlags(&mut s, 0x10), hipErrorInvalidValue);
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        assert_eq!(hipStreamQuery(s), hipSuccess);
+        assert_eq!(hipLaunchHostFunc(s, Some(count_call), 3usize as *mut c_void), hipSuccess);
+        assert_eq!(hipLaunchHostFunc(s, None, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(HOST_FN_CALLS.load(Ordering::SeqCst), 3);
+        assert_eq!(hipStreamSynchronize(hip_stream_legacy()), hipSuccess);
+
+        // events
+        let (mut e1, mut e2): (hipEvent_t, hipEvent_t) = (null_mut(), null_mut());
+        assert_eq!(hipEventCreate(null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipEventCreateWithFlags(&mut e1, 0x40), hipErrorInvalidValue);
+        assert_eq!(
+            hipEventCreateWithFlags(&mut e1, 0x4),
+            hipErrorInvalidValue,
+            "interprocess needs disable-timing"
+        );
+        assert_eq!(hipEventCreate(&mut e1), hipSuccess);
+        assert_eq!(hipEventCreateWithFlags(&mut e2, 0), hipSuccess);
+        assert_eq!(hipEventRecord(e1, s), hipSuccess);
+        assert_eq!(hipEventRecord(e2, s), hipSuccess);
+        assert_eq!(hipEventRecord(null_mut(), s), hipErrorInvalidHandle);
+        assert_eq!(hipStreamWaitEvent(null_mut(), e2, 0), hipSuccess);
+        assert_eq!(hipStreamWaitEvent(null_mut(), e2, 1), hipErrorInvalidValue);
+        assert_eq!(hipStreamWaitEvent(null_mut(), null_mut(), 0), hipErrorInvalidHandle);
+        assert_eq!(hipEventSynchronize(e2), hipSuccess);
+        assert_eq!(hipEventQuery(e2), hipSuccess);
+        assert_eq!(hipEventQuery(null_mut()), hipErrorInvalidHandle);
+        assert_eq!(hipEventSynchronize(null_mut()), hipErrorInvalidHandle);
+        let mut ms = -1.0f32;
+        assert_eq!(hipEventElapsedTime(&mut ms, e1, e2), hipSuccess);
+        assert!(ms >= 0.0);
+        assert_eq!(hipEventElapsedTime(null_mut(), e1, e2), hipErrorInvalidValue);
+        assert_eq!(hipEventElapsedTime(&mut ms, e1, null_mut()), hipErrorInvalidHandle);
+        assert_eq!(hipEventDestroy(e1), hipSuccess);
+        assert_eq!(hipEventDestroy(e1), hipErrorInvalidHandle, "double destroy");
+        assert_eq!(hipEventRecord(e1, s), hipErrorInvalidHandle, "destroyed event");
+
+        // a pending stream reads NotReady: a host function holds it
+        static GATE: AtomicUsize = AtomicUsize::new(0);
+        unsafe extern "C" fn wait_gate(_: *mut c_void) {
+            while GATE.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(hipLaunchHostFunc(s, Some(wait_gate), null_mut()), hipSuccess);
+        assert_eq!(hipEventRecord(e2, s), hipSuccess);
+        assert_eq!(hipStreamQuery(s), hipErrorNotReady);
+        assert_eq!(hipEventQuery(e2), hipErrorNotReady);
+        GATE.store(1, Ordering::SeqCst);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipEventDestroy(e2), hipSuccess);
+
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+        assert_eq!(hipStreamDestroy(s), hipErrorInvalidHandle, "double destroy");
+        assert_eq!(hipStreamDestroy(null_mut()), hipErrorInvalidHandle);
+        assert_eq!(hipStreamSynchronize(s), hipErrorInvalidHandle);
+        assert_eq!(hipStreamQuery(s), hipErrorInvalidHandle);
+        assert_eq!(hipStreamWaitEvent(s, null_mut(), 0), hipErrorInvalidHandle);
+        assert_eq!(hipLaunchHostFunc(s, Some(count_call), null_mut()), hipErrorInvalidHandle);
+        assert_eq!(hipEventRecord(e2, s), hipErrorInvalidHandle);
+        assert_eq!(hipStreamSynchronize(0xbad0usize as hipStream_t), hipErrorInvalidHandle, "foreign handle");
+    }
+}
+
+unsafe fn hip_stream_legacy() -> hipStream_t {
+    1usize as hipStream_t
+}
+
+#[test]
+fn last_error_and_error_names() {
+    init();
+    std::thread::spawn(|| unsafe {
+        assert_eq!(hipGetLastError(), hipSuccess);
+        assert_eq!(hipMalloc(null_mut(), 1), hipErrorInvalidValue);
+        assert_eq!(hipDeviceSynchronize(), hipSuccess, "success does not reset it");
+        assert_eq!(hipPeekAtLastError(), hipErrorInvalidValue);
+        assert_eq!(hipPeekAtLastError(), hipErrorInvalidValue);
+        std::thread::spawn(|| assert_eq!(hipGetLastError(), hipSuccess, "per thread")).join().unwrap();
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue);
+        assert_eq!(hipGetLastError(), hipSuccess, "reset");
+    })
+    .join()
+    .unwrap();
+    for (code, name, text) in hipmem::runtime_api::ERROR_TEXTS {
+        let got_name = unsafe { CStr::from_ptr(hipGetErrorName(code)) };
+        let got_text = unsafe { CStr::from_ptr(hipGetErrorString(code)) };
+        assert_eq!(got_name, name);
+        assert_eq!(got_text, text);
+        assert_eq!(got_name.to_str().unwrap(), hipmem_rs_name(code));
+    }
+    assert_eq!(unsafe { CStr::from_ptr(hipGetErrorName(12345)) }, c"hipErrorUnknown");
+    assert_eq!(unsafe { CStr::from_ptr(hipGetErrorString(12345)) }, c"unknown error");
+    assert_eq!(unsafe { CStr::from_ptr(hipGetErrorName(hipErrorMemoryAllocation)) }, c"hipErrorOutOfMemory");
+}
+
+fn hipmem_rs_name(code: i32) -> &'static str {
+    match code {
+        0 => "hipSuccess",
+        1 => "hipErrorInvalidValue",
+        2 => "hipErrorOutOfMemory",
+        3 => "hipErrorNotInitialized",
+        17 => "hipErrorInvalidDevicePointer",
+        21 => "hipErrorInvalidMemcpyDirection",
+        101 => "hipErrorInvalidDevice",
+        400 => "hipErrorInvalidHandle",
+        600 => "hipErrorNotReady",
+        709 => "hipErrorContextIsDestroyed",
+        801 => "hipErrorNotSupported",
+        _ => "hipErrorUnknown",
+    }
+}

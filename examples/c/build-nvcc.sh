@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Builds every seed listing with nvcc against libhipmem and runs it (GPU machine).
-#   examples/c/build-nvcc.sh            # cargo build --release -p hipmem-capi first
+#   examples/c/build-nvcc.sh                       # builds libhipmem first
+#   HIPMEM_LIB_DIR=dir examples/c/build-nvcc.sh    # uses dir/libhipmem.so
 # Kernels come from CUDA (<cuda_runtime.h>, pulled in by hip/hip_runtime.h under
 # nvcc); memory, streams and pools from hipmem (HIPMEM_BACKEND=cuda).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
-cargo build --release -p hipmem-capi
-lib="$root/target/release"
+# HIPMEM_LIB_DIR: a directory that already holds libhipmem.so (the GPU
+# machine has no Rust toolchain); otherwise build it here.
+if [ -n "${HIPMEM_LIB_DIR:-}" ]; then
+  lib="$HIPMEM_LIB_DIR"
+else
+  cargo build --release -p hipmem-capi
+  lib="$root/target/release"
+fi
 out="${OUT_DIR:-$root/target/examples-c}"
 mkdir -p "$out"
 export HIPMEM_BACKEND="${HIPMEM_BACKEND:-cuda}"

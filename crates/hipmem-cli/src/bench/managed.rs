@@ -21,8 +21,7 @@
 use std::time::{Duration, Instant};
 
 use hipmem::{
-    Advice, BackendKind, Location, ManagedBuffer, ManagedStatistics, PinnedBuffer, Result,
-    Runtime, Stream,
+    Advice, BackendKind, Location, ManagedBuffer, ManagedStatistics, PinnedBuffer, Result, Runtime, Stream,
 };
 
 use super::{Progress, Report};
@@ -127,7 +126,14 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
     report.push("prefetch_then_kernel", "kernel", sz, "kernel_time", ms(tk), "ms");
     report.push("prefetch_then_kernel", "kernel", sz, "bandwidth", gbps(size, tk), "GB/s");
     push_stats(&mut report, "prefetch_then_kernel", "kernel", sz, &after.since(&mid));
-    report.push("prefetch_then_kernel", "kernel", sz, "on_demand_vs_prefetched_kernel", ms(on_demand) / ms(tk), "x");
+    report.push(
+        "prefetch_then_kernel",
+        "kernel",
+        sz,
+        "on_demand_vs_prefetched_kernel",
+        ms(on_demand) / ms(tk),
+        "x",
+    );
     report.push(
         "prefetch_then_kernel",
         "prefetch+kernel",

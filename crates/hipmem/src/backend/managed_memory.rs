@@ -258,8 +258,13 @@ pub trait ManagedMemory: Send + Sync {
     /// Reads `attribute` over the pages of `[ptr, ptr + len)` into `out`
     /// (one value for the scalar attributes; AccessedBy fills device ids and
     /// pads with -2). Non-uniform answers follow HIP's rules.
-    fn range_attribute(&self, ptr: DevicePtr, len: u64, attribute: RangeAttribute, out: &mut [i32])
-    -> Result<()>;
+    fn range_attribute(
+        &self,
+        ptr: DevicePtr,
+        len: u64,
+        attribute: RangeAttribute,
+        out: &mut [i32],
+    ) -> Result<()>;
 
     /// Enqueues the attachment of the allocation at `ptr` (`len` 0 or its
     /// size) to `stream` with `flags`.
@@ -351,9 +356,9 @@ impl ManagedBlock {
     }
 
     fn mm(&self) -> Result<&dyn ManagedMemory> {
-        self.backend
-            .managed_memory()
-            .ok_or_else(|| Error::NotSupported(format!("the {} backend has no managed memory", self.backend.kind())))
+        self.backend.managed_memory().ok_or_else(|| {
+            Error::NotSupported(format!("the {} backend has no managed memory", self.backend.kind()))
+        })
     }
 
     /// The bytes, for reading by the host, after the backend has brought

@@ -67,7 +67,12 @@ impl<T: Pod> ManagedBuffer<T> {
     }
 
     /// Allocates managed memory holding a copy of `data`.
-    pub fn from_slice(rt: &Runtime, device: usize, data: &[T], attach: AttachFlags) -> Result<ManagedBuffer<T>> {
+    pub fn from_slice(
+        rt: &Runtime,
+        device: usize,
+        data: &[T],
+        attach: AttachFlags,
+    ) -> Result<ManagedBuffer<T>> {
         let mut buf = ManagedBuffer::new(rt, device, data.len(), attach)?;
         buf.as_mut_slice()?.copy_from_slice(data);
         Ok(buf)
@@ -183,7 +188,12 @@ impl<T: Pod> ManagedBuffer<T> {
     /// The locations that have AccessedBy advice for the whole buffer.
     pub fn accessed_by(&self) -> Result<Vec<Location>> {
         let slots = self.rt.device_count() + 1;
-        let ids = self.rt.managed_range_attribute(self.ptr(), self.size_bytes(), RangeAttribute::AccessedBy, slots)?;
+        let ids = self.rt.managed_range_attribute(
+            self.ptr(),
+            self.size_bytes(),
+            RangeAttribute::AccessedBy,
+            slots,
+        )?;
         Ok(ids.into_iter().filter(|&id| id != INVALID_DEVICE_ID).filter_map(Location::from_raw).collect())
     }
 

@@ -45,7 +45,12 @@ impl Runtime {
     }
 
     /// Allocates a managed block for `device` and records it in the registry.
-    pub(crate) fn allocate_managed(&self, device: usize, size: u64, attach: AttachFlags) -> Result<ManagedBlock> {
+    pub(crate) fn allocate_managed(
+        &self,
+        device: usize,
+        size: u64,
+        attach: AttachFlags,
+    ) -> Result<ManagedBlock> {
         self.check_device(device)?;
         self.managed_backend()?;
         let block = ManagedBlock::allocate(self.backend(), device, size, attach)?;
@@ -129,13 +134,15 @@ impl Runtime {
             .0
             .checked_add(count)
             .ok_or_else(|| Error::InvalidValue(format!("{what}: {ptr} + {count} bytes overflows")))?;
-        let a = self
-            .inner
-            .allocations
-            .find(ptr.0)
-            .ok_or_else(|| Error::InvalidValue(format!("{what}: {ptr} is not a live hipmem allocation")))?;
+        let a =
+            self.inner.allocations.find(ptr.0).ok_or_else(|| {
+                Error::InvalidValue(format!("{what}: {ptr} is not a live hipmem allocation"))
+            })?;
         if !a.kind.is_managed() {
-            return Err(Error::InvalidValue(format!("{what}: {ptr} is {:?} memory, not managed memory", a.kind)));
+            return Err(Error::InvalidValue(format!(
+                "{what}: {ptr} is {:?} memory, not managed memory",
+                a.kind
+            )));
         }
         if end > a.end() {
             return Err(Error::InvalidValue(format!(
@@ -167,7 +174,13 @@ impl Runtime {
     /// Null, count 0, an overflow or a range outside one managed allocation
     /// are InvalidValue; another device id is InvalidDevice; a destroyed
     /// stream is the backend's handle error.
-    pub fn mem_prefetch_async(&self, ptr: DevicePtr, count: u64, device: i32, stream: RawStream) -> Result<()> {
+    pub fn mem_prefetch_async(
+        &self,
+        ptr: DevicePtr,
+        count: u64,
+        device: i32,
+        stream: RawStream,
+    ) -> Result<()> {
         let what = "hipMemPrefetchAsync";
         if ptr.is_null() || count == 0 {
             return Err(Error::InvalidValue(format!("{what}: null pointer or count 0")));
@@ -209,9 +222,9 @@ impl Runtime {
                 "{what}: AccessedBy needs a data_size that is a multiple of 4, not {size}"
             ))),
             RangeAttribute::AccessedBy => Ok(attribute),
-            _ if size != 4 => Err(Error::InvalidValue(format!(
-                "{what}: {attribute:?} needs a data_size of 4, not {size}"
-            ))),
+            _ if size != 4 => {
+                Err(Error::InvalidValue(format!("{what}: {attribute:?} needs a data_size of 4, not {size}")))
+            }
             _ => Ok(attribute),
         }
     }
@@ -301,14 +314,22 @@ impl Runtime {
     /// order. A null pointer, other flags, Single with the null stream,
     /// memory that is not managed, or a length other than 0 or the whole
     /// allocation are InvalidValue.
-    pub fn stream_attach_mem_async(&self, stream: RawStream, ptr: DevicePtr, length: u64, flags: u32) -> Result<()> {
+    pub fn stream_attach_mem_async(
+        &self,
+        stream: RawStream,
+        ptr: DevicePtr,
+        length: u64,
+        flags: u32,
+    ) -> Result<()> {
         let what = "hipStreamAttachMemAsync";
         if ptr.is_null() {
             return Err(Error::InvalidValue(format!("{what}: null pointer")));
         }
         let attach = AttachFlags::from_bits(flags)?;
         if attach == AttachFlags::Single && stream.is_null() {
-            return Err(Error::InvalidValue(format!("{what}: hipMemAttachSingle needs a stream, not the null stream")));
+            return Err(Error::InvalidValue(format!(
+                "{what}: hipMemAttachSingle needs a stream, not the null stream"
+            )));
         }
         let a = self
             .inner

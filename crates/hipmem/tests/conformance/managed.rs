@@ -326,7 +326,11 @@ fn range_attribute_bad_inputs() {
     }
     expect_err(rt.mem_range_get_attribute(Some(&mut six), ACCESSED_BY, p, MIB), 1, &["multiple of 4"]);
     for unknown in [0, 5, 99, -1] {
-        expect_err(rt.mem_range_get_attribute(Some(&mut four), unknown, p, MIB), 1, &["hipMemRangeAttribute"]);
+        expect_err(
+            rt.mem_range_get_attribute(Some(&mut four), unknown, p, MIB),
+            1,
+            &["hipMemRangeAttribute"],
+        );
     }
     expect_err(rt.mem_range_get_attribute(Some(&mut four), READ_MOSTLY, DevicePtr::NULL, MIB), 1, &["null"]);
     expect_err(rt.mem_range_get_attribute(Some(&mut four), READ_MOSTLY, p, 0), 1, &["count is 0"]);
@@ -357,7 +361,11 @@ fn stream_attach_rules() {
     let null = hipmem::backend::RawStream::null(0);
     let size = MIB;
     let p = rt.malloc_managed(0, size, AttachFlags::GLOBAL).unwrap();
-    expect_err(rt.stream_attach_mem_async(stream.raw(), DevicePtr::NULL, 0, AttachFlags::GLOBAL), 1, &["null"]);
+    expect_err(
+        rt.stream_attach_mem_async(stream.raw(), DevicePtr::NULL, 0, AttachFlags::GLOBAL),
+        1,
+        &["null"],
+    );
     for flags in [0, 3, 5, 8] {
         expect_err(rt.stream_attach_mem_async(stream.raw(), p, 0, flags), 1, &["flags"]);
     }

@@ -23,7 +23,8 @@ use crate::error::{Error, Result};
 /// `CU_MEM_LOCATION_TYPE_HOST`.
 const CU_MEM_LOCATION_TYPE_HOST: c_uint = 2;
 
-type MemAllocManaged = unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult;
+type MemAllocManaged =
+    unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult;
 type MemPrefetchAsyncV2 = unsafe extern "C" fn(
     dev_ptr: CUdeviceptr,
     count: usize,
@@ -31,8 +32,12 @@ type MemPrefetchAsyncV2 = unsafe extern "C" fn(
     flags: c_uint,
     stream: CUstream,
 ) -> CUresult;
-type MemAdviseV2 =
-    unsafe extern "C" fn(dev_ptr: CUdeviceptr, count: usize, advice: c_int, location: CUmemLocation) -> CUresult;
+type MemAdviseV2 = unsafe extern "C" fn(
+    dev_ptr: CUdeviceptr,
+    count: usize,
+    advice: c_int,
+    location: CUmemLocation,
+) -> CUresult;
 type MemRangeGetAttribute = unsafe extern "C" fn(
     data: *mut c_void,
     data_size: usize,
@@ -98,7 +103,9 @@ impl ManagedMemory for CudaBackend {
         let mut p: CUdeviceptr = 0;
         // SAFETY: `p` is a valid out-pointer; the device's context is current.
         let r = unsafe { (e.alloc)(&mut p, bytes, attach.bits()) };
-        self.check(r, || format!("cuMemAllocManaged({size} bytes, flags {}) on device {device}", attach.bits()))?;
+        self.check(r, || {
+            format!("cuMemAllocManaged({size} bytes, flags {}) on device {device}", attach.bits())
+        })?;
         Ok(DevicePtr(p))
     }
 
@@ -123,7 +130,9 @@ impl ManagedMemory for CudaBackend {
         // SAFETY: plain values; the driver validates the range, and the
         // stream is live for the call (held by `t`).
         let r = unsafe { (e.prefetch)(ptr.0, count, location(to), 0, t.raw) };
-        self.check(r, || format!("cuMemPrefetchAsync_v2({ptr}, {len} bytes, to {to:?}) on device {}", t.dev.ordinal))
+        self.check(r, || {
+            format!("cuMemPrefetchAsync_v2({ptr}, {len} bytes, to {to:?}) on device {}", t.dev.ordinal)
+        })
     }
 
     fn advise(&self, ptr: DevicePtr, len: u64, advice: Advice, to: Location) -> Result<()> {
@@ -183,7 +192,11 @@ impl ManagedMemory for CudaBackend {
         // stream is live for the call (held by `t`).
         let r = unsafe { (e.attach)(t.raw, ptr.0, length, flags.bits()) };
         self.check(r, || {
-            format!("cuStreamAttachMemAsync({ptr}, {len} bytes, flags {}) on device {}", flags.bits(), t.dev.ordinal)
+            format!(
+                "cuStreamAttachMemAsync({ptr}, {len} bytes, flags {}) on device {}",
+                flags.bits(),
+                t.dev.ordinal
+            )
         })
     }
 

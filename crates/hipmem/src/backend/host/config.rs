@@ -61,8 +61,8 @@ impl HostConfig {
             })?;
         }
         if let Ok(v) = std::env::var("HIPMEM_HOST_MIGRATION_BANDWIDTH") {
-            config.migration_bandwidth = parse_size(&v)
-                .map_err(|e| e.context(format!("HIPMEM_HOST_MIGRATION_BANDWIDTH={v:?}")))?;
+            config.migration_bandwidth =
+                parse_size(&v).map_err(|e| e.context(format!("HIPMEM_HOST_MIGRATION_BANDWIDTH={v:?}")))?;
         }
         config.validate()?;
         Ok(config)

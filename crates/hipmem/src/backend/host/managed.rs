@@ -175,11 +175,9 @@ impl HostManaged {
     /// The allocation containing `[ptr, ptr + len)`.
     fn containing(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Arc<ManagedAlloc>> {
         let allocs = self.allocs.lock().unwrap_or_else(|p| p.into_inner());
-        let a = allocs
-            .values()
-            .find(|a| ptr.0 >= a.base && ptr.0 < a.base + a.size)
-            .cloned()
-            .ok_or_else(|| Error::InvalidValue(format!("{what}: {ptr} is not managed memory of this backend")))?;
+        let a = allocs.values().find(|a| ptr.0 >= a.base && ptr.0 < a.base + a.size).cloned().ok_or_else(
+            || Error::InvalidValue(format!("{what}: {ptr} is not managed memory of this backend")),
+        )?;
         let end = ptr
             .0
             .checked_add(len)
@@ -427,7 +425,7 @@ impl ManagedMemory for HostBackend {
                 if all & HOST_BIT != 0 {
                     ids.push(-1);
                 }
-                ids.extend((0..127).filter(|&d| all & (1u128 << d) != 0).map(|d| d as i32));
+                ids.extend((0..127i32).filter(|&d| all & (1u128 << d) != 0));
                 for (i, slot) in out.iter_mut().enumerate() {
                     *slot = ids.get(i).copied().unwrap_or(NONE);
                 }

@@ -311,8 +311,11 @@ impl Backend for HostBackend {
         let len = src.len() as u64;
         let device = self.regions.read().check(dst, len, "copy to device")?.device;
         let op = Op::Copy { dst: dst.0, src: src.as_ptr() as u64, len };
-        let (stream, seq) =
-            self.enqueue_checked(RawStream::null(device), &[(dst, len, "copy to device", Access::Write)], op)?;
+        let (stream, seq) = self.enqueue_checked(
+            RawStream::null(device),
+            &[(dst, len, "copy to device", Access::Write)],
+            op,
+        )?;
         // `src` stays borrowed until the copy has run.
         stream.wait_for(seq);
         Ok(())
@@ -322,8 +325,11 @@ impl Backend for HostBackend {
         let len = dst.len() as u64;
         let device = self.regions.read().check(src, len, "copy from device")?.device;
         let op = Op::Copy { dst: dst.as_mut_ptr() as u64, src: src.0, len };
-        let (stream, seq) =
-            self.enqueue_checked(RawStream::null(device), &[(src, len, "copy from device", Access::Read)], op)?;
+        let (stream, seq) = self.enqueue_checked(
+            RawStream::null(device),
+            &[(src, len, "copy from device", Access::Read)],
+            op,
+        )?;
         // `dst` stays mutably borrowed until the copy has run.
         stream.wait_for(seq);
         Ok(())
@@ -363,7 +369,10 @@ impl Backend for HostBackend {
         let op = Op::Copy { dst: dst.0, src: src.0, len: size };
         self.enqueue_checked(
             stream,
-            &[(dst, size, "asynchronous copy destination", Access::Write), (src, size, "asynchronous copy source", Access::Read)],
+            &[
+                (dst, size, "asynchronous copy destination", Access::Write),
+                (src, size, "asynchronous copy source", Access::Read),
+            ],
             op,
         )?;
         Ok(())
@@ -371,7 +380,11 @@ impl Backend for HostBackend {
 
     fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, value.element_size(), "memset")?;
-        self.enqueue_checked(stream, &[(dst, len, "memset", Access::Write)], Op::Fill { dst: dst.0, value, count })?;
+        self.enqueue_checked(
+            stream,
+            &[(dst, len, "memset", Access::Write)],
+            Op::Fill { dst: dst.0, value, count },
+        )?;
         Ok(())
     }
 
@@ -489,13 +502,21 @@ impl Backend for HostBackend {
 
     fn launch_fill(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, value.element_size(), "fill kernel")?;
-        self.enqueue_checked(stream, &[(dst, len, "fill kernel", Access::Write)], Op::Fill { dst: dst.0, value, count })?;
+        self.enqueue_checked(
+            stream,
+            &[(dst, len, "fill kernel", Access::Write)],
+            Op::Fill { dst: dst.0, value, count },
+        )?;
         Ok(())
     }
 
     fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, 4, "iota kernel")?;
-        self.enqueue_checked(stream, &[(dst, len, "iota kernel", Access::Write)], Op::Iota { dst: dst.0, count, k })?;
+        self.enqueue_checked(
+            stream,
+            &[(dst, len, "iota kernel", Access::Write)],
+            Op::Iota { dst: dst.0, count, k },
+        )?;
         Ok(())
     }
 

@@ -492,7 +492,7 @@ mod tests {
         assert_eq!(s.bytes_migrated_on_demand, Some(3 * MANAGED_PAGE));
         b.host_access(p, MANAGED_PAGE, false).unwrap();
         assert_eq!(ManagedMemory::statistics(&b).since(&before).faults, Some(4));
-        // SAFETY (test): the allocation is freed once.
+        // SAFETY: the allocation is freed once; no reference into it exists.
         unsafe { ManagedMemory::free(&b, p).unwrap() };
     }
 
@@ -510,7 +510,7 @@ mod tests {
         let s = ManagedMemory::statistics(&b).since(&before);
         assert_eq!(s.faults, Some(1), "{s:?}");
         assert_eq!(s.read_duplications, Some(1));
-        // SAFETY (test): the allocation is freed once.
+        // SAFETY: the allocation is freed once; no reference into it exists.
         unsafe { ManagedMemory::free(&b, p).unwrap() };
     }
 }

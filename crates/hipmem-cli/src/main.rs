@@ -64,6 +64,15 @@ enum BenchCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// Managed memory: a kernel on demand, after a prefetch, ReadMostly from two places; prefetch vs page-locked copy.
+    Managed {
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// A short run (smoke test; the numbers mean little).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Virtual memory: growing a buffer in place (GrowableBuffer) against allocate-copy-free.
     Vmm {
         /// Print one JSON object instead of a table.
@@ -100,6 +109,10 @@ fn main() -> ExitCode {
         Command::Bench { which: BenchCommand::Copy { json, quick } } => {
             let scale = if quick { bench::copy::Scale::quick() } else { bench::copy::Scale::full() };
             bench::copy::run(&rt, scale)?.print(json)
+        }
+        Command::Bench { which: BenchCommand::Managed { json, quick } } => {
+            let scale = if quick { bench::managed::Scale::quick() } else { bench::managed::Scale::full() };
+            bench::managed::run(&rt, scale)?.print(json)
         }
         Command::Bench { which: BenchCommand::Vmm { json, quick } } => {
             let scale = if quick { bench::vmm::Scale::quick() } else { bench::vmm::Scale::full() };

@@ -54,6 +54,7 @@ pub fn run(rt: &Runtime, elements: usize) -> Result<()> {
     pinned_memory(&mut tour, rt, &device, elements)?;
     stream_ordered_allocation(&mut tour, &device, elements)?;
     virtual_memory(&mut tour, &device, elements)?;
+    managed_memory(&mut tour, rt, &device, elements)?;
     println!();
     println!("tour complete: every result verified");
     Ok(())
@@ -354,6 +355,74 @@ impl DeviceSlice<i32> for RawView<'_> {
     fn runtime(&self) -> &Runtime {
         self.rt
     }
+}
+
+/// Seed 000, "Unified Memory management" and "Unified memory: Prefetching":
+/// hipMallocManaged, a kernel, hipStreamSynchronize(0), the result used on
+/// the host, hipFree; then the same with hipMemPrefetchAsync first.
+fn managed_memory(tour: &mut Tour, rt: &Runtime, device: &Device, n: usize) -> Result<()> {
+    tour.section("Unified memory, then prefetching", "seed 000, unified memory; seed 003");
+    if !device.properties().capabilities.managed_memory {
+        println!("  (device 0 has no managed memory; section skipped)");
+        return Ok(());
+    }
+    let stats = || rt.managed_statistics().unwrap_or_default();
+    let migrated = |before: &hipmem::ManagedStatistics| match stats().since(before).faults {
+        Some(f) => format!("{f} page faults"),
+        None => "faults not observable".to_string(),
+    };
+    let null = device.null_stream();
+    let mut a = tour.step("hipMallocManaged((void**)&A, N*sizeof(int))", || {
+        let mut a = device.alloc_managed::<i32>(n)?;
+        a.as_mut_slice()?.fill(-1); // the host touches it first
+        Ok((a, String::from("A usable on host and device")))
+    })?;
+    let before = stats();
+    tour.step("kernel<<<...>>>(A)  // A[i] = i * 2, pages migrate on demand", || {
+        null.iota(&a, 2)?;
+        Ok(((), String::from("queued")))
+    })?;
+    tour.step("hipStreamSynchronize(0)", || {
+        null.synchronize()?;
+        Ok(((), migrated(&before)))
+    })?;
+    tour.step("// result is in A: use it on the host", || {
+        let v = a.as_slice()?;
+        match v.iter().enumerate().find(|&(i, &x)| x != (i as i32).wrapping_mul(2)) {
+            None => Ok(((), format!("A[i] == 2*i for all {n}"))),
+            Some((i, &x)) => Err(Error::Unknown(format!("A[{i}] = {x}, expected {}", 2 * i))),
+        }
+    })?;
+    tour.step("hipFree(A)", || {
+        drop(a);
+        Ok(((), String::from("freed")))
+    })?;
+    a = device.alloc_managed::<i32>(n)?;
+    a.as_mut_slice()?.fill(-1);
+    let size = n * std::mem::size_of::<i32>();
+    let stream = device.create_stream()?;
+    let before = stats();
+    tour.step("hipMemPrefetchAsync(A, N*sizeof(int), 0, stream)", || {
+        a.prefetch(hipmem::Location::Device(device.ordinal()), &stream)?;
+        stream.synchronize()?;
+        Ok(((), format!("{} moved ahead", bytes(size as u64))))
+    })?;
+    tour.step("kernel<<<..., stream>>>(A)  // after the prefetch", || {
+        stream.iota(&a, 2)?;
+        stream.synchronize()?;
+        Ok(((), migrated(&before)))
+    })?;
+    tour.step("hipMemPrefetchAsync(A, ..., hipCpuDeviceId, stream); use on host", || {
+        a.prefetch(hipmem::Location::Host, &stream)?;
+        stream.synchronize()?;
+        let ok = a.as_slice()?.iter().enumerate().all(|(i, &x)| x == (i as i32).wrapping_mul(2));
+        if !ok {
+            return Err(Error::Unknown("A after the prefetched kernel is wrong".into()));
+        }
+        Ok(((), format!("verified; last prefetch {:?}", a.last_prefetch_location()?)))
+    })?;
+    drop(a);
+    Ok(())
 }
 
 fn rate(bytes: usize, took: Duration) -> String {

@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod copy;
+pub mod managed;
 pub mod vmm;
 
 use std::io::{IsTerminal, Write};

@@ -19,6 +19,7 @@ pub mod cuda;
 pub mod host;
 pub mod host_memory;
 pub mod lend;
+pub mod managed_memory;
 pub mod parallel_memcpy;
 pub mod virtual_memory;
 
@@ -446,6 +447,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
     // capability: managed memory (issue 6)
+    /// Managed (unified) memory (`hipMallocManaged`, prefetch, advice, ...).
+    fn managed_memory(&self) -> Option<&dyn managed_memory::ManagedMemory> {
+        None
+    }
 
     // ---- the driver's own memory pools (optional) ---------------------------------
     // A backend without driver pools keeps these defaults (NotSupported);

@@ -140,6 +140,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) pinned: crate::pinned::PinnedState,
     /// Handles, reservations and mappings of virtual memory management.
     pub(crate) vmm: crate::vmm::VmmTable,
+    /// Managed memory: raw allocations (`hipMallocManaged`).
+    pub(crate) managed: crate::managed::ManagedState,
 }
 
 impl RuntimeInner {
@@ -338,6 +340,7 @@ impl Runtime {
                 null_clocks,
                 pinned: Default::default(),
                 vmm: crate::vmm::VmmTable::default(),
+                managed: Default::default(),
             }),
         })
     }
@@ -431,6 +434,7 @@ impl Runtime {
                     driver.free(ptr, RawStream::null(a.device))?;
                     return self.device_synchronize(a.device);
                 }
+                MemoryKind::Managed { .. } if a.base == ptr => return self.free_managed(ptr),
                 _ => {}
             }
         }
@@ -521,6 +525,7 @@ impl Runtime {
                     | MemoryKind::DriverPool(_)
                     | MemoryKind::VmmMapping => MemoryType::Device,
                     MemoryKind::PinnedHost { .. } | MemoryKind::RegisteredHost { .. } => MemoryType::Host,
+                    MemoryKind::Managed { .. } => MemoryType::Managed,
                 },
                 device: a.device as i32,
                 device_pointer: if a.kind.is_page_locked() {
@@ -528,10 +533,12 @@ impl Runtime {
                 } else {
                     DevicePtr(ptr)
                 },
-                host_pointer: a.kind.is_page_locked().then_some(ptr),
-                is_managed: false,
+                host_pointer: (a.kind.is_page_locked() || a.kind.is_managed()).then_some(ptr),
+                is_managed: a.kind.is_managed(),
                 allocation_flags: match a.kind {
-                    MemoryKind::PinnedHost { flags } | MemoryKind::RegisteredHost { flags } => flags,
+                    MemoryKind::PinnedHost { flags }
+                    | MemoryKind::RegisteredHost { flags }
+                    | MemoryKind::Managed { flags } => flags,
                     _ => 0,
                 },
                 allocation: Some(a),

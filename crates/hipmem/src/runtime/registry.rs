@@ -35,6 +35,12 @@ pub enum MemoryKind {
     /// One virtual-memory mapping (`hipMemMap`); adjacent mappings form one
     /// range of addresses that device work may span.
     VmmMapping,
+    /// Managed memory from `hipMallocManaged` (its attach flags): one
+    /// address for the host and every device.
+    Managed {
+        /// `hipMemAttachGlobal` (1) or `hipMemAttachHost` (2).
+        flags: u32,
+    },
 }
 
 impl MemoryKind {
@@ -46,7 +52,13 @@ impl MemoryKind {
                 | MemoryKind::PoolSegment(_)
                 | MemoryKind::DriverPool(_)
                 | MemoryKind::VmmMapping
+                | MemoryKind::Managed { .. }
         )
+    }
+
+    /// Whether this is managed memory.
+    pub fn is_managed(&self) -> bool {
+        matches!(self, MemoryKind::Managed { .. })
     }
 
     /// Whether this is page-locked host memory (allocated or registered).

@@ -30,6 +30,7 @@ mod errors;
 mod events;
 mod explicit_memory;
 mod kernels;
+mod managed;
 mod memset;
 mod pinned;
 mod pointer_attributes;

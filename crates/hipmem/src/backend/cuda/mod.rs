@@ -23,6 +23,7 @@
 //! (without going through hipmem) is not noticed.
 
 pub mod driver;
+mod managed;
 mod page_locked;
 pub mod result;
 mod virtual_memory;
@@ -979,6 +980,9 @@ impl Backend for CudaBackend {
         Some(self)
     }
     // capability: managed memory (issue 6)
+    fn managed_memory(&self) -> Option<&dyn super::managed_memory::ManagedMemory> {
+        Some(self)
+    }
 
     fn driver_pool_default(&self, device: usize) -> Result<RawPool> {
         let dev = self.bound(device)?;

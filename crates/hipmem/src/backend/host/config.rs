@@ -15,11 +15,25 @@ pub struct HostConfig {
     /// (`HIPMEM_HOST_VMM_GRANULARITY`, default 2 MiB, a power of two, at least
     /// the page size).
     pub vmm_granularity: u64,
+    /// Modelled cost of one on-demand migration (a page fault) of managed
+    /// memory, in nanoseconds per page (`HIPMEM_HOST_FAULT_LATENCY_NS`,
+    /// default 2000), on top of the transfer at `migration_bandwidth`.
+    pub fault_latency_ns: u64,
+    /// Modelled bandwidth of managed-memory migrations and prefetches, bytes
+    /// per second (`HIPMEM_HOST_MIGRATION_BANDWIDTH`, a size such as `16G`,
+    /// default 16 GiB/s).
+    pub migration_bandwidth: u64,
 }
 
 impl Default for HostConfig {
     fn default() -> Self {
-        HostConfig { devices: 1, memory_per_device: 16 << 30, vmm_granularity: 2 << 20 }
+        HostConfig {
+            devices: 1,
+            memory_per_device: 16 << 30,
+            vmm_granularity: 2 << 20,
+            fault_latency_ns: 2000,
+            migration_bandwidth: 16 << 30,
+        }
     }
 }
 
@@ -40,6 +54,15 @@ impl HostConfig {
         if let Ok(v) = std::env::var("HIPMEM_HOST_VMM_GRANULARITY") {
             config.vmm_granularity =
                 parse_size(&v).map_err(|e| e.context(format!("HIPMEM_HOST_VMM_GRANULARITY={v:?}")))?;
+        }
+        if let Ok(v) = std::env::var("HIPMEM_HOST_FAULT_LATENCY_NS") {
+            config.fault_latency_ns = v.trim().parse().map_err(|_| {
+                Error::InvalidValue(format!("HIPMEM_HOST_FAULT_LATENCY_NS={v:?} is not a whole number"))
+            })?;
+        }
+        if let Ok(v) = std::env::var("HIPMEM_HOST_MIGRATION_BANDWIDTH") {
+            config.migration_bandwidth =
+                parse_size(&v).map_err(|e| e.context(format!("HIPMEM_HOST_MIGRATION_BANDWIDTH={v:?}")))?;
         }
         config.validate()?;
         Ok(config)
@@ -65,6 +88,9 @@ impl HostConfig {
                 "VMM granularity {} must be a power of two of at least 4096",
                 self.vmm_granularity
             )));
+        }
+        if self.migration_bandwidth == 0 {
+            return Err(Error::InvalidValue("the modelled migration bandwidth must not be 0".into()));
         }
         Ok(())
     }

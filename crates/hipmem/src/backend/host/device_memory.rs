@@ -18,6 +18,17 @@ pub enum RegionKind {
     /// A virtual-memory mapping with read-write access; adjacent ones form
     /// one range (device work may span them).
     VirtualMapping,
+    /// Managed memory: device work on it migrates its pages first.
+    Managed,
+}
+
+/// How an operation uses a range (for managed memory's migrations).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The operation reads the range.
+    Read,
+    /// The operation writes the range.
+    Write,
 }
 
 /// One range of emulator-owned memory.
@@ -46,6 +57,11 @@ pub struct RegionsRead<'a> {
 impl RegionsRead<'_> {
     /// Checks that `[ptr, ptr + len)` lies inside one registered region.
     pub fn check(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Region> {
+        self.check_at(ptr, len, what).map(|(_, r)| r)
+    }
+
+    /// As [`RegionsRead::check`], with the start address of the region.
+    pub fn check_at(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<(u64, Region)> {
         if ptr.is_null() {
             return Err(Error::InvalidValue(format!("{what}: null device pointer")));
         }
@@ -78,7 +94,7 @@ impl RegionsRead<'_> {
                 base
             )));
         }
-        Ok(*region)
+        Ok((base, *region))
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod config;
 pub(crate) mod device_memory;
+mod managed;
 pub(crate) mod page_locked;
 pub(crate) mod stream_worker;
 mod virtual_memory;
@@ -23,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use config::HostConfig;
-use device_memory::{AnonymousMapping, Region, RegionKind, RegionTable, round_up};
+use device_memory::{Access, AnonymousMapping, Region, RegionKind, RegionTable, round_up};
 use stream_worker::{HostEvent, Op, StreamShared};
 
 use super::{
@@ -54,6 +55,7 @@ pub struct HostBackend {
     events: Mutex<HashMap<u64, Arc<HostEvent>>>,
     next_handle: AtomicU64,
     vmm: virtual_memory::HostVmm,
+    managed: managed::HostManaged,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -70,7 +72,9 @@ impl HostBackend {
                 .map_err(|e| Error::NotInitialized(format!("cannot start a stream worker: {e}")))?;
             devices.push(HostDevice { used: Mutex::new(0), null_stream, streams: Mutex::new(Vec::new()) });
         }
+        let managed = managed::HostManaged::new(&config);
         Ok(HostBackend {
+            managed,
             config,
             devices,
             regions: RegionTable::default(),
@@ -132,6 +136,12 @@ impl HostBackend {
 
     /// Queues `op` on `stream` behind the waits HIP's legacy null stream needs.
     fn enqueue(&self, stream: RawStream, op: Op) -> Result<(Arc<StreamShared>, u64)> {
+        self.enqueue_ops(stream, vec![op])
+    }
+
+    /// Queues `ops` (in order, back to back) on `stream` behind the waits
+    /// HIP's legacy null stream needs.
+    fn enqueue_ops(&self, stream: RawStream, work: Vec<Op>) -> Result<(Arc<StreamShared>, u64)> {
         let target = self.stream(stream)?;
         let device = self.device(stream.device)?;
         let mut ops = Vec::with_capacity(2);
@@ -145,7 +155,7 @@ impl HostBackend {
             let null = &device.null_stream;
             ops.push(Op::WaitStream(Arc::clone(null), null.submitted()));
         }
-        ops.push(op);
+        ops.extend(work);
         let seq = target.push_all(ops);
         Ok((target, seq))
     }
@@ -153,16 +163,22 @@ impl HostBackend {
     fn enqueue_checked(
         &self,
         stream: RawStream,
-        ranges: &[(DevicePtr, u64, &str)],
+        ranges: &[(DevicePtr, u64, &str, Access)],
         op: Op,
     ) -> Result<(Arc<StreamShared>, u64)> {
         // Hold the read lock until the op is queued, so a concurrent free
         // (which removes the region first, then drains the devices) sees it.
         let regions = self.regions.read();
-        for &(ptr, len, what) in ranges {
-            regions.check(ptr, len, what)?;
+        let mut ops = Vec::with_capacity(1);
+        for &(ptr, len, what, access) in ranges {
+            let (base, region) = regions.check_at(ptr, len, what)?;
+            if region.kind == RegionKind::Managed {
+                // Device work on managed pages: migrate them first, in stream order.
+                ops.push(self.managed.device_access_op(base, ptr.0, len, stream.device, access)?);
+            }
         }
-        self.enqueue(stream, op)
+        ops.push(op);
+        self.enqueue_ops(stream, ops)
     }
 
     fn sync_device(&self, device: &HostDevice) {
@@ -224,8 +240,8 @@ impl Backend for HostBackend {
             capabilities: DeviceCapabilities {
                 memory_pools: true,
                 virtual_memory: true,
-                managed_memory: false,
-                concurrent_managed_access: false,
+                managed_memory: true,
+                concurrent_managed_access: true,
                 can_map_host_memory: true,
                 unified_addressing: true,
                 vmm_granularity: self.config.vmm_granularity,
@@ -295,8 +311,11 @@ impl Backend for HostBackend {
         let len = src.len() as u64;
         let device = self.regions.read().check(dst, len, "copy to device")?.device;
         let op = Op::Copy { dst: dst.0, src: src.as_ptr() as u64, len };
-        let (stream, seq) =
-            self.enqueue_checked(RawStream::null(device), &[(dst, len, "copy to device")], op)?;
+        let (stream, seq) = self.enqueue_checked(
+            RawStream::null(device),
+            &[(dst, len, "copy to device", Access::Write)],
+            op,
+        )?;
         // `src` stays borrowed until the copy has run.
         stream.wait_for(seq);
         Ok(())
@@ -306,8 +325,11 @@ impl Backend for HostBackend {
         let len = dst.len() as u64;
         let device = self.regions.read().check(src, len, "copy from device")?.device;
         let op = Op::Copy { dst: dst.as_mut_ptr() as u64, src: src.0, len };
-        let (stream, seq) =
-            self.enqueue_checked(RawStream::null(device), &[(src, len, "copy from device")], op)?;
+        let (stream, seq) = self.enqueue_checked(
+            RawStream::null(device),
+            &[(src, len, "copy from device", Access::Read)],
+            op,
+        )?;
         // `dst` stays mutably borrowed until the copy has run.
         stream.wait_for(seq);
         Ok(())
@@ -318,7 +340,7 @@ impl Backend for HostBackend {
         let op = Op::Copy { dst: dst.0, src: src.0, len: size };
         let (stream, seq) = self.enqueue_checked(
             RawStream::null(device),
-            &[(dst, size, "copy destination"), (src, size, "copy source")],
+            &[(dst, size, "copy destination", Access::Write), (src, size, "copy source", Access::Read)],
             op,
         )?;
         stream.wait_for(seq);
@@ -327,13 +349,13 @@ impl Backend for HostBackend {
 
     fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()> {
         let op = Op::Copy { dst: dst.0, src: src.addr(), len: src.len() };
-        self.enqueue_checked(stream, &[(dst, src.len(), "asynchronous copy to device")], op)?;
+        self.enqueue_checked(stream, &[(dst, src.len(), "asynchronous copy to device", Access::Write)], op)?;
         Ok(())
     }
 
     fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()> {
         let op = Op::Copy { dst: dst.addr(), src: src.0, len: dst.len() };
-        self.enqueue_checked(stream, &[(src, dst.len(), "asynchronous copy from device")], op)?;
+        self.enqueue_checked(stream, &[(src, dst.len(), "asynchronous copy from device", Access::Read)], op)?;
         Ok(())
     }
 
@@ -347,7 +369,10 @@ impl Backend for HostBackend {
         let op = Op::Copy { dst: dst.0, src: src.0, len: size };
         self.enqueue_checked(
             stream,
-            &[(dst, size, "asynchronous copy destination"), (src, size, "asynchronous copy source")],
+            &[
+                (dst, size, "asynchronous copy destination", Access::Write),
+                (src, size, "asynchronous copy source", Access::Read),
+            ],
             op,
         )?;
         Ok(())
@@ -355,7 +380,11 @@ impl Backend for HostBackend {
 
     fn memset_async(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, value.element_size(), "memset")?;
-        self.enqueue_checked(stream, &[(dst, len, "memset")], Op::Fill { dst: dst.0, value, count })?;
+        self.enqueue_checked(
+            stream,
+            &[(dst, len, "memset", Access::Write)],
+            Op::Fill { dst: dst.0, value, count },
+        )?;
         Ok(())
     }
 
@@ -473,13 +502,21 @@ impl Backend for HostBackend {
 
     fn launch_fill(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, value.element_size(), "fill kernel")?;
-        self.enqueue_checked(stream, &[(dst, len, "fill kernel")], Op::Fill { dst: dst.0, value, count })?;
+        self.enqueue_checked(
+            stream,
+            &[(dst, len, "fill kernel", Access::Write)],
+            Op::Fill { dst: dst.0, value, count },
+        )?;
         Ok(())
     }
 
     fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()> {
         let len = Self::checked_len(count, 4, "iota kernel")?;
-        self.enqueue_checked(stream, &[(dst, len, "iota kernel")], Op::Iota { dst: dst.0, count, k })?;
+        self.enqueue_checked(
+            stream,
+            &[(dst, len, "iota kernel", Access::Write)],
+            Op::Iota { dst: dst.0, count, k },
+        )?;
         Ok(())
     }
 
@@ -492,6 +529,9 @@ impl Backend for HostBackend {
         Some(self)
     }
     // capability: managed memory (issue 6)
+    fn managed_memory(&self) -> Option<&dyn super::managed_memory::ManagedMemory> {
+        Some(self)
+    }
 
     fn launch_delay(
         &self,
@@ -502,7 +542,7 @@ impl Backend for HostBackend {
     ) -> Result<()> {
         self.enqueue_checked(
             stream,
-            &[(flag, 4, "delay kernel flag")],
+            &[(flag, 4, "delay kernel flag", Access::Write)],
             Op::Delay { duration, flag: flag.0, value: flag_value },
         )?;
         Ok(())

@@ -402,8 +402,15 @@ fn virtual_memory_management() {
         assert_eq!(hipMemMap(va, 2 * g, 0, null_mut(), 0), hipErrorInvalidValue);
         assert_eq!(hipMemMap(va, 0, 0, h, 0), hipErrorInvalidValue);
         assert_eq!(hipMemMap(va, 2 * g, 0, h, 1), hipErrorInvalidValue);
-        assert_eq!(hipMemMap(va, g, g, h, 0), hipSuccess, "a nonzero offset (CUDA's rule)");
+        // A nonzero offset into a physical allocation (on an allocation that
+        // is not exportable: on CUDA an exportable one is one driver
+        // allocation, which maps only from its start).
+        let plain = hipMemAllocationProp { requestedHandleType: hipMemHandleTypeNone, ..prop };
+        let mut h2: hipMemGenericAllocationHandle_t = null_mut();
+        assert_eq!(hipMemCreate(&mut h2, 2 * g, &plain, 0), hipSuccess);
+        assert_eq!(hipMemMap(va, g, g, h2, 0), hipSuccess, "a nonzero offset into the allocation");
         assert_eq!(hipMemUnmap(va, g), hipSuccess);
+        assert_eq!(hipMemRelease(h2), hipSuccess);
         assert_eq!(hipMemMap(va, 2 * g, 0, h, 0), hipSuccess);
 
         let rw = hipMemAccessDesc {

@@ -8,83 +8,123 @@ use bytemuck::Pod;
 
 use super::HostMallocFlags;
 use super::pool::PoolShared;
+use crate::backend::DevicePtr;
 use crate::backend::host_memory::{PageLockedBlock, RegisterSpan};
-use crate::backend::{DevicePtr, EventFlags, RawStream};
 use crate::buffer::DeviceSlice;
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 
-/// The events of the copies in flight on one piece of memory: one event per
-/// stream, re-recorded after each copy (a stream's copies run in order, so
-/// its latest record covers the earlier ones).
+/// Work queued on a stream that used a piece of page-locked memory: the
+/// stream and the point in its order right after that work. Queuing the work
+/// costs no driver call; an event (from the runtime's pool of events) is
+/// recorded only when someone must wait and the point is not yet known
+/// complete, at the then current end of the stream, which is later than the
+/// work and therefore safe.
+#[derive(Clone)]
+pub(crate) struct Use {
+    stream: Stream,
+    tag: u64,
+}
+
+impl Use {
+    fn known_complete(&self) -> bool {
+        self.stream.clock().completed_tag() >= self.tag
+    }
+
+    /// Whether the work has completed (asks the device when not yet known).
+    pub(crate) fn is_complete(&self) -> bool {
+        if self.known_complete() {
+            return true;
+        }
+        let rt = &self.stream.inner.rt.inner;
+        rt.recycle_events(self.stream.device(), self.stream.clock().refresh(rt.backend.as_ref()));
+        self.known_complete() || self.stream.query().unwrap_or(false)
+    }
+
+    /// Blocks until the work has completed.
+    pub(crate) fn wait(&self) -> Result<()> {
+        if self.is_complete() {
+            return Ok(());
+        }
+        let rt = &self.stream.inner.rt.inner;
+        let (tag, event) = rt.record_marker(self.stream.clock(), self.stream.raw())?;
+        rt.backend.event_synchronize(event)?;
+        self.stream.clock().mark_completed(tag);
+        rt.recycle_events(self.stream.device(), self.stream.clock().retire_completed_markers());
+        Ok(())
+    }
+
+    /// Makes later work on `other` wait for this work.
+    fn order_before(&self, other: &Stream) -> Result<()> {
+        if other.raw() == self.stream.raw() || self.known_complete() {
+            return Ok(());
+        }
+        let rt = &self.stream.inner.rt.inner;
+        let (tag, event) = rt.record_marker(self.stream.clock(), self.stream.raw())?;
+        rt.backend.stream_wait_event(other.raw(), event)?;
+        other.clock().learn(&crate::runtime::ordering::OrderPoint {
+            clock: std::sync::Arc::clone(self.stream.clock()),
+            tag,
+            known: Vec::new(),
+        });
+        Ok(())
+    }
+}
+
+/// The work in flight on one piece of memory: the latest point per stream (a
+/// stream's work runs in order, so its latest point covers the earlier ones).
 #[derive(Default)]
 pub(crate) struct InFlight {
-    events: Mutex<Vec<(RawStream, Event)>>,
+    uses: Mutex<Vec<Use>>,
 }
 
 impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(RawStream, Event)>> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Use>> {
+        self.uses.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn from_events(events: Vec<(RawStream, Event)>) -> InFlight {
-        InFlight { events: Mutex::new(events) }
+    pub(crate) fn from_uses(uses: Vec<Use>) -> InFlight {
+        InFlight { uses: Mutex::new(uses) }
     }
 
     /// Records that work was just queued on `stream`.
     pub(crate) fn record(&self, stream: &Stream) -> Result<()> {
-        let mut events = self.lock();
-        if let Some((_, e)) = events.iter().find(|(raw, _)| *raw == stream.raw()) {
-            return e.record(stream);
+        let tag = stream.clock().advance();
+        let mut uses = self.lock();
+        uses.retain(|u| !u.known_complete());
+        match uses.iter_mut().find(|u| u.stream.raw() == stream.raw()) {
+            Some(u) => u.tag = u.tag.max(tag),
+            None => uses.push(Use { stream: stream.clone(), tag }),
         }
-        // Reuse an event of the same device recorded on a stream now idle.
-        let event = match events
-            .iter()
-            .position(|(raw, e)| raw.device == stream.device() && e.query().unwrap_or(false))
-        {
-            Some(i) => events.swap_remove(i).1,
-            None => Event::create(
-                stream.runtime(),
-                stream.device(),
-                EventFlags { disable_timing: true, ..Default::default() },
-            )?,
-        };
-        event.record(stream)?;
-        events.push((stream.raw(), event));
         Ok(())
     }
 
-    /// Waits for every copy in flight.
+    /// Waits for every use in flight.
     pub(crate) fn wait(&self) -> Result<()> {
-        for (_, e) in self.lock().iter() {
-            e.synchronize()?;
+        let uses: Vec<Use> = self.lock().clone();
+        for u in &uses {
+            u.wait()?;
         }
         Ok(())
     }
 
-    /// Whether every copy has completed.
+    /// Whether every use has completed.
     pub(crate) fn is_idle(&self) -> Result<bool> {
-        for (_, e) in self.lock().iter() {
-            if !e.query()? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        let uses: Vec<Use> = self.lock().clone();
+        Ok(uses.iter().all(Use::is_complete))
     }
 
     /// Makes `stream` wait for the work of other streams.
     fn order_before(&self, stream: &Stream) -> Result<()> {
-        for (raw, e) in self.lock().iter() {
-            if *raw != stream.raw() {
-                stream.wait_event(e)?;
-            }
+        let uses: Vec<Use> = self.lock().clone();
+        for u in &uses {
+            u.order_before(stream)?;
         }
         Ok(())
     }
 
-    pub(crate) fn take(&self) -> Vec<(RawStream, Event)> {
+    pub(crate) fn take(&self) -> Vec<Use> {
         std::mem::take(&mut *self.lock())
     }
 }
@@ -105,7 +145,7 @@ impl Tracker {
         self.writes.wait()
     }
 
-    pub(crate) fn take_all(&self) -> Vec<(RawStream, Event)> {
+    pub(crate) fn take_all(&self) -> Vec<Use> {
         let mut v = self.reads.take();
         v.extend(self.writes.take());
         v
@@ -188,9 +228,9 @@ impl<T: Pod> PinnedBuffer<T> {
         len: usize,
         flags: HostMallocFlags,
         pool: Option<Arc<PoolShared>>,
-        events: Vec<(RawStream, Event)>,
+        events: Vec<Use>,
     ) -> PinnedBuffer<T> {
-        let tracker = Tracker { reads: InFlight::from_events(events), writes: InFlight::default() };
+        let tracker = Tracker { reads: InFlight::from_uses(events), writes: InFlight::default() };
         PinnedBuffer { rt, block, len, flags, tracker, pool, _t: PhantomData }
     }
 

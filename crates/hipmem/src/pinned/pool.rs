@@ -20,10 +20,9 @@ use bytemuck::Pod;
 
 use super::HostMallocFlags;
 use super::buffer::PinnedBuffer;
-use crate::backend::RawStream;
+use super::buffer::Use;
 use crate::backend::host_memory::PageLockedBlock;
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::runtime::{Runtime, RuntimeInner};
 
 /// The default cap of cached bytes of the runtime's staging pool.
@@ -59,12 +58,12 @@ pub struct PinnedPoolStats {
 
 struct Cached {
     block: PageLockedBlock,
-    events: Vec<(RawStream, Event)>,
+    events: Vec<Use>,
 }
 
 impl Cached {
     fn is_idle(&self) -> bool {
-        self.events.iter().all(|(_, e)| e.query().unwrap_or(false))
+        self.events.iter().all(Use::is_complete)
     }
 }
 
@@ -98,7 +97,7 @@ impl PoolShared {
     }
 
     /// A block comes back from a buffer, with the events of its copies.
-    pub(crate) fn give_back(&self, block: PageLockedBlock, events: Vec<(RawStream, Event)>) {
+    pub(crate) fn give_back(&self, block: PageLockedBlock, events: Vec<Use>) {
         let cap = block.len() as u64;
         let mut s = self.lock();
         s.stats.in_use_bytes -= cap;
@@ -133,8 +132,8 @@ impl PoolShared {
         drop(s);
         for c in released {
             // Freeing waits for the devices (the backend drains them first).
-            for (_, e) in &c.events {
-                let _ = e.synchronize();
+            for u in &c.events {
+                let _ = u.wait();
             }
             self.release(c.block);
         }
@@ -145,8 +144,8 @@ impl Drop for PoolShared {
     fn drop(&mut self) {
         let free = std::mem::take(&mut self.lock().free);
         for (_, c) in free {
-            for (_, e) in &c.events {
-                let _ = e.synchronize();
+            for u in &c.events {
+                let _ = u.wait();
             }
             self.release(c.block);
         }
@@ -292,8 +291,8 @@ impl PinnedPool {
         let mut bytes = 0;
         for c in released {
             bytes += c.block.len() as u64;
-            for (_, e) in &c.events {
-                let _ = e.synchronize();
+            for u in &c.events {
+                let _ = u.wait();
             }
             self.shared.release(c.block);
         }

@@ -12,9 +12,8 @@
 
 use super::PinnedBuffer;
 use crate::backend::parallel_memcpy::copy_parallel;
-use crate::backend::{BackendKind, DevicePtr, EventFlags};
+use crate::backend::{BackendKind, DevicePtr, RawEvent};
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 
@@ -85,26 +84,37 @@ enum Way {
     FromDevice,
 }
 
-/// The plan of one staged copy.
+/// The plan of one staged copy: chunks that start small and double up to
+/// the chunk size, so the first DMA starts after a short host copy and the
+/// pipeline fills quickly.
 struct Plan {
-    len: usize,
+    /// The largest chunk (the size of each staging buffer).
     chunk: usize,
     chunks: usize,
     ring: usize,
+    /// (offset, length) of every chunk.
+    ranges: Vec<(usize, usize)>,
 }
 
 impl Plan {
     fn new(len: usize, chunk: usize) -> Plan {
         let chunk = chunk.min(len).max(1);
-        let chunks = len.div_ceil(chunk);
+        let mut ranges = Vec::new();
+        let (mut off, mut next) = (0, chunk.min(1 << 20).max(1));
+        while off < len {
+            let n = next.min(len - off);
+            ranges.push((off, n));
+            off += n;
+            next = (next * 2).min(chunk);
+        }
+        let chunks = ranges.len();
         let ring = StagingConfig::get().ring.min(chunks).max(1);
-        Plan { len, chunk, chunks, ring }
+        Plan { chunk, chunks, ring, ranges }
     }
 
     /// Offset and length of chunk `c`.
     fn chunk_range(&self, c: usize) -> (usize, usize) {
-        let off = c * self.chunk;
-        (off, self.chunk.min(self.len - off))
+        self.ranges[c]
     }
 }
 
@@ -180,9 +190,34 @@ fn run_pipeline(
     src: Option<&[u8]>,
     mut dst: Option<&mut [u8]>,
 ) -> Result<()> {
-    let flags = EventFlags { disable_timing: true, ..Default::default() };
-    let events: Vec<Event> =
-        (0..plan.ring).map(|_| Event::create(rt, stream.device(), flags)).collect::<Result<_>>()?;
+    // One event per ring slot, from the runtime's pool of events.
+    let events: Vec<RawEvent> =
+        (0..plan.ring).map(|_| rt.inner.pooled_event(stream.device())).collect::<Result<_>>()?;
+    let result = pipeline(rt, stream, plan, ring, way, device, src, dst.as_deref_mut(), &events);
+    // Whatever happened, no DMA may still use a staging buffer when the ring
+    // goes back to the pool.
+    let mut waited = Ok(());
+    for &e in &events {
+        if let Err(e) = rt.backend().event_synchronize(e) {
+            waited = Err(e);
+        }
+    }
+    rt.inner.recycle_events(stream.device(), events);
+    result.and(waited)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pipeline(
+    rt: &Runtime,
+    stream: &Stream,
+    plan: &Plan,
+    ring: &mut [PinnedBuffer<u8>],
+    way: Way,
+    device: DevicePtr,
+    src: Option<&[u8]>,
+    mut dst: Option<&mut [u8]>,
+    events: &[RawEvent],
+) -> Result<()> {
     let addrs: Vec<u64> = ring.iter().map(|b| b.host_ptr()).collect();
     let raw = stream.raw();
     let enqueue = |c: usize| -> Result<()> {
@@ -193,7 +228,7 @@ fn run_pipeline(
             Way::ToDevice => rt.copy_page_locked_to_device_async(at, addrs[s], len as u64, raw)?,
             Way::FromDevice => rt.copy_device_to_page_locked_async(addrs[s], at, len as u64, raw)?,
         }
-        events[s].record(stream)
+        rt.backend().event_record(events[s], raw)
     };
     // The host side of chunk `c`, on several threads.
     let mut host_copy = |c: usize| -> Result<()> {
@@ -216,7 +251,7 @@ fn run_pipeline(
                 for c in 0..plan.chunks {
                     if c >= plan.ring {
                         // The DMA that last used this slot must be done.
-                        events[c % plan.ring].synchronize()?;
+                        rt.backend().event_synchronize(events[c % plan.ring])?;
                     }
                     host_copy(c)?;
                     enqueue(c)?;
@@ -227,7 +262,7 @@ fn run_pipeline(
                     enqueue(c)?;
                 }
                 for c in 0..plan.chunks {
-                    events[c % plan.ring].synchronize()?;
+                    rt.backend().event_synchronize(events[c % plan.ring])?;
                     host_copy(c)?;
                     if c + plan.ring < plan.chunks {
                         enqueue(c + plan.ring)?;
@@ -237,15 +272,7 @@ fn run_pipeline(
         }
         Ok(())
     })();
-    // Whatever happened, no DMA may still use a staging buffer when the ring
-    // goes back to the pool.
-    let mut waited = Ok(());
-    for e in &events {
-        if let Err(e) = e.synchronize() {
-            waited = Err(e);
-        }
-    }
-    result.and(waited)
+    result
 }
 
 #[cfg(test)]

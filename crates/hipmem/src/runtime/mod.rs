@@ -165,6 +165,18 @@ impl RuntimeInner {
         Ok((tag, event))
     }
 
+    /// An event from the event pool (timing disabled), or a new one.
+    pub(crate) fn pooled_event(&self, device: usize) -> Result<RawEvent> {
+        let pooled =
+            self.event_pool.get(device).and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).pop());
+        match pooled {
+            Some(e) => Ok(e),
+            None => {
+                self.backend.event_create(device, EventFlags { disable_timing: true, ..Default::default() })
+            }
+        }
+    }
+
     /// Returns marker events to the event pool.
     pub(crate) fn recycle_events(&self, device: usize, events: Vec<RawEvent>) {
         if events.is_empty() {

@@ -100,7 +100,7 @@ impl Plan {
     fn new(len: usize, chunk: usize) -> Plan {
         let chunk = chunk.min(len).max(1);
         let mut ranges = Vec::new();
-        let (mut off, mut next) = (0, chunk.min(1 << 20).max(1));
+        let (mut off, mut next) = (0, chunk.clamp(1, 1 << 20));
         while off < len {
             let n = next.min(len - off);
             ranges.push((off, n));
@@ -188,12 +188,12 @@ fn run_pipeline(
     way: Way,
     device: DevicePtr,
     src: Option<&[u8]>,
-    mut dst: Option<&mut [u8]>,
+    dst: Option<&mut [u8]>,
 ) -> Result<()> {
     // One event per ring slot, from the runtime's pool of events.
     let events: Vec<RawEvent> =
         (0..plan.ring).map(|_| rt.inner.pooled_event(stream.device())).collect::<Result<_>>()?;
-    let result = pipeline(rt, stream, plan, ring, way, device, src, dst.as_deref_mut(), &events);
+    let result = pipeline(rt, stream, plan, ring, way, device, src, dst, &events);
     // Whatever happened, no DMA may still use a staging buffer when the ring
     // goes back to the pool.
     let mut waited = Ok(());
@@ -245,7 +245,7 @@ fn pipeline(
         }
         Ok(())
     };
-    let result = (|| -> Result<()> {
+    (|| -> Result<()> {
         match way {
             Way::ToDevice => {
                 for c in 0..plan.chunks {
@@ -271,8 +271,7 @@ fn pipeline(
             }
         }
         Ok(())
-    })();
-    result
+    })()
 }
 
 #[cfg(test)]
@@ -281,10 +280,22 @@ mod tests {
 
     #[test]
     fn plans_cover_the_copy_in_chunks() {
+        // Chunks ramp up 1, 2, 4 MiB, then 8 MiB each, and tile the copy.
         let p = Plan::new(100 << 20, 8 << 20);
-        assert_eq!(p.chunks, 13);
+        assert_eq!(
+            &p.ranges[..4],
+            &[(0, 1 << 20), (1 << 20, 2 << 20), (3 << 20, 4 << 20), (7 << 20, 8 << 20)]
+        );
+        assert_eq!(p.chunks, 3 + 11 + 1);
         assert_eq!(p.ring, STAGING_RING);
-        assert_eq!(p.chunk_range(12), (12 * (8 << 20), (100 << 20) - 12 * (8 << 20)));
+        let mut at = 0;
+        for c in 0..p.chunks {
+            let (off, len) = p.chunk_range(c);
+            assert_eq!(off, at);
+            assert!(len <= p.chunk && len > 0);
+            at += len;
+        }
+        assert_eq!(at, 100 << 20);
         let small = Plan::new(10, 8 << 20);
         assert_eq!((small.chunk, small.chunks, small.ring), (10, 1, 1));
     }

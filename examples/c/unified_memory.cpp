@@ -1,6 +1,6 @@
 // Seed: "Memory management and transfers with HIP" (CSC), Unified Memory management.
-// Needs hipMallocManaged (managed memory, issue 6): build-nvcc.sh builds it only
-// once libhipmem exports it.
+// Needs hipMallocManaged (managed memory, issue 6), which libhipmem exports; the
+// kernel makes it nvcc-only (build-nvcc.sh).
 // Glue (not in the listing): the includes, N, the kernel, the body of `...`,
 // the launch configuration elided as `<<<...>>>`, and the check of the result.
 #include <hip/hip_runtime.h>

@@ -1,8 +1,8 @@
 /* hip/hip_runtime_api.h for libhipmem: exactly the functions libhipmem
  * exports, with HIP's types, enum values and struct layouts (ROCm's, which
- * differ from CUDA's). Not declared yet: managed memory (hipMallocManaged,
- * hipMemPrefetchAsync, hipMemAdvise, hipMemRangeGetAttribute(s),
- * hipStreamAttachMemAsync) and pool IPC (hipMemPoolExportPointer, hipMemPoolImportPointer, hipMemPoolExportToShareableHandle, hipMemPoolImportFromShareableHandle). */
+ * differ from CUDA's). Not declared yet: pool IPC (hipMemPoolExportPointer,
+ * hipMemPoolImportPointer, hipMemPoolExportToShareableHandle,
+ * hipMemPoolImportFromShareableHandle). */
 #ifndef HIPMEM_HIP_RUNTIME_API_H
 #define HIPMEM_HIP_RUNTIME_API_H
 
@@ -62,6 +62,11 @@ typedef void (*hipHostFn_t)(void* userData);
 #define hipCpuDeviceId ((int)-1)
 #define hipInvalidDeviceId ((int)-2)
 
+/* ---- hipMallocManaged / hipStreamAttachMemAsync flags ------------------- */
+#define hipMemAttachGlobal 0x01
+#define hipMemAttachHost 0x02
+#define hipMemAttachSingle 0x04
+
 /* ---- hipHostMalloc / hipHostRegister flags ------------------------------ */
 #define hipHostMallocDefault 0x0
 #define hipHostMallocPortable 0x1
@@ -108,6 +113,25 @@ typedef enum hipDeviceAttribute_t {
   hipDeviceAttributeHostRegisterSupported = 90,
   hipDeviceAttributeMemoryPoolSupportedHandleTypes = 91
 } hipDeviceAttribute_t;
+
+typedef enum hipMemoryAdvise {
+  hipMemAdviseSetReadMostly = 1,
+  hipMemAdviseUnsetReadMostly = 2,
+  hipMemAdviseSetPreferredLocation = 3,
+  hipMemAdviseUnsetPreferredLocation = 4,
+  hipMemAdviseSetAccessedBy = 5,
+  hipMemAdviseUnsetAccessedBy = 6,
+  hipMemAdviseSetCoarseGrain = 100,  /* AMD only: NotSupported by hipmem */
+  hipMemAdviseUnsetCoarseGrain = 101 /* AMD only: NotSupported by hipmem */
+} hipMemoryAdvise;
+
+typedef enum hipMemRangeAttribute {
+  hipMemRangeAttributeReadMostly = 1,
+  hipMemRangeAttributePreferredLocation = 2,
+  hipMemRangeAttributeAccessedBy = 3,
+  hipMemRangeAttributeLastPrefetchLocation = 4,
+  hipMemRangeAttributeCoherencyMode = 100 /* AMD only: NotSupported by hipmem */
+} hipMemRangeAttribute;
 
 typedef enum hipMemPoolAttr {
   hipMemPoolReuseFollowEventDependencies = 0x1,
@@ -228,6 +252,25 @@ hipError_t hipHostRegister(void* hostPtr, size_t sizeBytes, unsigned int flags);
 hipError_t hipHostUnregister(void* hostPtr);
 hipError_t hipHostGetDevicePointer(void** devPtr, void* hostPtr, unsigned int flags);
 
+/* ---- managed (unified) memory -------------------------------------------- */
+#ifdef __cplusplus
+hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags = hipMemAttachGlobal);
+#else
+hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags);
+#endif
+hipError_t hipMemPrefetchAsync(const void* dev_ptr, size_t count, int device, hipStream_t stream);
+hipError_t hipMemAdvise(const void* dev_ptr, size_t count, hipMemoryAdvise advice, int device);
+hipError_t hipMemRangeGetAttribute(void* data, size_t data_size, hipMemRangeAttribute attribute, const void* dev_ptr,
+                                   size_t count);
+hipError_t hipMemRangeGetAttributes(void** data, size_t* data_sizes, hipMemRangeAttribute* attributes,
+                                    size_t num_attributes, const void* dev_ptr, size_t count);
+#ifdef __cplusplus
+hipError_t hipStreamAttachMemAsync(hipStream_t stream, void* dev_ptr, size_t length = 0,
+                                   unsigned int flags = hipMemAttachSingle);
+#else
+hipError_t hipStreamAttachMemAsync(hipStream_t stream, void* dev_ptr, size_t length, unsigned int flags);
+#endif
+
 /* ---- stream-ordered allocation and memory pools -------------------------- */
 hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream);
 hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream);
@@ -301,6 +344,10 @@ static inline hipError_t hipMalloc(T** ptr, size_t size) {
 template <class T>
 static inline hipError_t hipHostMalloc(T** ptr, size_t size, unsigned int flags = hipHostMallocDefault) {
   return hipHostMalloc((void**)ptr, size, flags);
+}
+template <class T>
+static inline hipError_t hipMallocManaged(T** dev_ptr, size_t size, unsigned int flags = hipMemAttachGlobal) {
+  return hipMallocManaged((void**)dev_ptr, size, flags);
 }
 template <class T>
 static inline hipError_t hipMallocAsync(T** dev_ptr, size_t size, hipStream_t stream) {

@@ -13,12 +13,14 @@
 //!   destroyed or foreign handle is an error code, never undefined behaviour.
 //!
 //! The exports are grouped as `hip-memory-api.md` groups them:
-//! [`explicit`], [`pinned`], [`pools`], [`vmm`] and [`runtime_api`] (devices,
-//! streams, events, errors). Managed memory and IPC are not exported yet.
+//! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
+//! [`runtime_api`] (devices, streams, events, errors). Pool IPC is not
+//! exported yet.
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
 
 pub mod explicit;
 pub mod handles;
+pub mod managed;
 pub mod pinned;
 pub mod pools;
 pub mod runtime_api;
@@ -31,6 +33,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use hipmem_rs::{Error, Result, Runtime};
 
 pub use explicit::*;
+pub use managed::*;
 pub use pinned::*;
 pub use pools::*;
 pub use runtime_api::*;

@@ -49,6 +49,35 @@ pub const hipMemoryTypeHost: hipMemoryType = 1;
 pub const hipMemoryTypeDevice: hipMemoryType = 2;
 pub const hipMemoryTypeManaged: hipMemoryType = 3;
 
+/// Attach flags of `hipMallocManaged` / `hipStreamAttachMemAsync`.
+pub const hipMemAttachGlobal: c_uint = 0x01;
+pub const hipMemAttachHost: c_uint = 0x02;
+pub const hipMemAttachSingle: c_uint = 0x04;
+
+/// `hipCpuDeviceId`: the host as a managed-memory location.
+pub const hipCpuDeviceId: c_int = -1;
+/// `hipInvalidDeviceId`: no location (or no single one).
+pub const hipInvalidDeviceId: c_int = -2;
+
+/// `hipMemoryAdvise` (AMD adds the coarse-grain pair).
+pub type hipMemoryAdvise = c_int;
+pub const hipMemAdviseSetReadMostly: hipMemoryAdvise = 1;
+pub const hipMemAdviseUnsetReadMostly: hipMemoryAdvise = 2;
+pub const hipMemAdviseSetPreferredLocation: hipMemoryAdvise = 3;
+pub const hipMemAdviseUnsetPreferredLocation: hipMemoryAdvise = 4;
+pub const hipMemAdviseSetAccessedBy: hipMemoryAdvise = 5;
+pub const hipMemAdviseUnsetAccessedBy: hipMemoryAdvise = 6;
+pub const hipMemAdviseSetCoarseGrain: hipMemoryAdvise = 100;
+pub const hipMemAdviseUnsetCoarseGrain: hipMemoryAdvise = 101;
+
+/// `hipMemRangeAttribute` (AMD adds CoherencyMode).
+pub type hipMemRangeAttribute = c_int;
+pub const hipMemRangeAttributeReadMostly: hipMemRangeAttribute = 1;
+pub const hipMemRangeAttributePreferredLocation: hipMemRangeAttribute = 2;
+pub const hipMemRangeAttributeAccessedBy: hipMemRangeAttribute = 3;
+pub const hipMemRangeAttributeLastPrefetchLocation: hipMemRangeAttribute = 4;
+pub const hipMemRangeAttributeCoherencyMode: hipMemRangeAttribute = 100;
+
 /// `hipMemPoolAttr`.
 pub type hipMemPoolAttr = c_int;
 pub const hipMemPoolReuseFollowEventDependencies: hipMemPoolAttr = 1;

@@ -348,6 +348,239 @@ fn stream_ordered_allocation_and_pools() {
     }
 }
 
+/// hipMemRangeGetAttribute of one 4-byte attribute: (code, value).
+unsafe fn range_attr(attribute: hipMemRangeAttribute, ptr: *const c_void, count: usize) -> (hipError_t, i32) {
+    let mut v: i32 = 0x5a5a;
+    let code = unsafe { hipMemRangeGetAttribute((&raw mut v).cast(), 4, attribute, ptr, count) };
+    (code, v)
+}
+
+#[test]
+fn managed_memory() {
+    init();
+    const SIZE: usize = 1 << 20;
+    const PAGE: usize = 4096;
+    unsafe {
+        let mut count = 0;
+        assert_eq!(hipGetDeviceCount(&mut count), hipSuccess);
+        assert_eq!((hipCpuDeviceId, hipInvalidDeviceId), (-1, -2));
+        assert_eq!((hipMemAttachGlobal, hipMemAttachHost, hipMemAttachSingle), (1, 2, 4));
+
+        // hipMallocManaged
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocManaged(null_mut(), SIZE, hipMemAttachGlobal), hipErrorInvalidValue);
+        assert_eq!(hipMallocManaged(&mut p, 0, hipMemAttachGlobal), hipErrorInvalidValue);
+        for flags in [0, 3, hipMemAttachSingle, 8] {
+            assert_eq!(hipMallocManaged(&mut p, SIZE, flags), hipErrorInvalidValue, "flags {flags}");
+        }
+        assert!(p.is_null());
+        assert_eq!(hipMallocManaged(&mut p, usize::MAX, hipMemAttachGlobal), hipErrorOutOfMemory);
+        assert_eq!(hipMallocManaged(&mut p, SIZE, hipMemAttachGlobal), hipSuccess);
+        assert!(!p.is_null());
+        let mut h: *mut c_void = null_mut();
+        assert_eq!(hipMallocManaged(&mut h, 3 * PAGE + 5, hipMemAttachHost), hipSuccess);
+        let mut q: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut q, SIZE), hipSuccess);
+
+        // One address for the host and the devices.
+        let bytes = p.cast::<u8>();
+        for i in 0..SIZE {
+            bytes.add(i).write(i as u8);
+        }
+        assert_eq!(hipMemcpy(q, p, SIZE, hipMemcpyDefault), hipSuccess);
+        let mut back = vec![0u8; SIZE];
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), q, SIZE, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().enumerate().all(|(i, &b)| b == i as u8));
+        assert_eq!(hipMemset(p, 7, 16), hipSuccess);
+        assert_eq!(bytes.add(15).read(), 7);
+        assert_eq!(bytes.add(16).read(), 16);
+
+        // hipPointerGetAttributes of managed memory
+        let mut a: hipPointerAttribute_t = std::mem::zeroed();
+        assert_eq!(hipPointerGetAttributes(&mut a, bytes.add(100).cast()), hipSuccess);
+        assert_eq!((a.type_, a.device, a.isManaged), (hipMemoryTypeManaged, 0, 1));
+        assert_eq!(a.allocationFlags, hipMemAttachGlobal);
+        assert_eq!((n(a.devicePointer), n(a.hostPointer)), (n(p) + 100, n(p) + 100));
+        assert_eq!(hipPointerGetAttributes(&mut a, h), hipSuccess);
+        assert_eq!((a.type_, a.isManaged, a.allocationFlags), (hipMemoryTypeManaged, 1, hipMemAttachHost));
+
+        // hipMemPrefetchAsync
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        assert_eq!(hipMemPrefetchAsync(p, SIZE, 0, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(range_attr(hipMemRangeAttributeLastPrefetchLocation, p, SIZE), (hipSuccess, 0));
+        assert_eq!(hipMemPrefetchAsync(p, SIZE, hipCpuDeviceId, null_mut()), hipSuccess);
+        assert_eq!(hipDeviceSynchronize(), hipSuccess);
+        assert_eq!(range_attr(hipMemRangeAttributeLastPrefetchLocation, p, SIZE), (hipSuccess, -1));
+        assert_eq!(hipMemPrefetchAsync(null(), SIZE, 0, s), hipErrorInvalidValue);
+        assert_eq!(hipMemPrefetchAsync(p, 0, 0, s), hipErrorInvalidValue);
+        assert_eq!(hipMemPrefetchAsync(p, usize::MAX, 0, s), hipErrorInvalidValue, "overflow");
+        assert_eq!(hipMemPrefetchAsync(p, SIZE + 1, 0, s), hipErrorInvalidValue, "past the end");
+        assert_eq!(hipMemPrefetchAsync(q, SIZE, 0, s), hipErrorInvalidValue, "not managed");
+        assert_eq!(hipMemPrefetchAsync(p, SIZE, count, s), hipErrorInvalidDevice);
+        assert_eq!(hipMemPrefetchAsync(p, SIZE, hipInvalidDeviceId, s), hipErrorInvalidDevice);
+
+        // hipMemAdvise (advice never changes the last prefetch location)
+        assert_eq!(hipMemAdvise(p, SIZE, hipMemAdviseSetReadMostly, 0), hipSuccess);
+        assert_eq!(range_attr(hipMemRangeAttributeReadMostly, p, SIZE), (hipSuccess, 1));
+        assert_eq!(
+            hipMemAdvise(p, SIZE, hipMemAdviseUnsetReadMostly, count + 5),
+            hipSuccess,
+            "device ignored"
+        );
+        assert_eq!(range_attr(hipMemRangeAttributeReadMostly, p, SIZE), (hipSuccess, 0));
+        assert_eq!(hipMemAdvise(p, SIZE, hipMemAdviseSetPreferredLocation, 0), hipSuccess);
+        assert_eq!(range_attr(hipMemRangeAttributePreferredLocation, p, SIZE), (hipSuccess, 0));
+        assert_eq!(hipMemAdvise(p, SIZE, hipMemAdviseSetAccessedBy, hipCpuDeviceId), hipSuccess);
+        assert_eq!(range_attr(hipMemRangeAttributeLastPrefetchLocation, p, SIZE), (hipSuccess, -1));
+        assert_eq!(hipMemAdvise(null(), SIZE, hipMemAdviseSetPreferredLocation, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemAdvise(p, 0, hipMemAdviseSetPreferredLocation, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemAdvise(p, SIZE + 1, hipMemAdviseSetPreferredLocation, 0), hipErrorInvalidValue);
+        for unknown in [0, 7, 99, 102, -1] {
+            assert_eq!(hipMemAdvise(p, SIZE, unknown, 0), hipErrorInvalidValue, "advice {unknown}");
+        }
+        assert_eq!(hipMemAdvise(q, SIZE, hipMemAdviseSetPreferredLocation, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemAdvise(p, SIZE, hipMemAdviseSetPreferredLocation, count), hipErrorInvalidDevice);
+        assert_eq!(
+            hipMemAdvise(p, SIZE, hipMemAdviseSetAccessedBy, hipInvalidDeviceId),
+            hipErrorInvalidDevice
+        );
+        assert_eq!(hipMemAdvise(p, SIZE, hipMemAdviseSetCoarseGrain, 0), hipErrorNotSupported, "AMD only");
+        assert_eq!(hipMemAdvise(p, SIZE, hipMemAdviseUnsetCoarseGrain, 0), hipErrorNotSupported, "AMD only");
+
+        // hipMemRangeGetAttribute: non-uniform ranges and AccessedBy
+        assert_eq!(hipMemAdvise(h, PAGE, hipMemAdviseSetReadMostly, 0), hipSuccess);
+        assert_eq!(hipMemAdvise(h, 1, hipMemAdviseSetPreferredLocation, 0), hipSuccess, "a whole page");
+        assert_eq!(range_attr(hipMemRangeAttributeReadMostly, h, PAGE), (hipSuccess, 1));
+        assert_eq!(range_attr(hipMemRangeAttributeReadMostly, h, 3 * PAGE + 5), (hipSuccess, 0));
+        assert_eq!(range_attr(hipMemRangeAttributePreferredLocation, h, PAGE), (hipSuccess, 0));
+        assert_eq!(range_attr(hipMemRangeAttributePreferredLocation, h, 2 * PAGE), (hipSuccess, -2));
+        let mut by = [0x5a5a_i32; 3];
+        assert_eq!(
+            hipMemRangeGetAttribute(by.as_mut_ptr().cast(), 12, hipMemRangeAttributeAccessedBy, p, SIZE),
+            hipSuccess
+        );
+        assert_eq!(by, [-1, -2, -2]);
+        assert_eq!(
+            hipMemRangeGetAttribute(null_mut(), 4, hipMemRangeAttributeReadMostly, p, SIZE),
+            hipErrorInvalidValue
+        );
+        let mut v = 0i32;
+        let vp: *mut c_void = (&raw mut v).cast();
+        assert_eq!(
+            hipMemRangeGetAttribute(vp, 0, hipMemRangeAttributeReadMostly, p, SIZE),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemRangeGetAttribute(vp, 4, hipMemRangeAttributeReadMostly, p, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemRangeGetAttribute(vp, 4, hipMemRangeAttributeReadMostly, null(), SIZE),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemRangeGetAttribute(by.as_mut_ptr().cast(), 8, hipMemRangeAttributeReadMostly, p, SIZE),
+            hipErrorInvalidValue,
+            "scalar attributes need 4 bytes"
+        );
+        assert_eq!(
+            hipMemRangeGetAttribute(by.as_mut_ptr().cast(), 6, hipMemRangeAttributeAccessedBy, p, SIZE),
+            hipErrorInvalidValue,
+            "AccessedBy needs a multiple of 4"
+        );
+        for unknown in [0, 5, 99, -1] {
+            assert_eq!(
+                hipMemRangeGetAttribute(vp, 4, unknown, p, SIZE),
+                hipErrorInvalidValue,
+                "attribute {unknown}"
+            );
+        }
+        assert_eq!(
+            hipMemRangeGetAttribute(vp, 4, hipMemRangeAttributeCoherencyMode, p, SIZE),
+            hipErrorNotSupported,
+            "AMD only"
+        );
+        assert_eq!(
+            hipMemRangeGetAttribute(vp, 4, hipMemRangeAttributeReadMostly, q, SIZE),
+            hipErrorInvalidValue
+        );
+
+        // hipMemRangeGetAttributes
+        let (mut rm, mut pref, mut last) = (9i32, 9i32, 9i32);
+        let mut acc = [9i32; 2];
+        let mut data: [*mut c_void; 4] =
+            [(&raw mut rm).cast(), (&raw mut pref).cast(), acc.as_mut_ptr().cast(), (&raw mut last).cast()];
+        let mut sizes: [usize; 4] = [4, 4, 8, 4];
+        let mut attrs: [hipMemRangeAttribute; 4] = [
+            hipMemRangeAttributeReadMostly,
+            hipMemRangeAttributePreferredLocation,
+            hipMemRangeAttributeAccessedBy,
+            hipMemRangeAttributeLastPrefetchLocation,
+        ];
+        let (dp, sp, ap) = (data.as_mut_ptr(), sizes.as_mut_ptr(), attrs.as_mut_ptr());
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, p, SIZE), hipSuccess);
+        assert_eq!((rm, pref, acc, last), (0, 0, [-1, -2], -1));
+        rm = 9;
+        assert_eq!(hipMemRangeGetAttributes(null_mut(), sp, ap, 4, p, SIZE), hipErrorInvalidValue);
+        assert_eq!(hipMemRangeGetAttributes(dp, null_mut(), ap, 4, p, SIZE), hipErrorInvalidValue);
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, null_mut(), 4, p, SIZE), hipErrorInvalidValue);
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 0, p, SIZE), hipErrorInvalidValue);
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, null(), SIZE), hipErrorInvalidValue);
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, p, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, q, SIZE), hipErrorInvalidValue, "not managed");
+        data[3] = null_mut();
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, p, SIZE), hipErrorInvalidValue, "a null buffer");
+        data[3] = (&raw mut last).cast();
+        sizes[3] = 0;
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, p, SIZE), hipErrorInvalidValue, "a zero size");
+        sizes[3] = 8;
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, p, SIZE), hipErrorInvalidValue, "a scalar of 8");
+        sizes[3] = 4;
+        sizes[2] = 6;
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, p, SIZE), hipErrorInvalidValue, "AccessedBy of 6");
+        sizes[2] = 8;
+        attrs[3] = 99;
+        assert_eq!(hipMemRangeGetAttributes(dp, sp, ap, 4, p, SIZE), hipErrorInvalidValue, "unknown");
+        assert_eq!(rm, 9, "nothing is written before every argument is checked");
+        attrs[3] = hipMemRangeAttributeLastPrefetchLocation;
+
+        // hipStreamAttachMemAsync
+        assert_eq!(hipStreamAttachMemAsync(s, p, 0, hipMemAttachSingle), hipSuccess);
+        assert_eq!(hipStreamAttachMemAsync(s, p, SIZE, hipMemAttachGlobal), hipSuccess);
+        assert_eq!(hipStreamAttachMemAsync(null_mut(), h, 0, hipMemAttachHost), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipStreamAttachMemAsync(s, null_mut(), 0, hipMemAttachSingle), hipErrorInvalidValue);
+        for flags in [0, 3, 8, 7] {
+            assert_eq!(hipStreamAttachMemAsync(s, p, 0, flags), hipErrorInvalidValue, "flags {flags}");
+        }
+        assert_eq!(
+            hipStreamAttachMemAsync(null_mut(), p, 0, hipMemAttachSingle),
+            hipErrorInvalidValue,
+            "Single with the null stream"
+        );
+        assert_eq!(
+            hipStreamAttachMemAsync(s, p, SIZE - 1, hipMemAttachSingle),
+            hipErrorInvalidValue,
+            "length"
+        );
+        assert_eq!(hipStreamAttachMemAsync(s, q, 0, hipMemAttachSingle), hipErrorInvalidValue, "not managed");
+
+        // A destroyed stream.
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+        assert_eq!(hipMemPrefetchAsync(p, SIZE, 0, s), hipErrorContextIsDestroyed);
+        assert_eq!(hipStreamAttachMemAsync(s, p, 0, hipMemAttachSingle), hipErrorInvalidHandle);
+
+        // hipFree of managed memory
+        assert_eq!(hipFree(bytes.add(8).cast()), hipErrorInvalidValue, "into the allocation");
+        assert_eq!(hipFree(p), hipSuccess);
+        assert_eq!(hipFree(p), hipErrorInvalidValue, "double free");
+        assert_eq!(hipFree(h), hipSuccess);
+        assert_eq!(hipFree(q), hipSuccess);
+    }
+}
+
 fn hipStreamNonBlockingFlag() -> u32 {
     1
 }

@@ -564,7 +564,10 @@ impl PoolCore {
         let (addr, chunk) = {
             let heap = lock(&self.heap);
             let reserved = heap.reserved();
-            let step = (reserved / 64).clamp(g, MAX_GROWTH_STEP).next_multiple_of(g);
+            // Geometric at first (the step doubles the pool up to 32 MiB),
+            // then 1/64 of what is reserved: few mappings, little over-mapping.
+            let step =
+                (reserved / 64).max(reserved.min(32 << 20)).clamp(g, MAX_GROWTH_STEP).next_multiple_of(g);
             let mut best: Option<(u64, u64, u64)> = None; // (need, addr, chunk)
             for (start, size) in heap.unbacked_ranges() {
                 let before = heap.global_free_ending_at(start);

@@ -17,18 +17,30 @@ pub const MIN_PART: usize = 1 << 20;
 struct Latch {
     left: Mutex<usize>,
     done: Condvar,
+    /// Mirror of `left` that the waiter polls before it sleeps.
+    pending: std::sync::atomic::AtomicUsize,
 }
+
+/// How long a worker or a waiter polls before it sleeps: waking a sleeping
+/// thread costs tens of microseconds on a virtual machine, a large part of
+/// the time one chunk of a staged copy takes.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
 impl Latch {
     fn count_down(&self) {
         let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
         *left -= 1;
+        self.pending.store(*left, std::sync::atomic::Ordering::Release);
         if *left == 0 {
             self.done.notify_all();
         }
     }
 
     fn wait(&self) {
+        let start = std::time::Instant::now();
+        while self.pending.load(std::sync::atomic::Ordering::Acquire) > 0 && start.elapsed() < SPIN {
+            std::hint::spin_loop();
+        }
         let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
         while *left > 0 {
             left = self.done.wait(left).unwrap_or_else(|p| p.into_inner());
@@ -54,7 +66,19 @@ fn workers(threads: usize) -> &'static Workers {
         for k in 0..threads.saturating_sub(1) {
             let (tx, rx) = channel::<Job>();
             let spawned = std::thread::Builder::new().name(format!("hipmem-memcpy-{k}")).spawn(move || {
-                while let Ok(job) = rx.recv() {
+                let next = |rx: &std::sync::mpsc::Receiver<Job>| {
+                    // Poll a little before sleeping: jobs come in bursts.
+                    let start = std::time::Instant::now();
+                    while start.elapsed() < SPIN {
+                        match rx.try_recv() {
+                            Ok(job) => return Some(job),
+                            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+                            Err(std::sync::mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+                        }
+                    }
+                    rx.recv().ok()
+                };
+                while let Some(job) = next(&rx) {
                     // SAFETY: `copy_parallel` made `dst` and `src` from disjoint
                     // parts of a `&mut [u8]` and a `&[u8]` of `len` bytes each,
                     // and does not return (so the borrows do not end) before
@@ -95,7 +119,7 @@ pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
         return;
     }
     let part = len.div_ceil(parts).next_multiple_of(4096);
-    let latch = Arc::new(Latch { left: Mutex::new(0), done: Condvar::new() });
+    let latch = Arc::new(Latch { left: Mutex::new(0), done: Condvar::new(), pending: Default::default() });
     // Waits for the handed-out parts when this frame ends, also on unwinding.
     struct WaitOnDrop(Arc<Latch>);
     impl Drop for WaitOnDrop {
@@ -107,7 +131,11 @@ pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
     let (first_dst, rest_dst) = dst.split_at_mut(part.min(len));
     let (first_src, rest_src) = src.split_at(part.min(len));
     for (k, (d, s)) in rest_dst.chunks_mut(part).zip(rest_src.chunks(part)).enumerate() {
-        *latch.left.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        {
+            let mut left = latch.left.lock().unwrap_or_else(|p| p.into_inner());
+            *left += 1;
+            latch.pending.store(*left, std::sync::atomic::Ordering::Release);
+        }
         let job = Job {
             dst: d.as_mut_ptr() as usize,
             src: s.as_ptr() as usize,

@@ -311,7 +311,13 @@ impl IpcStream {
     /// Exports `pool` (`hipMemPoolExportToShareableHandle`) and sends its descriptor.
     pub fn send_pool(&self, pool: &MemPool) -> Result<()> {
         let fd = pool.export_shareable_handle(handle_type::POSIX_FILE_DESCRIPTOR, 0)?;
-        self.send(TAG_POOL, &[fd.as_fd()])
+        self.send_pool_handle(fd.as_fd())
+    }
+
+    /// Sends a descriptor made by [`MemPool::export_shareable_handle`] (the
+    /// caller keeps it); the peer receives it with [`IpcStream::recv_pool`].
+    pub fn send_pool_handle(&self, fd: BorrowedFd<'_>) -> Result<()> {
+        self.send(TAG_POOL, &[fd])
     }
 
     /// Receives a pool sent by [`IpcStream::send_pool`] and imports it

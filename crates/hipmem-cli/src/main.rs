@@ -42,6 +42,13 @@ enum Command {
         #[arg(long, default_value_t = 1 << 20)]
         elements: usize,
     },
+    /// The importing process of the tour's IPC section (started by the tour itself).
+    #[command(hide = true)]
+    TourIpcChild {
+        /// The tour's socket.
+        #[arg(long)]
+        socket: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -102,6 +109,7 @@ fn main() -> ExitCode {
     let result = open_runtime(cli.backend.as_deref()).and_then(|rt| match cli.command {
         Command::Info { json } => info::run(&rt, json),
         Command::Tour { elements } => tour::run(&rt, elements),
+        Command::TourIpcChild { socket } => tour::ipc_child(&rt, &socket),
         Command::Bench { which: BenchCommand::Alloc { json, quick } } => {
             let scale = if quick { bench::alloc::Scale::quick() } else { bench::alloc::Scale::full() };
             bench::alloc::run(&rt, scale)?.print(json)

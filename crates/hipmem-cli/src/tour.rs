@@ -55,6 +55,7 @@ pub fn run(rt: &Runtime, elements: usize) -> Result<()> {
     stream_ordered_allocation(&mut tour, &device, elements)?;
     virtual_memory(&mut tour, &device, elements)?;
     managed_memory(&mut tour, rt, &device, elements)?;
+    interprocess(&mut tour, &device, elements)?;
     println!();
     println!("tour complete: every result verified");
     Ok(())
@@ -428,4 +429,100 @@ fn managed_memory(tour: &mut Tour, rt: &Runtime, device: &Device, n: usize) -> R
 fn rate(bytes: usize, took: Duration) -> String {
     let gbps = bytes as f64 / took.as_secs_f64().max(1e-9) / 1e9;
     format!("{gbps:.2} GB/s")
+}
+
+/// Seed 004, "Interprocess memory handling": a shareable pool and a pointer
+/// from it exported by this process, imported by a child process (this
+/// program again, `hipmem tour-ipc-child`). The seed passes the handle
+/// through a FIFO of mode 0666; hipmem's transport is an owner-only socket
+/// whose peer is checked, with the descriptor passed as SCM_RIGHTS.
+fn interprocess(tour: &mut Tour, device: &Device, n: usize) -> Result<()> {
+    use hipmem::pool::handle_type;
+    use hipmem::{IpcListener, MemPool, PoolProps};
+    tour.section("Interprocess memory: device pointer and shareable handle, parent and child", "seed 004");
+    let rt = device.runtime();
+    let props =
+        PoolProps { device: device.ordinal(), handle_types: handle_type::POSIX_FILE_DESCRIPTOR, max_size: 0 };
+    let pool = tour.step("hipMemPoolCreate(&memPool, {handleTypes = PosixFileDescriptor})", || {
+        let p = MemPool::create(rt, props)?;
+        let detail = format!("pool {:#x}, {:?}", p.id(), p.backing());
+        Ok((p, detail))
+    })?;
+    let stream = device.create_stream()?;
+    let buf = tour.step("hipMallocFromPoolAsync(&devPtr, n * 4, memPool, stream); fill 7", || {
+        let b = pool.alloc::<i32>(n, &stream)?;
+        stream.fill(&b, 7i32)?;
+        stream.synchronize()?;
+        let detail = format!("{} at {}", bytes((n * 4) as u64), DeviceSlice::device_ptr(&b));
+        Ok((b, detail))
+    })?;
+    let fd = tour.step("hipMemPoolExportToShareableHandle(&fd, memPool, PosixFd, 0)", || {
+        let fd = pool.export_shareable_handle(handle_type::POSIX_FILE_DESCRIPTOR, 0)?;
+        Ok((fd, "a descriptor".to_string()))
+    })?;
+    let data = tour.step("hipMemPoolExportPointer(&exportData, devPtr)", || {
+        let d = buf.export_pointer()?;
+        Ok((d, "64 bytes".to_string()))
+    })?;
+    let path = std::env::temp_dir().join(format!("hipmem-tour-{}.sock", std::process::id()));
+    let listener = tour.step("IpcListener::bind(path)  // the seed's mkfifo(0666)", || {
+        let l = IpcListener::bind(&path)?;
+        Ok((l, "socket 0600, peers checked".to_string()))
+    })?;
+    let exe = std::env::current_exe().map_err(|e| Error::Unknown(format!("this program: {e}")))?;
+    let mut child = std::process::Command::new(exe)
+        .args(["--backend", &rt.backend_kind().to_string().to_lowercase(), "tour-ipc-child", "--socket"])
+        .arg(&path)
+        .spawn()
+        .map_err(|e| Error::Unknown(format!("starting the child process: {e}")))?;
+    let conn = tour.step("accept; send fd (SCM_RIGHTS) and exportData", || {
+        let c = listener.accept()?;
+        c.send_pool_handle(std::os::fd::AsFd::as_fd(&fd))?;
+        c.send_pointer(&data)?;
+        Ok((c, "to the child process".to_string()))
+    })?;
+    let done = conn.recv_value();
+    let status = child.wait().map_err(|e| Error::Unknown(format!("waiting for the child: {e}")))?;
+    if done.is_err() || !status.success() {
+        return Err(Error::Unknown(format!("the child process failed ({status})")));
+    }
+    tour.step("copy back: the child's writes, seen by the parent", || {
+        let v = buf.read_to_vec()?;
+        match v.iter().enumerate().find(|&(i, &x)| x != (i as i32).wrapping_mul(5)) {
+            None => Ok(((), format!("devPtr[i] == 5*i for all {n}"))),
+            Some((i, x)) => Err(Error::Unknown(format!("devPtr[{i}] = {x}, expected {}", 5 * i))),
+        }
+    })?;
+    Ok(())
+}
+
+/// The child of the IPC section: imports the pool and the pointer, checks
+/// the parent's data, writes its own, frees the import.
+pub fn ipc_child(rt: &Runtime, socket: &str) -> Result<()> {
+    use hipmem::IpcStream;
+    let tour = Tour { section: 0 };
+    let conn = IpcStream::connect(socket)?;
+    let pool = tour.step("[child] hipMemPoolImportFromShareableHandle(&memPool, fd, PosixFd, 0)", || {
+        let p = conn.recv_pool(rt)?;
+        Ok((p, "imported (cannot allocate)".to_string()))
+    })?;
+    let imported = tour.step("[child] hipMemPoolImportPointer(&importedDevPtr, memPool, &data)", || {
+        let b = pool.import_pointer::<i32>(&conn.recv_pointer()?)?;
+        let detail = format!("{} elements at {}", b.len(), b.device_ptr());
+        Ok((b, detail))
+    })?;
+    let stream = rt.device(pool.device())?.create_stream()?;
+    tour.step("[child] read the parent's data; kernel: importedDevPtr[i] = 5*i", || {
+        if let Some((i, x)) = imported.read_to_vec()?.iter().enumerate().find(|&(_, &x)| x != 7) {
+            return Err(Error::Unknown(format!("importedDevPtr[{i}] = {x}, expected 7")));
+        }
+        stream.iota(&imported, 5)?;
+        stream.synchronize()?;
+        Ok(((), "parent's 7s seen; written".to_string()))
+    })?;
+    tour.step("[child] hipFree(importedDevPtr)  // unmaps here only", || {
+        drop(imported);
+        Ok(((), "the parent's memory stays".to_string()))
+    })?;
+    conn.send_value(1)
 }

@@ -25,6 +25,7 @@ pub mod buffer;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod ipc;
 pub mod managed;
 pub mod pinned;
 pub mod pool;
@@ -41,9 +42,13 @@ pub use bytemuck;
 pub use device::Device;
 pub use error::{Error, Result};
 pub use event::Event;
+pub use ipc::{IpcListener, IpcStream, PeerCredentials, PeerPolicy};
 pub use managed::{Advice, AttachFlags, Location, ManagedBuffer, ManagedStatistics, RangeAttribute};
 pub use pinned::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer, PinnedPool, PinnedPoolStats};
-pub use pool::{AccessFlags, MemPool, PoolAttribute, PoolBacking, PoolBuffer, PoolProps, PoolStats};
+pub use pool::{
+    AccessFlags, ImportedBuffer, MemPool, PoolAttribute, PoolBacking, PoolBuffer, PoolProps, PoolStats,
+    PtrExportData,
+};
 pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use stream::{AsyncScope, FillElement, Stream};
 pub use vmm::{

@@ -513,6 +513,36 @@ pub trait Backend: Send + Sync + fmt::Debug {
         let _ = device;
         Err(not_supported(self.kind(), pool.device, "driver memory pools"))
     }
+
+    /// Exports a pool created with the POSIX descriptor handle type
+    /// (`cuMemPoolExportToShareableHandle`).
+    fn driver_pool_export_fd(&self, pool: RawPool) -> Result<std::os::fd::OwnedFd> {
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// Imports a pool another process exported (`cuMemPoolImportFromShareableHandle`).
+    fn driver_pool_import_fd(&self, fd: std::os::fd::BorrowedFd<'_>) -> Result<RawPool> {
+        let _ = fd;
+        Err(not_supported(self.kind(), 0, "driver memory pools"))
+    }
+
+    /// The 64 bytes of `cuMemPoolExportPointer`.
+    fn driver_pool_export_pointer(&self, ptr: DevicePtr) -> Result<[u8; 64]> {
+        let _ = ptr;
+        Err(not_supported(self.kind(), 0, "driver memory pools"))
+    }
+
+    /// `cuMemPoolImportPointer` into an imported pool.
+    fn driver_pool_import_pointer(&self, pool: RawPool, data: &[u8; 64]) -> Result<DevicePtr> {
+        let _ = data;
+        Err(not_supported(self.kind(), pool.device, "driver memory pools"))
+    }
+
+    /// The size of the driver allocation that starts at `ptr` (`cuMemGetAddressRange`).
+    fn driver_pointer_range(&self, ptr: DevicePtr) -> Result<u64> {
+        let _ = ptr;
+        Err(not_supported(self.kind(), 0, "driver memory pools"))
+    }
 }
 
 fn not_supported(kind: BackendKind, device: usize, what: &str) -> Error {

@@ -24,6 +24,8 @@ pub(crate) struct DriverPool {
     pub(crate) owned: bool,
     rt: Weak<RuntimeInner>,
     destroyed: AtomicBool,
+    /// Imported from another process (`cuMemPoolImportFromShareableHandle`): cannot allocate.
+    imported: AtomicBool,
 }
 
 impl std::fmt::Debug for DriverPool {
@@ -40,7 +42,36 @@ impl DriverPool {
         props: PoolProps,
         owned: bool,
     ) -> DriverPool {
-        DriverPool { id, raw, props, owned, rt: Arc::downgrade(rt), destroyed: AtomicBool::new(false) }
+        DriverPool {
+            id,
+            raw,
+            props,
+            owned,
+            rt: Arc::downgrade(rt),
+            destroyed: AtomicBool::new(false),
+            imported: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn mark_imported(&self) {
+        self.imported.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_imported(&self) -> bool {
+        self.imported.load(Ordering::Acquire)
+    }
+
+    /// Records a pointer imported into this pool (`cuMemPoolImportPointer`),
+    /// so that frees and copies know it.
+    pub(crate) fn register_import(&self, ptr: DevicePtr, size: u64) -> Result<()> {
+        let rt = self.runtime()?;
+        rt.allocations.insert(Allocation {
+            base: ptr,
+            size,
+            kind: MemoryKind::DriverPool(self.id),
+            device: self.raw.device,
+        });
+        Ok(())
     }
 
     fn runtime(&self) -> Result<Arc<RuntimeInner>> {
@@ -55,6 +86,9 @@ impl DriverPool {
     pub(crate) fn alloc(&self, size: u64, stream: RawStream) -> Result<DevicePtr> {
         if self.is_destroyed() {
             return Err(Error::InvalidValue(format!("memory pool {:#x} was destroyed", self.id)));
+        }
+        if self.is_imported() {
+            return Err(Error::InvalidValue("an imported memory pool cannot allocate".into()));
         }
         let rt = self.runtime()?;
         let ptr = rt.backend.driver_pool_alloc_async(self.raw, size, stream)?;

@@ -14,6 +14,7 @@
 
 pub(crate) mod core;
 pub(crate) mod driver_pool;
+pub(crate) mod ipc;
 pub mod placement;
 pub mod stream_cache;
 pub mod usage;
@@ -27,6 +28,8 @@ use bytemuck::Pod;
 
 use self::core::PoolCore;
 use self::driver_pool::DriverPool;
+use self::ipc::ImportedPool;
+pub use self::ipc::PtrExportData;
 use crate::backend::{DevicePtr, RawPool};
 use crate::error::{Error, Result};
 use crate::runtime::{Runtime, RuntimeInner};
@@ -183,6 +186,8 @@ pub(crate) enum PoolRef {
     Hipmem(Arc<PoolCore>),
     /// The driver's pool.
     Driver(Arc<DriverPool>),
+    /// A hipmem pool imported from another process.
+    Imported(Arc<ImportedPool>),
 }
 
 impl PoolRef {
@@ -190,6 +195,7 @@ impl PoolRef {
         match self {
             PoolRef::Hipmem(c) => c.id,
             PoolRef::Driver(d) => d.id,
+            PoolRef::Imported(i) => i.id,
         }
     }
 
@@ -197,6 +203,7 @@ impl PoolRef {
         match self {
             PoolRef::Hipmem(c) => c.device,
             PoolRef::Driver(d) => d.raw.device,
+            PoolRef::Imported(i) => i.device,
         }
     }
 
@@ -204,6 +211,7 @@ impl PoolRef {
         match self {
             PoolRef::Hipmem(c) => c.is_destroyed(),
             PoolRef::Driver(d) => d.is_destroyed(),
+            PoolRef::Imported(i) => i.is_destroyed(),
         }
     }
 
@@ -211,6 +219,7 @@ impl PoolRef {
         match (self, other) {
             (PoolRef::Hipmem(a), PoolRef::Hipmem(b)) => Arc::ptr_eq(a, b),
             (PoolRef::Driver(a), PoolRef::Driver(b)) => Arc::ptr_eq(a, b),
+            (PoolRef::Imported(a), PoolRef::Imported(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -220,6 +229,7 @@ impl PoolRef {
         match self {
             PoolRef::Hipmem(c) => c.alloc(size, &stream.pool_ref()),
             PoolRef::Driver(d) => d.alloc(size, stream.raw()),
+            PoolRef::Imported(_) => Err(imported_cannot_allocate()),
         }
     }
 
@@ -237,8 +247,17 @@ impl PoolRef {
                 }
             }
             PoolRef::Driver(d) => d.free(ptr, stream.raw()),
+            PoolRef::Imported(i) => {
+                // Unmapping waits for the work queued before it on the stream.
+                stream.synchronize()?;
+                i.free_pointer(ptr)
+            }
         }
     }
+}
+
+fn imported_cannot_allocate() -> Error {
+    Error::InvalidValue("an imported memory pool cannot allocate".into())
 }
 
 /// Destroys a created pool when its last handle goes.
@@ -296,16 +315,37 @@ fn check_props(rt: &Runtime, props: &PoolProps) -> Result<()> {
 
 impl MemPool {
     /// `hipMemPoolCreate`: a new hipmem pool on `props.device`.
+    ///
+    /// A pool created shareable (`handle_types` with
+    /// [`handle_type::POSIX_FILE_DESCRIPTOR`]) is always on virtual memory
+    /// (its chunks are exportable physical memory): NotSupported on a
+    /// backend without virtual memory.
     pub fn create(rt: &Runtime, props: PoolProps) -> Result<MemPool> {
         check_props(rt, &props)?;
-        let core = rt.inner.pools.create(&rt.inner, props, false, None);
+        let backing = shareable(&props).then_some(PoolBacking::VirtualMemory);
+        let core = rt.inner.pools.create(&rt.inner, props, false, backing);
+        if backing.is_some() && core.backing() != PoolBacking::VirtualMemory {
+            return Err(Error::NotSupported(format!(
+                "device {} has no virtual memory management: a shareable pool cannot be created",
+                props.device
+            )));
+        }
         Ok(MemPool::owned(rt, PoolRef::Hipmem(core)))
     }
 
     /// Like [`MemPool::create`], with the backing chosen (virtual memory falls
     /// back to segments where the backend has none).
+    /// A shareable pool needs virtual memory: with segments it is NotSupported.
     pub fn create_with_backing(rt: &Runtime, props: PoolProps, backing: PoolBacking) -> Result<MemPool> {
         check_props(rt, &props)?;
+        if shareable(&props) {
+            if backing == PoolBacking::Segments {
+                return Err(Error::NotSupported(
+                    "a shareable pool is backed by virtual memory, not segments".into(),
+                ));
+            }
+            return MemPool::create(rt, props);
+        }
         let core = rt.inner.pools.create(&rt.inner, props, false, Some(backing));
         Ok(MemPool::owned(rt, PoolRef::Hipmem(core)))
     }
@@ -315,6 +355,7 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.backing(),
             PoolRef::Driver(_) => PoolBacking::Segments,
+            PoolRef::Imported(_) => PoolBacking::VirtualMemory,
         }
     }
 
@@ -371,6 +412,7 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.props,
             PoolRef::Driver(d) => d.props,
+            PoolRef::Imported(i) => i.props,
         }
     }
 
@@ -379,6 +421,7 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.is_default,
             PoolRef::Driver(d) => !d.owned,
+            PoolRef::Imported(_) => false,
         }
     }
 
@@ -435,6 +478,11 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => Ok(c.get_attribute(attr)),
             PoolRef::Driver(d) => d.get_attribute(attr),
+            PoolRef::Imported(i) => Ok(match attr {
+                PoolAttribute::ReservedMemCurrent | PoolAttribute::ReservedMemHigh => i.mapped_bytes(),
+                PoolAttribute::UsedMemCurrent | PoolAttribute::UsedMemHigh => i.imported_bytes(),
+                _ => 0,
+            }),
         }
     }
 
@@ -444,6 +492,9 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.set_attribute(attr, value),
             PoolRef::Driver(d) => d.set_attribute(attr, value),
+            PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("the attributes of an imported pool belong to its exporter".into()))
+            }
         }
     }
 
@@ -452,6 +503,12 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.stats(),
             PoolRef::Driver(d) => d.stats().unwrap_or_default(),
+            PoolRef::Imported(i) => PoolStats {
+                reserved_current: i.mapped_bytes(),
+                reserved_high: i.mapped_bytes(),
+                used_current: i.imported_bytes(),
+                used_high: i.imported_bytes(),
+            },
         }
     }
 
@@ -466,6 +523,7 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.trim_to(keep),
             PoolRef::Driver(d) => d.trim_to(keep),
+            PoolRef::Imported(_) => Ok(()),
         }
     }
 
@@ -475,6 +533,7 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.set_access(device, flags),
             PoolRef::Driver(d) => d.set_access(device, flags),
+            PoolRef::Imported(i) => i.set_access(device, flags),
         }
     }
 
@@ -484,6 +543,7 @@ impl MemPool {
         match &self.pool {
             PoolRef::Hipmem(c) => c.access(device),
             PoolRef::Driver(d) => d.access(device),
+            PoolRef::Imported(i) => i.access(device),
         }
     }
 
@@ -491,7 +551,223 @@ impl MemPool {
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         match &self.pool {
             PoolRef::Hipmem(c) => c.check_invariants(),
-            PoolRef::Driver(_) => Ok(()),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => Ok(()),
+        }
+    }
+
+    // ---- interprocess sharing ---------------------------------------------------------
+
+    /// Whether this pool was imported from another process (it cannot allocate).
+    pub fn is_imported(&self) -> bool {
+        match &self.pool {
+            PoolRef::Imported(_) => true,
+            PoolRef::Driver(d) => d.is_imported(),
+            PoolRef::Hipmem(_) => false,
+        }
+    }
+
+    /// `hipMemPoolExportToShareableHandle`: a descriptor another process
+    /// imports the pool from ([`MemPool::import_shareable_handle`]; send it
+    /// with [`crate::ipc::IpcStream::send_pool`]). A handle type the pool was
+    /// not created with, None, or flags != 0 are InvalidValue.
+    pub fn export_shareable_handle(&self, handle_type: u32, flags: u32) -> Result<std::os::fd::OwnedFd> {
+        if flags != 0 {
+            return Err(Error::InvalidValue(format!(
+                "hipMemPoolExportToShareableHandle: flags must be 0, not {flags:#x}"
+            )));
+        }
+        if handle_type != handle_type::POSIX_FILE_DESCRIPTOR || self.props().handle_types & handle_type == 0 {
+            return Err(Error::InvalidValue(format!(
+                "hipMemPoolExportToShareableHandle: handle type {handle_type} was not requested when the pool was created (requested {:#x})",
+                self.props().handle_types
+            )));
+        }
+        if self.pool.is_destroyed() {
+            return Err(Error::InvalidValue("the pool was destroyed".into()));
+        }
+        match &self.pool {
+            PoolRef::Hipmem(core) => ipc::export_pool(core),
+            PoolRef::Driver(d) => self.rt.backend().driver_pool_export_fd(d.raw),
+            PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("an imported pool cannot be exported again".into()))
+            }
+        }
+    }
+
+    /// `hipMemPoolImportFromShareableHandle`: the pool another process
+    /// exported to `fd` (the caller keeps `fd`). Handle type other than
+    /// POSIX file descriptor or flags != 0 → InvalidValue; a descriptor that
+    /// is not an exported pool → InvalidValue.
+    pub fn import_shareable_handle(
+        rt: &Runtime,
+        fd: std::os::fd::BorrowedFd<'_>,
+        handle_type: u32,
+        flags: u32,
+    ) -> Result<MemPool> {
+        if flags != 0 {
+            return Err(Error::InvalidValue(format!(
+                "hipMemPoolImportFromShareableHandle: flags must be 0, not {flags:#x}"
+            )));
+        }
+        if handle_type != handle_type::POSIX_FILE_DESCRIPTOR {
+            return Err(Error::InvalidValue(format!(
+                "hipMemPoolImportFromShareableHandle: handle type {handle_type} is not a POSIX file descriptor (1)"
+            )));
+        }
+        let st = rustix::fs::fstat(fd).map_err(|e| {
+            Error::InvalidValue(format!("the shareable handle is not an open descriptor: {e}"))
+        })?;
+        let is_socket = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket;
+        let pool = if is_socket {
+            let imported = Arc::new(ImportedPool::import(rt, next_pool_id(), fd)?);
+            rt.inner.pools.add_imported(&imported);
+            PoolRef::Imported(imported)
+        } else {
+            // Not hipmem's: the driver's own pool kind, where the backend has it.
+            let raw = rt.backend().driver_pool_import_fd(fd).map_err(|e| match e {
+                Error::NotSupported(m) => {
+                    Error::InvalidValue(format!("the descriptor is not an exported memory pool ({m})"))
+                }
+                other => other,
+            })?;
+            let props = PoolProps {
+                device: raw.device,
+                handle_types: handle_type::POSIX_FILE_DESCRIPTOR,
+                max_size: 0,
+            };
+            let pool = rt.inner.pools.add_driver(&rt.inner, raw, props, true);
+            pool.mark_imported();
+            PoolRef::Driver(pool)
+        };
+        Ok(MemPool::owned(rt, pool))
+    }
+
+    /// `hipMemPoolImportPointer`: the address in this process of the pointer
+    /// that `data` exports; this pool must be the import of the pool it came
+    /// from. Garbage, data of another pool, or a pool that was not imported
+    /// → InvalidValue. Free it with [`MemPool::free_imported`],
+    /// `hipFree`/`hipFreeAsync` ([`Runtime::free`], [`Runtime::free_async`]):
+    /// that unmaps it here, never frees the exporter's memory.
+    pub fn import_pointer_raw(&self, data: &PtrExportData) -> Result<DevicePtr> {
+        Ok(self.import_pointer_sized(data)?.0)
+    }
+
+    fn import_pointer_sized(&self, data: &PtrExportData) -> Result<(DevicePtr, u64)> {
+        match &self.pool {
+            PoolRef::Imported(i) => i.import_pointer(data),
+            PoolRef::Driver(d) if d.is_imported() => {
+                if ipc::is_hipmem_ptr_data(data) {
+                    return Err(Error::InvalidValue(
+                        "the data exports a pointer of a hipmem pool, not of a driver pool".into(),
+                    ));
+                }
+                let ptr = self.rt.backend().driver_pool_import_pointer(d.raw, &data.reserved)?;
+                let size = self.rt.backend().driver_pointer_range(ptr).unwrap_or(0);
+                d.register_import(ptr, size)?;
+                Ok((ptr, size))
+            }
+            _ => Err(Error::InvalidValue(
+                "hipMemPoolImportPointer needs a pool imported with hipMemPoolImportFromShareableHandle"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Imports a pointer as a typed buffer of `len` elements at most (the
+    /// length the exporter gave, when it exported a [`PoolBuffer`]); dropping
+    /// it frees the import (unmaps it here).
+    pub fn import_pointer<T: Pod>(&self, data: &PtrExportData) -> Result<ImportedBuffer<T>> {
+        let (ptr, bytes) = self.import_pointer_sized(data)?;
+        let len = (bytes / std::mem::size_of::<T>().max(1) as u64) as usize;
+        Ok(ImportedBuffer { pool: self.clone(), ptr, len, _t: PhantomData })
+    }
+
+    /// Frees a pointer imported into this pool (this process's mapping only).
+    pub fn free_imported(&self, ptr: DevicePtr) -> Result<()> {
+        match &self.pool {
+            PoolRef::Imported(i) => i.free_pointer(ptr),
+            PoolRef::Driver(d) if d.is_imported() => {
+                self.rt.device_synchronize(d.raw.device)?;
+                d.free(ptr, crate::backend::RawStream::null(d.raw.device))?;
+                self.rt.device_synchronize(d.raw.device)
+            }
+            _ => Err(Error::InvalidValue("the pool is not an imported pool".into())),
+        }
+    }
+
+    /// `hipMemPoolExportPointer` of a pointer of this pool.
+    pub fn export_pointer(&self, ptr: DevicePtr) -> Result<PtrExportData> {
+        let data = self.rt.mem_pool_export_pointer(ptr)?;
+        let ours = match (&self.pool, self.rt.inner.allocations.find(ptr.0).map(|a| a.kind)) {
+            (PoolRef::Hipmem(c), Some(crate::runtime::MemoryKind::PoolSegment(id))) => c.id == id,
+            (PoolRef::Driver(d), Some(crate::runtime::MemoryKind::DriverPool(id))) => d.id == id,
+            _ => false,
+        };
+        if !ours {
+            return Err(Error::InvalidValue(format!("{ptr} is not an allocation of this pool")));
+        }
+        Ok(data)
+    }
+}
+
+fn shareable(props: &PoolProps) -> bool {
+    props.handle_types & handle_type::POSIX_FILE_DESCRIPTOR != 0
+}
+
+/// A pointer imported from another process's pool, typed: `len` elements of
+/// `T`. Dropping it unmaps it in this process (the exporter's memory is
+/// untouched); the imported pool stays alive while it exists.
+pub struct ImportedBuffer<T: Pod> {
+    pool: MemPool,
+    ptr: DevicePtr,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: Pod> std::fmt::Debug for ImportedBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportedBuffer").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl<T: Pod> ImportedBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there is no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address in this process.
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// The imported pool it belongs to.
+    pub fn pool(&self) -> &MemPool {
+        &self.pool
+    }
+}
+
+impl<T: Pod> crate::buffer::DeviceSlice<T> for ImportedBuffer<T> {
+    fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn runtime(&self) -> &Runtime {
+        &self.pool.rt
+    }
+}
+
+impl<T: Pod> Drop for ImportedBuffer<T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.pool.free_imported(self.ptr) {
+            self.pool.rt.record_drop_error("freeing an ImportedBuffer", e);
         }
     }
 }
@@ -536,6 +812,24 @@ impl<T: Pod> PoolBuffer<T> {
     /// The stream the buffer is freed on.
     pub fn stream(&self) -> &Stream {
         &self.stream
+    }
+
+    /// `hipMemPoolExportPointer`: 64 bytes another process imports into its
+    /// import of this buffer's pool ([`MemPool::import_pointer`]); the pool
+    /// must have been created shareable. The data carries the buffer's length.
+    pub fn export_pointer(&self) -> Result<PtrExportData> {
+        match &self.pool {
+            PoolRef::Hipmem(core) => {
+                let (offset, size) = core.ipc_block(self.ptr)?;
+                Ok(ipc::encode_ptr(ipc::PtrInfo {
+                    uid: core.ipc_uid(),
+                    offset,
+                    size,
+                    len: self.size_bytes(),
+                }))
+            }
+            _ => self.stream.runtime().mem_pool_export_pointer(self.ptr),
+        }
     }
 
     /// Frees the buffer in the order of `stream` instead of its own.
@@ -587,6 +881,7 @@ pub(crate) struct PoolTable {
     drivers: Mutex<HashMap<u64, Arc<DriverPool>>>,
     defaults: Mutex<HashMap<usize, Arc<PoolCore>>>,
     driver_defaults: Mutex<HashMap<usize, Arc<DriverPool>>>,
+    imported: Mutex<HashMap<u64, Weak<ImportedPool>>>,
     current: Mutex<HashMap<usize, CurrentPool>>,
     current_ids: Vec<AtomicU64>,
 }
@@ -639,6 +934,18 @@ impl PoolTable {
         Ok(pool)
     }
 
+    fn add_imported(&self, pool: &Arc<ImportedPool>) {
+        let mut imported = self.imported.lock().unwrap_or_else(|p| p.into_inner());
+        imported.retain(|_, w| w.strong_count() > 0);
+        imported.insert(pool.id, Arc::downgrade(pool));
+    }
+
+    /// The imported pool whose reservation holds `ptr`.
+    pub(crate) fn imported_containing(&self, ptr: DevicePtr) -> Option<Arc<ImportedPool>> {
+        let imported = self.imported.lock().unwrap_or_else(|p| p.into_inner());
+        imported.values().filter_map(Weak::upgrade).find(|p| p.contains(ptr))
+    }
+
     /// A driver pool by id.
     pub(crate) fn get_driver(&self, id: u64) -> Option<Arc<DriverPool>> {
         self.drivers.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
@@ -684,6 +991,7 @@ impl PoolTable {
                 core.destroy();
                 stream_cache::forget_pool(core.id);
             }
+            PoolRef::Imported(i) => i.destroy(),
             PoolRef::Driver(d) => {
                 if !d.owned {
                     return;
@@ -780,6 +1088,33 @@ impl Runtime {
         self.inner.pools.default_pool(&self.inner, device).alloc(size, &stream.pool_ref())
     }
 
+    /// `hipMemPoolExportPointer`: the export data of a pointer of a shareable
+    /// pool (the start of a live allocation). Anything else is InvalidValue.
+    pub fn mem_pool_export_pointer(&self, ptr: DevicePtr) -> Result<PtrExportData> {
+        if ptr.is_null() {
+            return Err(Error::InvalidValue("hipMemPoolExportPointer of a null pointer".into()));
+        }
+        match self.allocations().find(ptr.0).map(|a| a.kind) {
+            Some(crate::runtime::MemoryKind::PoolSegment(id)) => {
+                let core = self.inner.pools.get(id).ok_or_else(|| {
+                    Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
+                })?;
+                let (offset, size) = core.ipc_block(ptr)?;
+                Ok(ipc::encode_ptr(ipc::PtrInfo { uid: core.ipc_uid(), offset, size, len: size }))
+            }
+            Some(crate::runtime::MemoryKind::DriverPool(_)) => {
+                Ok(PtrExportData { reserved: self.backend().driver_pool_export_pointer(ptr)? })
+            }
+            _ => Err(Error::InvalidValue(format!("{ptr} is not an allocation of a memory pool"))),
+        }
+    }
+
+    /// Frees `ptr` if it was imported into an imported pool (Some), else None.
+    pub(crate) fn free_if_imported(&self, ptr: DevicePtr) -> Option<Result<()>> {
+        let pool = self.inner.pools.imported_containing(ptr)?;
+        Some(pool.free_pointer(ptr))
+    }
+
     /// `hipFreeAsync`: frees pool memory in `stream`'s order. A pointer from
     /// `hipMalloc` is accepted and freed at once (synchronously); null, an
     /// unknown pointer or a double free is InvalidValue.
@@ -788,6 +1123,14 @@ impl Runtime {
             return Err(Error::InvalidValue("hipFreeAsync of a null pointer".into()));
         }
         self.check_own_stream(stream)?;
+        if let Some(a) = self.allocations().find(ptr.0) {
+            if a.kind == crate::runtime::MemoryKind::VmmMapping {
+                stream.synchronize()?;
+                if let Some(r) = self.free_if_imported(ptr) {
+                    return r;
+                }
+            }
+        }
         // Fast path: the slot this thread used last on this stream; only
         // that stream's own lock is taken.
         let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {

@@ -447,6 +447,11 @@ impl Runtime {
                     return self.device_synchronize(a.device);
                 }
                 MemoryKind::Managed { .. } if a.base == ptr => return self.free_managed(ptr),
+                MemoryKind::VmmMapping => {
+                    if let Some(r) = self.free_if_imported(ptr) {
+                        return r;
+                    }
+                }
                 _ => {}
             }
         }

@@ -88,6 +88,28 @@ impl PhysicalAllocation {
         self.inner.rt.allocation_properties(self.inner.handle)
     }
 
+    /// Imports a physical allocation another process exported
+    /// (`hipMemImportFromShareableHandle`; the caller keeps `fd`). Dropping
+    /// it releases this process's reference only.
+    pub fn import_fd(rt: &Runtime, fd: std::os::fd::BorrowedFd<'_>) -> Result<PhysicalAllocation> {
+        let handle = rt.import_shareable_handle(fd, super::HANDLE_TYPE_POSIX_FD)?;
+        let props = match rt.allocation_properties(handle) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = rt.mem_release(handle);
+                return Err(e);
+            }
+        };
+        let size = rt
+            .backend()
+            .virtual_memory()
+            .and_then(|vm| vm.allocation_properties(handle).ok())
+            .map(|p| p.size)
+            .unwrap_or(0);
+        let device = props.location.id.max(0) as usize;
+        Ok(PhysicalAllocation { inner: Arc::new(PhysicalInner { rt: rt.clone(), handle, device, size }) })
+    }
+
     /// Exports it as a POSIX file descriptor (it must have been created
     /// with that handle type requested).
     pub fn export_fd(&self) -> Result<std::os::fd::OwnedFd> {

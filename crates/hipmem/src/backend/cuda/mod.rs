@@ -25,6 +25,7 @@
 pub mod driver;
 mod managed;
 mod page_locked;
+mod pool_ipc;
 pub mod result;
 mod virtual_memory;
 
@@ -1101,6 +1102,81 @@ impl Backend for CudaBackend {
         let r = unsafe { (self.driver.cuMemPoolGetAccess)(&mut flags, p, &mut location) };
         self.check(r, || format!("cuMemPoolGetAccess(pool {:#x}, device {device})", pool.handle))?;
         Ok(flags)
+    }
+
+    fn driver_pool_export_fd(&self, pool: RawPool) -> Result<std::os::fd::OwnedFd> {
+        let e = pool_ipc::entries()?;
+        let p = self.driver_pool(pool)?;
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: a live pool; for the POSIX descriptor type the out-pointer is an int.
+        let r = unsafe {
+            (e.export_pool)((&mut fd as *mut std::ffi::c_int).cast(), p, pool_ipc::HANDLE_TYPE_POSIX_FD, 0)
+        };
+        self.check(r, || format!("cuMemPoolExportToShareableHandle(pool {:#x})", pool.handle))?;
+        if fd < 0 {
+            return Err(Error::Unknown("cuMemPoolExportToShareableHandle gave no descriptor".into()));
+        }
+        // SAFETY: the driver just created this descriptor for the caller, who owns it.
+        Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
+    fn driver_pool_import_fd(&self, fd: std::os::fd::BorrowedFd<'_>) -> Result<RawPool> {
+        let e = pool_ipc::entries()?;
+        self.bound(0)?;
+        let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        // SAFETY: valid out-pointer; for the POSIX descriptor type the handle
+        // argument is the descriptor's value, which the caller keeps open.
+        let r = unsafe {
+            (e.import_pool)(
+                &mut pool,
+                raw as isize as *mut std::ffi::c_void,
+                pool_ipc::HANDLE_TYPE_POSIX_FD,
+                0,
+            )
+        };
+        self.check(r, || "cuMemPoolImportFromShareableHandle".to_string())?;
+        lock(&self.driver_pools).insert(pool as u64);
+        // The pool's device is the one with read-write access to it.
+        let mut device = 0;
+        for d in 0..self.devices.len() {
+            if self.driver_pool_get_access(RawPool { device: d, handle: pool as u64 }, d).ok() == Some(3) {
+                device = d;
+                break;
+            }
+        }
+        Ok(RawPool { device, handle: pool as u64 })
+    }
+
+    fn driver_pool_export_pointer(&self, ptr: DevicePtr) -> Result<[u8; 64]> {
+        let e = pool_ipc::entries()?;
+        self.bound(0)?;
+        let mut data = pool_ipc::CUmemPoolPtrExportData { reserved: [0; 64] };
+        // SAFETY: valid out-pointer; the driver validates the pointer.
+        let r = unsafe { (e.export_pointer)(&mut data, ptr.0) };
+        self.check(r, || format!("cuMemPoolExportPointer({ptr})"))?;
+        Ok(data.reserved)
+    }
+
+    fn driver_pool_import_pointer(&self, pool: RawPool, data: &[u8; 64]) -> Result<DevicePtr> {
+        let e = pool_ipc::entries()?;
+        let p = self.driver_pool(pool)?;
+        let mut share = pool_ipc::CUmemPoolPtrExportData { reserved: *data };
+        let mut ptr: driver::CUdeviceptr = 0;
+        // SAFETY: valid pointers and a live (imported) pool; the driver validates the data.
+        let r = unsafe { (e.import_pointer)(&mut ptr, p, &mut share) };
+        self.check(r, || format!("cuMemPoolImportPointer(pool {:#x})", pool.handle))?;
+        Ok(DevicePtr(ptr))
+    }
+
+    fn driver_pointer_range(&self, ptr: DevicePtr) -> Result<u64> {
+        let e = pool_ipc::entries()?;
+        self.bound(0)?;
+        let (mut base, mut size): (driver::CUdeviceptr, usize) = (0, 0);
+        // SAFETY: valid out-pointers; the driver validates the pointer.
+        let r = unsafe { (e.address_range)(&mut base, &mut size, ptr.0) };
+        self.check(r, || format!("cuMemGetAddressRange({ptr})"))?;
+        Ok((base + size as u64).saturating_sub(ptr.0))
     }
 }
 

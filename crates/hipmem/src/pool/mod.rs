@@ -624,11 +624,15 @@ impl MemPool {
             PoolRef::Imported(imported)
         } else {
             // Not hipmem's: the driver's own pool kind, where the backend has it.
+            // The driver answers a descriptor that is no exported pool with
+            // whatever code it likes (CUDA_ERROR_UNKNOWN for /dev/null): the
+            // contract says InvalidValue.
             let raw = rt.backend().driver_pool_import_fd(fd).map_err(|e| match e {
-                Error::NotSupported(m) => {
-                    Error::InvalidValue(format!("the descriptor is not an exported memory pool ({m})"))
-                }
-                other => other,
+                Error::OutOfMemory(_) | Error::NotInitialized(_) => e,
+                other => Error::InvalidValue(format!(
+                    "the descriptor is not an exported memory pool ({})",
+                    other.message()
+                )),
             })?;
             let props = PoolProps {
                 device: raw.device,
@@ -661,7 +665,15 @@ impl MemPool {
                         "the data exports a pointer of a hipmem pool, not of a driver pool".into(),
                     ));
                 }
-                let ptr = self.rt.backend().driver_pool_import_pointer(d.raw, &data.reserved)?;
+                let ptr = self.rt.backend().driver_pool_import_pointer(d.raw, &data.reserved).map_err(
+                    |e| match e {
+                        Error::OutOfMemory(_) | Error::NotInitialized(_) => e,
+                        other => Error::InvalidValue(format!(
+                            "the data is not a pointer exported from this pool ({})",
+                            other.message()
+                        )),
+                    },
+                )?;
                 let size = self.rt.backend().driver_pointer_range(ptr).unwrap_or(0);
                 d.register_import(ptr, size)?;
                 Ok((ptr, size))

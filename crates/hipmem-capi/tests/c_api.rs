@@ -356,6 +356,156 @@ unsafe fn range_attr(attribute: hipMemRangeAttribute, ptr: *const c_void, count:
 }
 
 #[test]
+fn pool_ipc() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    init();
+    unsafe {
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        let mut plain: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolCreate(&mut plain, &pool_props(0)), hipSuccess);
+        let mut pool: hipMemPool_t = null_mut();
+        let props = hipMemPoolProps { handleTypes: hipMemHandleTypePosixFileDescriptor, ..pool_props(0) };
+        assert_eq!(hipMemPoolCreate(&mut pool, &props), hipSuccess);
+
+        // hipMemPoolExportToShareableHandle
+        let mut fd: i32 = -1;
+        let fdp: *mut c_void = (&mut fd as *mut i32).cast();
+        let posix = hipMemHandleTypePosixFileDescriptor;
+        assert_eq!(hipMemPoolExportToShareableHandle(null_mut(), pool, posix, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolExportToShareableHandle(fdp, null_mut(), posix, 0), hipErrorInvalidValue);
+        assert_eq!(
+            hipMemPoolExportToShareableHandle(fdp, plain, posix, 0),
+            hipErrorInvalidValue,
+            "a pool not created for descriptors"
+        );
+        assert_eq!(
+            hipMemPoolExportToShareableHandle(fdp, pool, hipMemHandleTypeNone, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemPoolExportToShareableHandle(fdp, pool, hipMemHandleTypeWin32, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(hipMemPoolExportToShareableHandle(fdp, pool, posix, 1), hipErrorInvalidValue);
+        assert_eq!(fd, -1, "nothing written on failure");
+        assert_eq!(hipMemPoolExportToShareableHandle(fdp, pool, posix, 0), hipSuccess);
+        assert!(fd >= 0);
+        let exported = OwnedFd::from_raw_fd(fd);
+
+        // A pointer of the pool, filled.
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 4096, pool, s), hipSuccess);
+        assert_eq!(hipMemsetAsync(p, 0x5a, 4096, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+
+        // hipMemPoolExportPointer
+        let mut data = hipMemPoolPtrExportData { reserved: [0; 64] };
+        assert_eq!(hipMemPoolExportPointer(null_mut(), p), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolExportPointer(&mut data, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolExportPointer(&mut data, p.add(256)), hipErrorInvalidValue, "interior pointer");
+        let mut m: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut m, 4096), hipSuccess);
+        assert_eq!(hipMemPoolExportPointer(&mut data, m), hipErrorInvalidValue, "hipMalloc memory");
+        let mut q: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut q, 4096, plain, s), hipSuccess);
+        assert_eq!(hipMemPoolExportPointer(&mut data, q), hipErrorInvalidValue, "a pool not shareable");
+        assert_eq!(hipMemPoolExportPointer(&mut data, p), hipSuccess);
+        assert_ne!(data.reserved, [0; 64]);
+
+        // hipMemPoolImportFromShareableHandle (the fd value cast to void*)
+        let os = fd as usize as *mut c_void;
+        let mut imp: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolImportFromShareableHandle(null_mut(), os, posix, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolImportFromShareableHandle(&mut imp, os, posix, 1), hipErrorInvalidValue);
+        assert_eq!(
+            hipMemPoolImportFromShareableHandle(&mut imp, os, hipMemHandleTypeNone, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemPoolImportFromShareableHandle(&mut imp, usize::MAX as *mut c_void, posix, 0),
+            hipErrorInvalidValue,
+            "not a descriptor"
+        );
+        let dev_null = std::fs::File::open("/dev/null").unwrap();
+        assert_eq!(
+            hipMemPoolImportFromShareableHandle(
+                &mut imp,
+                dev_null.as_raw_fd() as usize as *mut c_void,
+                posix,
+                0
+            ),
+            hipErrorInvalidValue,
+            "a descriptor that is not an exported pool"
+        );
+        assert!(imp.is_null());
+        assert_eq!(hipMemPoolImportFromShareableHandle(&mut imp, os, posix, 0), hipSuccess);
+        assert!(!imp.is_null());
+        assert_ne!(imp, pool);
+        let mut r: *mut c_void = null_mut();
+        assert_eq!(
+            hipMallocFromPoolAsync(&mut r, 64, imp, s),
+            hipErrorInvalidValue,
+            "imported: cannot allocate"
+        );
+
+        // hipMemPoolImportPointer
+        let mut ip: *mut c_void = null_mut();
+        assert_eq!(hipMemPoolImportPointer(null_mut(), imp, &mut data), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolImportPointer(&mut ip, null_mut(), &mut data), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, null_mut()), hipErrorInvalidValue);
+        let mut garbage = hipMemPoolPtrExportData { reserved: [0; 64] };
+        for (i, b) in garbage.reserved.iter_mut().enumerate() {
+            *b = (i * 37 + 11) as u8;
+        }
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut garbage), hipErrorInvalidValue, "garbage");
+        let mut zeroed = hipMemPoolPtrExportData { reserved: [0; 64] };
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut zeroed), hipErrorInvalidValue, "zeroes");
+        let mut corrupted = data;
+        corrupted.reserved[30] ^= 1;
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut corrupted), hipErrorInvalidValue, "checksum");
+        assert_eq!(
+            hipMemPoolImportPointer(&mut ip, pool, &mut data),
+            hipErrorInvalidValue,
+            "into a pool that is not an import"
+        );
+        assert!(ip.is_null());
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipSuccess);
+        assert!(!ip.is_null());
+        // The same memory: the exporter's bytes are seen, the importer's writes are seen back.
+        let mut back = vec![0u8; 4096];
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), ip, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x5a));
+        assert_eq!(hipMemset(ip, 0x3c, 4096), hipSuccess);
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x3c));
+        // hipFree of an imported pointer unmaps it here only; hipFreeAsync too.
+        assert_eq!(hipFree(ip), hipSuccess);
+        assert_eq!(hipFree(ip), hipErrorInvalidValue, "double free");
+        ip = null_mut();
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipSuccess);
+        assert_eq!(hipFreeAsync(ip, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x3c), "the exporter's memory survives the importer's frees");
+
+        // A destroyed imported pool is a bad handle.
+        assert_eq!(hipMemPoolDestroy(imp), hipSuccess);
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolDestroy(imp), hipErrorInvalidValue);
+        drop(exported);
+
+        assert_eq!(hipFreeAsync(p, s), hipSuccess);
+        assert_eq!(hipFreeAsync(q, s), hipSuccess);
+        assert_eq!(hipFree(m), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(plain), hipSuccess);
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+    }
+}
+
+#[test]
 fn managed_memory() {
     init();
     const SIZE: usize = 1 << 20;

@@ -1,6 +1,7 @@
 //! Every exported function, once with good input and once with each bad input
 //! that hip-memory-api.md lists, checking the exact hipError_t (through the
 //! Rust rlib of libhipmem). Runs on the host backend unless HIPMEM_BACKEND is set.
+//! Pool IPC is tested in one process and, in `pool_ipc_with_a_child`, across two.
 #![allow(clippy::missing_safety_doc, unused_assignments, non_snake_case)]
 
 use std::ffi::{CStr, c_void};
@@ -503,6 +504,79 @@ fn pool_ipc() {
         assert_eq!(hipMemPoolDestroy(plain), hipSuccess);
         assert_eq!(hipStreamDestroy(s), hipSuccess);
     }
+}
+
+/// The pool IPC exports between two processes: this test binary runs itself
+/// again as the importer (`HIPMEM_CAPI_IPC_SOCKET` set), and the two talk
+/// through `hipmem_rs::ipc` (the descriptor travels as SCM_RIGHTS).
+#[test]
+fn pool_ipc_with_a_child() {
+    use hipmem_rs::{IpcListener, IpcStream};
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+    use std::time::Duration;
+    const SOCKET: &str = "HIPMEM_CAPI_IPC_SOCKET";
+    init();
+    let posix = hipMemHandleTypePosixFileDescriptor;
+    if let Ok(path) = std::env::var(SOCKET) {
+        let c = IpcStream::connect(&path).expect("connect to the parent");
+        c.set_recv_timeout(Some(Duration::from_secs(120))).unwrap();
+        let (bytes, fds) = c.recv().expect("the pool and the pointer");
+        assert_eq!((bytes.len(), fds.len()), (64, 1));
+        let mut data = hipMemPoolPtrExportData { reserved: bytes.try_into().unwrap() };
+        unsafe {
+            let mut imp: hipMemPool_t = null_mut();
+            let os = fds[0].as_raw_fd() as usize as *mut c_void;
+            assert_eq!(hipMemPoolImportFromShareableHandle(&mut imp, os, posix, 0), hipSuccess);
+            let mut r: *mut c_void = null_mut();
+            assert_eq!(hipMallocFromPoolAsync(&mut r, 64, imp, null_mut()), hipErrorInvalidValue);
+            let mut ip: *mut c_void = null_mut();
+            assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipSuccess);
+            let mut back = vec![0u8; 4096];
+            assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), ip, 4096, hipMemcpyDeviceToHost), hipSuccess);
+            assert!(back.iter().all(|&b| b == 0x5a), "the parent's bytes");
+            assert_eq!(hipMemset(ip, 0x3c, 4096), hipSuccess);
+            assert_eq!(hipFree(ip), hipSuccess);
+            assert_eq!(hipMemPoolDestroy(imp), hipSuccess);
+        }
+        c.send_value(1).unwrap();
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("hipmem-capi-ipc-{}.sock", std::process::id()));
+    let listener = IpcListener::bind(&path).unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["pool_ipc_with_a_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(SOCKET, &path)
+        .spawn()
+        .expect("start the importing child");
+    unsafe {
+        let mut pool: hipMemPool_t = null_mut();
+        let props = hipMemPoolProps { handleTypes: posix, ..pool_props(0) };
+        assert_eq!(hipMemPoolCreate(&mut pool, &props), hipSuccess);
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 4096, pool, null_mut()), hipSuccess);
+        assert_eq!(hipMemset(p, 0x5a, 4096), hipSuccess);
+        let mut fd: i32 = -1;
+        assert_eq!(
+            hipMemPoolExportToShareableHandle((&mut fd as *mut i32).cast(), pool, posix, 0),
+            hipSuccess
+        );
+        let exported = OwnedFd::from_raw_fd(fd);
+        let mut data = hipMemPoolPtrExportData { reserved: [0; 64] };
+        assert_eq!(hipMemPoolExportPointer(&mut data, p), hipSuccess);
+        let s = listener.accept().expect("the child connects");
+        s.set_recv_timeout(Some(Duration::from_secs(120))).unwrap();
+        s.send(&data.reserved, &[exported.as_fd()]).unwrap();
+        assert_eq!(s.recv_value().unwrap(), 1);
+        let status = { child }.wait().unwrap();
+        assert!(status.success(), "the importing child failed: {status}");
+        drop(exported);
+        let mut back = vec![0u8; 4096];
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x3c), "the child's write");
+        assert_eq!(hipFree(p), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+    }
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

@@ -1,8 +1,6 @@
 /* hip/hip_runtime_api.h for libhipmem: exactly the functions libhipmem
  * exports, with HIP's types, enum values and struct layouts (ROCm's, which
- * differ from CUDA's). Not declared yet: pool IPC (hipMemPoolExportPointer,
- * hipMemPoolImportPointer, hipMemPoolExportToShareableHandle,
- * hipMemPoolImportFromShareableHandle). */
+ * differ from CUDA's). */
 #ifndef HIPMEM_HIP_RUNTIME_API_H
 #define HIPMEM_HIP_RUNTIME_API_H
 
@@ -285,6 +283,15 @@ hipError_t hipDeviceSetMemPool(int device, hipMemPool_t mem_pool);
 hipError_t hipDeviceGetMemPool(hipMemPool_t* mem_pool, int device);
 hipError_t hipMemPoolSetAccess(hipMemPool_t mem_pool, const hipMemAccessDesc* desc_list, size_t count);
 hipError_t hipMemPoolGetAccess(hipMemAccessFlags* flags, hipMemPool_t mem_pool, hipMemLocation* location);
+/* Pool IPC. POSIX descriptors: export writes an int to *shared_handle; import takes
+ * (void*)(uintptr_t)fd. An imported pool cannot allocate; hipFree/hipFreeAsync of an
+ * imported pointer unmaps it in this process only. */
+hipError_t hipMemPoolExportToShareableHandle(void* shared_handle, hipMemPool_t mem_pool,
+                                             hipMemAllocationHandleType handle_type, unsigned int flags);
+hipError_t hipMemPoolImportFromShareableHandle(hipMemPool_t* mem_pool, void* shared_handle,
+                                               hipMemAllocationHandleType handle_type, unsigned int flags);
+hipError_t hipMemPoolExportPointer(hipMemPoolPtrExportData* export_data, void* dev_ptr);
+hipError_t hipMemPoolImportPointer(void** dev_ptr, hipMemPool_t mem_pool, hipMemPoolPtrExportData* export_data);
 
 /* ---- virtual memory management ------------------------------------------ */
 hipError_t hipMemGetAllocationGranularity(size_t* granularity, const hipMemAllocationProp* prop,

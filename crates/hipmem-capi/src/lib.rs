@@ -14,8 +14,8 @@
 //!
 //! The exports are grouped as `hip-memory-api.md` groups them:
 //! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
-//! [`runtime_api`] (devices, streams, events, errors). Pool IPC is not
-//! exported yet.
+//! [`runtime_api`] (devices, streams, events, errors); pool IPC is in
+//! [`pools`].
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
 
 pub mod explicit;

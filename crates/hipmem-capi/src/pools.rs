@@ -1,9 +1,11 @@
-//! Stream-ordered allocation and memory pools. (The IPC functions,
-//! hipMemPoolExport*/Import*, are not exported yet.)
+//! Stream-ordered allocation, memory pools, and pool IPC
+//! (hipMemPoolExport*/Import*).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
-use hipmem_rs::{AccessFlags, DevicePtr, Error, MemPool, PoolAttribute, PoolProps, Result, Runtime};
+use hipmem_rs::{
+    AccessFlags, DevicePtr, Error, MemPool, PoolAttribute, PoolProps, PtrExportData, Result, Runtime,
+};
 
 use crate::types::*;
 use crate::{call, device_ordinal, handles, non_null, rt};
@@ -265,6 +267,107 @@ pub unsafe extern "C" fn hipMemPoolGetAccess(
         let access = pool.access(device)?;
         // SAFETY: non-null; points to a writable hipMemAccessFlags (HIP's contract).
         unsafe { *flags = access.raw() as hipMemAccessFlags };
+        Ok(())
+    })
+}
+
+// ---- interprocess sharing ---------------------------------------------------------------
+
+/// `hipMemPoolExportToShareableHandle`: for `hipMemHandleTypePosixFileDescriptor`,
+/// writes a new file descriptor (an `int`) to `*shared_handle`; the caller
+/// owns and closes it (or sends it to another process). A handle type the
+/// pool was not created with, None, or flags != 0 → InvalidValue.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolExportToShareableHandle(
+    shared_handle: *mut c_void,
+    mem_pool: hipMemPool_t,
+    handle_type: hipMemAllocationHandleType,
+    flags: c_uint,
+) -> hipError_t {
+    call(|| {
+        use std::os::fd::IntoRawFd;
+        non_null(shared_handle, "hipMemPoolExportToShareableHandle: shared_handle")?;
+        let pool = handles::pool(mem_pool)?;
+        let handle_type = u32::try_from(handle_type).map_err(|_| {
+            Error::InvalidValue(format!("{handle_type} is not a hipMemAllocationHandleType value"))
+        })?;
+        let fd = pool.export_shareable_handle(handle_type, flags)?;
+        // SAFETY: non-null; for POSIX descriptors HIP's contract is a writable `int`.
+        unsafe { (shared_handle as *mut c_int).write_unaligned(fd.into_raw_fd()) };
+        Ok(())
+    })
+}
+
+/// `hipMemPoolImportFromShareableHandle`: for
+/// `hipMemHandleTypePosixFileDescriptor`, `shared_handle` is the descriptor
+/// itself cast to a pointer (`(void*)(uintptr_t)fd`, CUDA's convention, as
+/// `hipMemImportFromShareableHandle` takes it); it stays the caller's. The
+/// imported pool cannot allocate; destroy it with `hipMemPoolDestroy`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolImportFromShareableHandle(
+    mem_pool: *mut hipMemPool_t,
+    shared_handle: *mut c_void,
+    handle_type: hipMemAllocationHandleType,
+    flags: c_uint,
+) -> hipError_t {
+    call(|| {
+        use std::os::fd::BorrowedFd;
+        non_null(mem_pool, "hipMemPoolImportFromShareableHandle: mem_pool")?;
+        let handle_type = u32::try_from(handle_type).map_err(|_| {
+            Error::InvalidValue(format!("{handle_type} is not a hipMemAllocationHandleType value"))
+        })?;
+        let fd = c_int::try_from(shared_handle as usize)
+            .ok()
+            .filter(|fd| *fd >= 0)
+            .ok_or_else(|| Error::InvalidValue(format!("{shared_handle:p} is not a file descriptor")))?;
+        // SAFETY: HIP's contract: `shared_handle` is an open descriptor of the
+        // caller's that stays open for the duration of this call.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let rt = rt()?;
+        let pool = MemPool::import_shareable_handle(&rt, fd, handle_type, flags)?;
+        write_pool(mem_pool, pool);
+        Ok(())
+    })
+}
+
+/// `hipMemPoolExportPointer`: the 64 bytes another process passes to
+/// `hipMemPoolImportPointer`. `dev_ptr` must be the start of a live
+/// allocation of a shareable pool (else InvalidValue).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolExportPointer(
+    export_data: *mut hipMemPoolPtrExportData,
+    dev_ptr: *mut c_void,
+) -> hipError_t {
+    call(|| {
+        non_null(export_data, "hipMemPoolExportPointer: export_data")?;
+        non_null(dev_ptr, "hipMemPoolExportPointer: dev_ptr")?;
+        let data = rt()?.mem_pool_export_pointer(DevicePtr(dev_ptr as usize as u64))?;
+        // SAFETY: non-null; points to a writable hipMemPoolPtrExportData (HIP's contract).
+        unsafe { export_data.write(hipMemPoolPtrExportData { reserved: data.reserved }) };
+        Ok(())
+    })
+}
+
+/// `hipMemPoolImportPointer`: the address in this process of the pointer
+/// `export_data` names; `mem_pool` must be the import of the pool it came
+/// from. Garbage data, another pool's data or a pool that was not imported
+/// → InvalidValue. `hipFree`/`hipFreeAsync` of the result unmaps it here
+/// only; the exporter's memory is untouched.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipMemPoolImportPointer(
+    dev_ptr: *mut *mut c_void,
+    mem_pool: hipMemPool_t,
+    export_data: *mut hipMemPoolPtrExportData,
+) -> hipError_t {
+    call(|| {
+        non_null(dev_ptr, "hipMemPoolImportPointer: dev_ptr")?;
+        let pool = handles::pool(mem_pool)?;
+        non_null(export_data, "hipMemPoolImportPointer: export_data")?;
+        // SAFETY: non-null; points to a readable hipMemPoolPtrExportData (HIP's contract).
+        let data = PtrExportData { reserved: unsafe { export_data.read() }.reserved };
+        let p = pool.import_pointer_raw(&data)?;
+        // SAFETY: non-null; points to a writable `void*` (HIP's contract).
+        unsafe { *dev_ptr = p.0 as usize as *mut c_void };
         Ok(())
     })
 }

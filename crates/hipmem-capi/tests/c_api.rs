@@ -1,6 +1,7 @@
 //! Every exported function, once with good input and once with each bad input
 //! that hip-memory-api.md lists, checking the exact hipError_t (through the
 //! Rust rlib of libhipmem). Runs on the host backend unless HIPMEM_BACKEND is set.
+//! Pool IPC is tested in one process and, in `pool_ipc_with_a_child`, across two.
 #![allow(clippy::missing_safety_doc, unused_assignments, non_snake_case)]
 
 use std::ffi::{CStr, c_void};
@@ -353,6 +354,229 @@ unsafe fn range_attr(attribute: hipMemRangeAttribute, ptr: *const c_void, count:
     let mut v: i32 = 0x5a5a;
     let code = unsafe { hipMemRangeGetAttribute((&raw mut v).cast(), 4, attribute, ptr, count) };
     (code, v)
+}
+
+#[test]
+fn pool_ipc() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    init();
+    unsafe {
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        let mut plain: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolCreate(&mut plain, &pool_props(0)), hipSuccess);
+        let mut pool: hipMemPool_t = null_mut();
+        let props = hipMemPoolProps { handleTypes: hipMemHandleTypePosixFileDescriptor, ..pool_props(0) };
+        assert_eq!(hipMemPoolCreate(&mut pool, &props), hipSuccess);
+
+        // hipMemPoolExportToShareableHandle
+        let mut fd: i32 = -1;
+        let fdp: *mut c_void = (&mut fd as *mut i32).cast();
+        let posix = hipMemHandleTypePosixFileDescriptor;
+        assert_eq!(hipMemPoolExportToShareableHandle(null_mut(), pool, posix, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolExportToShareableHandle(fdp, null_mut(), posix, 0), hipErrorInvalidValue);
+        assert_eq!(
+            hipMemPoolExportToShareableHandle(fdp, plain, posix, 0),
+            hipErrorInvalidValue,
+            "a pool not created for descriptors"
+        );
+        assert_eq!(
+            hipMemPoolExportToShareableHandle(fdp, pool, hipMemHandleTypeNone, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemPoolExportToShareableHandle(fdp, pool, hipMemHandleTypeWin32, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(hipMemPoolExportToShareableHandle(fdp, pool, posix, 1), hipErrorInvalidValue);
+        assert_eq!(fd, -1, "nothing written on failure");
+        assert_eq!(hipMemPoolExportToShareableHandle(fdp, pool, posix, 0), hipSuccess);
+        assert!(fd >= 0);
+        let exported = OwnedFd::from_raw_fd(fd);
+
+        // A pointer of the pool, filled.
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 4096, pool, s), hipSuccess);
+        assert_eq!(hipMemsetAsync(p, 0x5a, 4096, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+
+        // hipMemPoolExportPointer
+        let mut data = hipMemPoolPtrExportData { reserved: [0; 64] };
+        assert_eq!(hipMemPoolExportPointer(null_mut(), p), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolExportPointer(&mut data, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolExportPointer(&mut data, p.add(256)), hipErrorInvalidValue, "interior pointer");
+        let mut m: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut m, 4096), hipSuccess);
+        assert_eq!(hipMemPoolExportPointer(&mut data, m), hipErrorInvalidValue, "hipMalloc memory");
+        let mut q: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut q, 4096, plain, s), hipSuccess);
+        assert_eq!(hipMemPoolExportPointer(&mut data, q), hipErrorInvalidValue, "a pool not shareable");
+        assert_eq!(hipMemPoolExportPointer(&mut data, p), hipSuccess);
+        assert_ne!(data.reserved, [0; 64]);
+
+        // hipMemPoolImportFromShareableHandle (the fd value cast to void*)
+        let os = fd as usize as *mut c_void;
+        let mut imp: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolImportFromShareableHandle(null_mut(), os, posix, 0), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolImportFromShareableHandle(&mut imp, os, posix, 1), hipErrorInvalidValue);
+        assert_eq!(
+            hipMemPoolImportFromShareableHandle(&mut imp, os, hipMemHandleTypeNone, 0),
+            hipErrorInvalidValue
+        );
+        assert_eq!(
+            hipMemPoolImportFromShareableHandle(&mut imp, usize::MAX as *mut c_void, posix, 0),
+            hipErrorInvalidValue,
+            "not a descriptor"
+        );
+        let dev_null = std::fs::File::open("/dev/null").unwrap();
+        assert_eq!(
+            hipMemPoolImportFromShareableHandle(
+                &mut imp,
+                dev_null.as_raw_fd() as usize as *mut c_void,
+                posix,
+                0
+            ),
+            hipErrorInvalidValue,
+            "a descriptor that is not an exported pool"
+        );
+        assert!(imp.is_null());
+        assert_eq!(hipMemPoolImportFromShareableHandle(&mut imp, os, posix, 0), hipSuccess);
+        assert!(!imp.is_null());
+        assert_ne!(imp, pool);
+        let mut r: *mut c_void = null_mut();
+        assert_eq!(
+            hipMallocFromPoolAsync(&mut r, 64, imp, s),
+            hipErrorInvalidValue,
+            "imported: cannot allocate"
+        );
+
+        // hipMemPoolImportPointer
+        let mut ip: *mut c_void = null_mut();
+        assert_eq!(hipMemPoolImportPointer(null_mut(), imp, &mut data), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolImportPointer(&mut ip, null_mut(), &mut data), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, null_mut()), hipErrorInvalidValue);
+        let mut garbage = hipMemPoolPtrExportData { reserved: [0; 64] };
+        for (i, b) in garbage.reserved.iter_mut().enumerate() {
+            *b = (i * 37 + 11) as u8;
+        }
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut garbage), hipErrorInvalidValue, "garbage");
+        let mut zeroed = hipMemPoolPtrExportData { reserved: [0; 64] };
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut zeroed), hipErrorInvalidValue, "zeroes");
+        let mut corrupted = data;
+        corrupted.reserved[30] ^= 1;
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut corrupted), hipErrorInvalidValue, "checksum");
+        assert_eq!(
+            hipMemPoolImportPointer(&mut ip, pool, &mut data),
+            hipErrorInvalidValue,
+            "into a pool that is not an import"
+        );
+        assert!(ip.is_null());
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipSuccess);
+        assert!(!ip.is_null());
+        // The same memory: the exporter's bytes are seen, the importer's writes are seen back.
+        let mut back = vec![0u8; 4096];
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), ip, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x5a));
+        assert_eq!(hipMemset(ip, 0x3c, 4096), hipSuccess);
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x3c));
+        // hipFree of an imported pointer unmaps it here only; hipFreeAsync too.
+        assert_eq!(hipFree(ip), hipSuccess);
+        assert_eq!(hipFree(ip), hipErrorInvalidValue, "double free");
+        ip = null_mut();
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipSuccess);
+        assert_eq!(hipFreeAsync(ip, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x3c), "the exporter's memory survives the importer's frees");
+
+        // A destroyed imported pool is a bad handle.
+        assert_eq!(hipMemPoolDestroy(imp), hipSuccess);
+        assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipErrorInvalidValue);
+        assert_eq!(hipMemPoolDestroy(imp), hipErrorInvalidValue);
+        drop(exported);
+
+        assert_eq!(hipFreeAsync(p, s), hipSuccess);
+        assert_eq!(hipFreeAsync(q, s), hipSuccess);
+        assert_eq!(hipFree(m), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(plain), hipSuccess);
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+    }
+}
+
+/// The pool IPC exports between two processes: this test binary runs itself
+/// again as the importer (`HIPMEM_CAPI_IPC_SOCKET` set), and the two talk
+/// through `hipmem_rs::ipc` (the descriptor travels as SCM_RIGHTS).
+#[test]
+fn pool_ipc_with_a_child() {
+    use hipmem_rs::{IpcListener, IpcStream};
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+    use std::time::Duration;
+    const SOCKET: &str = "HIPMEM_CAPI_IPC_SOCKET";
+    init();
+    let posix = hipMemHandleTypePosixFileDescriptor;
+    if let Ok(path) = std::env::var(SOCKET) {
+        let c = IpcStream::connect(&path).expect("connect to the parent");
+        c.set_recv_timeout(Some(Duration::from_secs(120))).unwrap();
+        let (bytes, fds) = c.recv().expect("the pool and the pointer");
+        assert_eq!((bytes.len(), fds.len()), (64, 1));
+        let mut data = hipMemPoolPtrExportData { reserved: bytes.try_into().unwrap() };
+        unsafe {
+            let mut imp: hipMemPool_t = null_mut();
+            let os = fds[0].as_raw_fd() as usize as *mut c_void;
+            assert_eq!(hipMemPoolImportFromShareableHandle(&mut imp, os, posix, 0), hipSuccess);
+            let mut r: *mut c_void = null_mut();
+            assert_eq!(hipMallocFromPoolAsync(&mut r, 64, imp, null_mut()), hipErrorInvalidValue);
+            let mut ip: *mut c_void = null_mut();
+            assert_eq!(hipMemPoolImportPointer(&mut ip, imp, &mut data), hipSuccess);
+            let mut back = vec![0u8; 4096];
+            assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), ip, 4096, hipMemcpyDeviceToHost), hipSuccess);
+            assert!(back.iter().all(|&b| b == 0x5a), "the parent's bytes");
+            assert_eq!(hipMemset(ip, 0x3c, 4096), hipSuccess);
+            assert_eq!(hipFree(ip), hipSuccess);
+            assert_eq!(hipMemPoolDestroy(imp), hipSuccess);
+        }
+        c.send_value(1).unwrap();
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("hipmem-capi-ipc-{}.sock", std::process::id()));
+    let listener = IpcListener::bind(&path).unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["pool_ipc_with_a_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(SOCKET, &path)
+        .spawn()
+        .expect("start the importing child");
+    unsafe {
+        let mut pool: hipMemPool_t = null_mut();
+        let props = hipMemPoolProps { handleTypes: posix, ..pool_props(0) };
+        assert_eq!(hipMemPoolCreate(&mut pool, &props), hipSuccess);
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 4096, pool, null_mut()), hipSuccess);
+        assert_eq!(hipMemset(p, 0x5a, 4096), hipSuccess);
+        let mut fd: i32 = -1;
+        assert_eq!(
+            hipMemPoolExportToShareableHandle((&mut fd as *mut i32).cast(), pool, posix, 0),
+            hipSuccess
+        );
+        let exported = OwnedFd::from_raw_fd(fd);
+        let mut data = hipMemPoolPtrExportData { reserved: [0; 64] };
+        assert_eq!(hipMemPoolExportPointer(&mut data, p), hipSuccess);
+        let s = listener.accept().expect("the child connects");
+        s.set_recv_timeout(Some(Duration::from_secs(120))).unwrap();
+        s.send(&data.reserved, &[exported.as_fd()]).unwrap();
+        assert_eq!(s.recv_value().unwrap(), 1);
+        let status = { child }.wait().unwrap();
+        assert!(status.success(), "the importing child failed: {status}");
+        drop(exported);
+        let mut back = vec![0u8; 4096];
+        assert_eq!(hipMemcpy(back.as_mut_ptr().cast(), p, 4096, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(back.iter().all(|&b| b == 0x3c), "the child's write");
+        assert_eq!(hipFree(p), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+    }
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

@@ -41,6 +41,34 @@ fn have_gxx() -> bool {
     Command::new("g++").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
+/// Compiles examples/c/<name>.cpp against libhipmem; None without g++.
+fn build(name: &str) -> Option<PathBuf> {
+    if !have_gxx() {
+        println!("note: g++ not found; skipping the C++ example {name}");
+        return None;
+    }
+    let root = repo_root();
+    let lib = lib_dir();
+    let out_dir = std::env::temp_dir().join(format!("hipmem-c-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(name);
+    let status = Command::new("g++")
+        .arg("-Wno-pointer-arith")
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg(root.join("examples/c").join(format!("{name}.cpp")))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lhipmem")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run g++");
+    assert!(status.success(), "g++ failed on examples/c/{name}.cpp");
+    Some(exe)
+}
+
 /// Compiles examples/c/<name>.cpp and runs it on the host backend; returns stdout.
 fn build_and_run(name: &str) -> Option<String> {
     if !have_gxx() {
@@ -122,4 +150,87 @@ fn vmm_sequence_maps_grows_and_frees() {
         assert_eq!(lines[2], "VMM: whole range read back ok", "{out}");
     }
     assert_eq!(lines.last(), Some(&"VMM: freed, last error hipSuccess"), "{out}");
+}
+
+/// Runs a built listing on the host backend, killing it after 30 s.
+fn spawn_listing(exe: &std::path::Path) -> std::process::Child {
+    Command::new(exe)
+        .env("HIPMEM_BACKEND", "host")
+        .env_remove("HIPMEM_HOST_VMM_GRANULARITY")
+        .env_remove("HIPMEM_HOST_DEVICES")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the listing")
+}
+
+fn finish(child: std::process::Child, name: &str) -> (i32, String) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pid = child.id();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(out) => out.expect("wait for the listing"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("{name} did not finish within 30 s");
+        }
+    };
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Seed 004's four IPC listings, as printed. They cannot succeed: the
+/// pointer exporter exports a hipMalloc pointer (not pool memory), the
+/// importers read what a FIFO carries (a descriptor's number, or export data
+/// of nothing) and the handle importer passes `&descriptor` where HIP takes
+/// the descriptor. hipmem must report each of these as the listing's own
+/// error message with hipErrorInvalidValue's text, exit, and never crash or
+/// hang; the handle exporter, whose calls are all valid, must succeed.
+/// (hipmem's working export/import sequence is in the tour and in
+/// crates/hipmem/examples/ipc_ring.rs.)
+#[test]
+fn the_seed_ipc_listings_build_and_fail_cleanly_as_printed() {
+    let names = ["ipc_export_pointer", "ipc_import_pointer", "ipc_export_handle", "ipc_import_handle"];
+    let mut exes = Vec::new();
+    for name in names {
+        match build(name) {
+            Some(exe) => exes.push(exe),
+            None => return,
+        }
+    }
+    let fifo = std::path::Path::new("/tmp/myfifo");
+    let fresh_fifo = || {
+        let _ = std::fs::remove_file(fifo);
+        assert!(Command::new("mkfifo").arg("-m").arg("600").arg(fifo).status().is_ok_and(|s| s.success()));
+    };
+
+    // 1. The pointer exporter: hipMemPoolExportPointer of hipMalloc memory.
+    let (code, text) = finish(spawn_listing(&exes[0]), names[0]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("Error exporting memory pool pointer: invalid argument"), "{text}");
+
+    // 2. The pointer importer, fed 64 bytes of zeros through the FIFO.
+    fresh_fifo();
+    let importer = spawn_listing(&exes[1]);
+    {
+        use std::io::Write;
+        let mut w = std::fs::OpenOptions::new().write(true).open(fifo).expect("open the FIFO for writing");
+        w.write_all(&[0u8; 64]).unwrap();
+    }
+    let (code, text) = finish(importer, names[1]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("Error imported memory pool pointer: invalid argument"), "{text}");
+
+    // 3. The handle exporter and importer, together, as the seed pairs them.
+    fresh_fifo();
+    let exporter = spawn_listing(&exes[2]);
+    let importer = spawn_listing(&exes[3]);
+    let (code, text) = finish(importer, names[3]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("Error importing memory pool: invalid argument"), "{text}");
+    let (code, text) = finish(exporter, names[2]);
+    assert_eq!(code, 0, "the handle exporter's calls are all valid:\n{text}");
+    let _ = std::fs::remove_file(fifo);
 }

@@ -117,7 +117,14 @@ impl InFlight {
 
     /// Makes `stream` wait for the work of other streams.
     fn order_before(&self, stream: &Stream) -> Result<()> {
-        let uses: Vec<Use> = self.lock().clone();
+        let uses: Vec<Use> = {
+            let uses = self.lock();
+            // The common case: nothing in flight elsewhere, no copy of the list.
+            if uses.iter().all(|u| u.stream.raw() == stream.raw() || u.known_complete()) {
+                return Ok(());
+            }
+            uses.clone()
+        };
         for u in &uses {
             u.order_before(stream)?;
         }
@@ -527,7 +534,7 @@ impl Stream {
         }
         src.tracker().writes.order_before(self)?;
         let bytes = byte_len::<T>(src.len())?;
-        self.runtime().copy_page_locked_to_device_async(
+        self.runtime().copy_page_locked_to_device_typed(
             dst.device_ptr(),
             src.host_ptr(),
             bytes,
@@ -550,7 +557,7 @@ impl Stream {
         dst.tracker().reads.order_before(self)?;
         dst.tracker().writes.order_before(self)?;
         let bytes = byte_len::<T>(dst.len())?;
-        self.runtime().copy_device_to_page_locked_async(
+        self.runtime().copy_device_to_page_locked_typed(
             dst.host_ptr(),
             src.device_ptr(),
             bytes,

@@ -345,6 +345,37 @@ impl Runtime {
         self.page_locked_backend()?.copy_to_device_async(dst, src, len, stream)
     }
 
+    /// The typed copies' path: `PinnedBuffer`s are live page-locked memory of
+    /// this runtime by construction and device buffers are borrowed, so only
+    /// the backend's own check of its tables runs.
+    pub(crate) fn copy_page_locked_to_device_typed(
+        &self,
+        dst: DevicePtr,
+        src: u64,
+        len: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.page_locked_backend()?.copy_to_device_async(dst, src, len, stream)
+    }
+
+    /// The typed copies' path from device memory (see
+    /// [`Runtime::copy_page_locked_to_device_typed`]).
+    pub(crate) fn copy_device_to_page_locked_typed(
+        &self,
+        dst: u64,
+        src: DevicePtr,
+        len: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.page_locked_backend()?.copy_from_device_async(dst, src, len, stream)
+    }
+
     /// Asynchronous copy from device memory into page-locked memory at `dst`
     /// on `stream`: returns once queued.
     pub fn copy_device_to_page_locked_async(

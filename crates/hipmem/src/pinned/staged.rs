@@ -107,6 +107,21 @@ impl Plan {
             off += n;
             next = (next * 2).min(chunk);
         }
+        // Ramp down too: the last DMA is not overlapped with a host copy, so
+        // the last chunk is cut into halves down to 1 MiB.
+        if let Some(&(off, n)) = ranges.last() {
+            if n >= 2 << 20 && ranges.len() > 1 {
+                ranges.pop();
+                let (mut at, mut left, mut piece) = (off, n, n / 2);
+                while left > 0 {
+                    let take = if piece < (1 << 20) { left } else { piece.min(left) };
+                    ranges.push((at, take));
+                    at += take;
+                    left -= take;
+                    piece /= 2;
+                }
+            }
+        }
         let chunks = ranges.len();
         let ring = StagingConfig::get().ring.min(chunks).max(1);
         Plan { chunk, chunks, ring, ranges }
@@ -286,7 +301,7 @@ mod tests {
             &p.ranges[..4],
             &[(0, 1 << 20), (1 << 20, 2 << 20), (3 << 20, 4 << 20), (7 << 20, 8 << 20)]
         );
-        assert_eq!(p.chunks, 3 + 11 + 1);
+        assert!(p.ranges.last().unwrap().1 <= 2 << 20, "the pipeline ramps down at the end");
         assert_eq!(p.ring, STAGING_RING);
         let mut at = 0;
         for c in 0..p.chunks {

@@ -20,6 +20,7 @@ pub mod host;
 pub mod host_memory;
 pub mod lend;
 pub mod managed_memory;
+mod page_locked_ranges;
 pub mod parallel_memcpy;
 pub mod virtual_memory;
 

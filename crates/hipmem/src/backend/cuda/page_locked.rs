@@ -10,16 +10,16 @@
 //! unregister removes the range first and synchronizes every device before
 //! the driver releases the memory.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_uint, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use super::CudaBackend;
 use super::driver::{self, CUdeviceptr, CUresult};
 use crate::backend::host_memory::{
     PageLocked, PageLockedFlags, PageLockedMemory, RegisterFlags, RegisterSpan, Registered,
 };
-use crate::backend::{Backend, DevicePtr, HostSpan, RawStream};
+use crate::backend::page_locked_ranges::{PageLockedRanges, RangeEntry};
+use crate::backend::{Backend, DevicePtr, RawStream};
 use crate::error::{Error, Result};
 
 const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
@@ -61,41 +61,7 @@ fn entries() -> Result<&'static Entries> {
     loaded.as_ref().map_err(Clone::clone)
 }
 
-struct Entry {
-    len: u64,
-    owner: usize,
-    registered: bool,
-    mapped: bool,
-}
-
-static RANGES: Mutex<BTreeMap<u64, Entry>> = Mutex::new(BTreeMap::new());
-
-fn ranges() -> std::sync::MutexGuard<'static, BTreeMap<u64, Entry>> {
-    RANGES.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn containing(
-    t: &BTreeMap<u64, Entry>,
-    owner: usize,
-    addr: u64,
-    len: u64,
-) -> std::result::Result<&Entry, String> {
-    let end = addr.checked_add(len).ok_or_else(|| format!("{addr:#x} + {len} bytes overflows"))?;
-    match t.range(..=addr).next_back() {
-        Some((&base, e)) if e.owner == owner && addr < base + e.len.max(1) => {
-            if end > base + e.len {
-                Err(format!(
-                    "{len} bytes at {addr:#x} run {} bytes past the end of the {}-byte page-locked range at {base:#x}",
-                    end - (base + e.len),
-                    e.len
-                ))
-            } else {
-                Ok(e)
-            }
-        }
-        _ => Err(format!("{addr:#x} is not page-locked memory of this backend")),
-    }
-}
+static RANGES: PageLockedRanges<()> = PageLockedRanges::new();
 
 impl CudaBackend {
     fn owner_id(&self) -> usize {
@@ -107,20 +73,6 @@ impl CudaBackend {
             self.synchronize(dev)?;
         }
         Ok(())
-    }
-
-    fn remove_range(&self, addr: u64, registered: bool, what: &str) -> Result<Entry> {
-        let owner = self.owner_id();
-        let mut t = ranges();
-        match t.get(&addr) {
-            Some(e) if e.owner == owner && e.registered == registered => {}
-            _ => {
-                return Err(Error::InvalidValue(format!(
-                    "{addr:#x} is not the start of {what} of this backend"
-                )));
-            }
-        }
-        Ok(t.remove(&addr).expect("checked above"))
     }
 }
 
@@ -160,19 +112,25 @@ impl PageLockedMemory for CudaBackend {
         } else {
             None
         };
-        ranges().insert(
+        RANGES.lock().insert(
             host,
-            Entry { len: size, owner: self.owner_id(), registered: false, mapped: flags.mapped },
+            RangeEntry {
+                len: size,
+                owner: self.owner_id(),
+                mapped: flags.mapped,
+                registered: false,
+                extra: (),
+            },
         );
         Ok(PageLocked { host, device, locked: true })
     }
 
     unsafe fn free(&self, host: u64) -> Result<()> {
         let e = entries()?;
-        let entry = self.remove_range(host, false, "a page-locked allocation")?;
+        let entry = RANGES.take(self.owner_id(), host, false, "a page-locked allocation")?;
         // No new copy can name the memory now; let queued ones finish.
         if let Err(err) = self.synchronize_all() {
-            ranges().insert(host, entry);
+            RANGES.restore(host, entry);
             return Err(err);
         }
         self.bound(0)?;
@@ -185,19 +143,9 @@ impl PageLockedMemory for CudaBackend {
     fn register(&self, span: RegisterSpan, flags: RegisterFlags) -> Result<Registered> {
         let e = entries()?;
         let (addr, len) = (span.addr(), span.len());
-        if addr == 0 || len == 0 {
-            return Err(Error::InvalidValue("hipHostRegister of a null pointer or 0 bytes".into()));
-        }
-        let end = addr
-            .checked_add(len)
-            .ok_or_else(|| Error::InvalidValue(format!("{addr:#x} + {len} bytes overflows")))?;
+        let mut table = RANGES.lock();
+        PageLockedRanges::check_registrable(&table, addr, len)?;
         let size = usize::try_from(len).map_err(|_| Error::InvalidValue(format!("{len} bytes")))?;
-        let mut t = ranges();
-        if t.range(..end).next_back().is_some_and(|(&base, e)| base + e.len.max(1) > addr) {
-            return Err(Error::InvalidValue(format!(
-                "{len} bytes at {addr:#x} overlap memory that is already page-locked"
-            )));
-        }
         self.bound(0)?;
         let mut bits = CU_MEMHOSTREGISTER_PORTABLE;
         if flags.mapped {
@@ -219,15 +167,18 @@ impl PageLockedMemory for CudaBackend {
         } else {
             None
         };
-        t.insert(addr, Entry { len, owner: self.owner_id(), registered: true, mapped: flags.mapped });
+        table.insert(
+            addr,
+            RangeEntry { len, owner: self.owner_id(), mapped: flags.mapped, registered: true, extra: () },
+        );
         Ok(Registered { device, locked: true })
     }
 
     fn unregister(&self, addr: u64) -> Result<()> {
         let e = entries()?;
-        let entry = self.remove_range(addr, true, "a registered range")?;
+        let entry = RANGES.take(self.owner_id(), addr, true, "a registered range")?;
         if let Err(err) = self.synchronize_all() {
-            ranges().insert(addr, entry);
+            RANGES.restore(addr, entry);
             return Err(err);
         }
         self.bound(0)?;
@@ -238,15 +189,7 @@ impl PageLockedMemory for CudaBackend {
 
     fn device_pointer(&self, host: u64) -> Result<DevicePtr> {
         let e = entries()?;
-        {
-            let t = ranges();
-            let entry = containing(&t, self.owner_id(), host, 1).map_err(Error::InvalidValue)?;
-            if !entry.mapped {
-                return Err(Error::InvalidValue(format!(
-                    "{host:#x} is page-locked memory that is not mapped"
-                )));
-            }
-        }
+        RANGES.check_mapped(self.owner_id(), host)?;
         self.bound(0)?;
         let mut d: CUdeviceptr = 0;
         // SAFETY: `host` lies in mapped page-locked memory of this backend.
@@ -259,14 +202,10 @@ impl PageLockedMemory for CudaBackend {
         if len == 0 {
             return Ok(());
         }
-        // The lock is held until the copy is queued: a free removes the range
-        // under it, then synchronizes the devices before releasing the memory.
-        let t = ranges();
-        containing(&t, self.owner_id(), src, len)
-            .map_err(|m| Error::InvalidValue(format!("asynchronous copy source: {m}")))?;
-        // SAFETY: the range is page-locked memory of this backend, valid until
-        // freed or unregistered, both of which wait for the devices first.
-        let span = unsafe { HostSpan::new(src as *const u8, len as usize) };
+        // The guard keeps the range alive until the copy is queued: a free
+        // takes the range out under its lock, then synchronizes the devices
+        // before releasing the memory.
+        let (_lent, span) = RANGES.lend(self.owner_id(), src, len, "source")?;
         self.copy_host_to_device_async(dst, span, stream)
     }
 
@@ -274,12 +213,9 @@ impl PageLockedMemory for CudaBackend {
         if len == 0 {
             return Ok(());
         }
-        let t = ranges();
-        containing(&t, self.owner_id(), dst, len)
-            .map_err(|m| Error::InvalidValue(format!("asynchronous copy destination: {m}")))?;
-        // SAFETY: as in `copy_to_device_async`; the memory's owner waits for
-        // the copy before it reads the bytes.
-        let span = unsafe { HostSpan::new(dst as *const u8, len as usize) };
+        // As above; the memory's owner waits for the copy before it reads
+        // the bytes.
+        let (_lent, span) = RANGES.lend(self.owner_id(), dst, len, "destination")?;
         self.copy_device_to_host_async(span, src, stream)
     }
 }

@@ -7,67 +7,32 @@
 //! ranges enter the emulator's region table so that device work (copies,
 //! kernels) may touch them.
 //!
-//! The table of page-locked ranges is process-wide (host addresses are
-//! unique in the process) and each entry names the backend that owns it.
-//! Asynchronous copies are validated against it while its lock is held, and
-//! a free or unregister removes the entry first and then drains the devices,
-//! so no queued copy outlives the memory.
-
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+//! The ranges are kept in a `page_locked_ranges` table (process-wide, each
+//! entry naming the backend that owns it). Asynchronous copies are validated
+//! against it while its lock is held, and a free or unregister removes the
+//! entry first and then drains the devices, so no queued copy outlives the
+//! memory.
 
 use super::device_memory::{AnonymousMapping, Region, RegionKind};
 use super::{HostBackend, PAGE};
 use crate::backend::host_memory::{
     PageLocked, PageLockedFlags, PageLockedMemory, RegisterFlags, RegisterSpan, Registered,
 };
-use crate::backend::{Backend, DevicePtr, HostSpan, RawStream};
+use crate::backend::page_locked_ranges::{PageLockedRanges, RangeEntry};
+use crate::backend::{Backend, DevicePtr, RawStream};
 use crate::error::{Error, Result};
 
-enum Backing {
-    /// Memory the emulator allocated (unmapped when the entry goes).
-    Allocated(#[allow(dead_code)] AnonymousMapping),
-    /// The user's memory, registered.
-    Registered,
-}
-
-struct Entry {
-    len: u64,
-    owner: usize,
-    backing: Backing,
-    mapped: bool,
+/// What the emulator records of a range besides the shared fields.
+struct HostRange {
+    /// Memory the emulator allocated (unmapped when the entry goes); `None`
+    /// for the user's registered memory.
+    #[allow(dead_code)]
+    mapping: Option<AnonymousMapping>,
+    /// Whether `mlock` succeeded.
     locked: bool,
 }
 
-static TABLE: Mutex<BTreeMap<u64, Entry>> = Mutex::new(BTreeMap::new());
-
-fn table() -> std::sync::MutexGuard<'static, BTreeMap<u64, Entry>> {
-    TABLE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The entry of `owner` that contains `[addr, addr + len)`, if any.
-fn containing(
-    table: &BTreeMap<u64, Entry>,
-    owner: usize,
-    addr: u64,
-    len: u64,
-) -> std::result::Result<(u64, &Entry), String> {
-    let end = addr.checked_add(len).ok_or_else(|| format!("{addr:#x} + {len} bytes overflows"))?;
-    match table.range(..=addr).next_back() {
-        Some((&base, e)) if e.owner == owner && addr < base + e.len.max(1) => {
-            if end > base + e.len {
-                Err(format!(
-                    "{len} bytes at {addr:#x} run {} bytes past the end of the {}-byte page-locked range at {base:#x}",
-                    end - (base + e.len),
-                    e.len
-                ))
-            } else {
-                Ok((base, e))
-            }
-        }
-        _ => Err(format!("{addr:#x} is not page-locked memory of this backend")),
-    }
-}
+static RANGES: PageLockedRanges<HostRange> = PageLockedRanges::new();
 
 /// Tries to lock `[addr, addr + len)`; false where the limits do not allow it.
 fn try_mlock(addr: u64, len: u64) -> bool {
@@ -94,25 +59,10 @@ impl HostBackend {
         }
     }
 
-    /// Removes the entry at exactly `addr` if `accept` agrees, then (with no
-    /// new work able to name it) its region, then drains the devices.
-    fn remove_page_locked(
-        &self,
-        addr: u64,
-        accept: impl FnOnce(&Entry) -> bool,
-        what: &str,
-    ) -> Result<Entry> {
-        let owner = self.owner_id();
-        let entry = {
-            let mut t = table();
-            match t.get(&addr) {
-                Some(e) if e.owner == owner && accept(e) => t.remove(&addr),
-                _ => None,
-            }
-        }
-        .ok_or_else(|| {
-            Error::InvalidValue(format!("{addr:#x} is not the start of {what} of this backend"))
-        })?;
+    /// Takes out the entry at exactly `addr` (a registration or not), then
+    /// (with no new work able to name it) its region, then drains the devices.
+    fn remove_page_locked(&self, addr: u64, registered: bool, what: &str) -> Result<RangeEntry<HostRange>> {
+        let entry = RANGES.take(self.owner_id(), addr, registered, what)?;
         if entry.mapped {
             self.regions.remove_if(addr, |r| r.kind == RegionKind::PageLocked);
         }
@@ -136,25 +86,21 @@ impl PageLockedMemory for HostBackend {
         if flags.mapped {
             self.regions.insert(host, Region { len: size, device: 0, kind: RegionKind::PageLocked });
         }
-        table().insert(
+        RANGES.lock().insert(
             host,
-            Entry {
+            RangeEntry {
                 len: size,
                 owner: self.owner_id(),
-                backing: Backing::Allocated(mapping),
                 mapped: flags.mapped,
-                locked,
+                registered: false,
+                extra: HostRange { mapping: Some(mapping), locked },
             },
         );
         Ok(PageLocked { host, device: flags.mapped.then_some(DevicePtr(host)), locked })
     }
 
     unsafe fn free(&self, host: u64) -> Result<()> {
-        let entry = self.remove_page_locked(
-            host,
-            |e| matches!(e.backing, Backing::Allocated(_)),
-            "a page-locked allocation",
-        )?;
+        let entry = self.remove_page_locked(host, false, "a page-locked allocation")?;
         // Dropping the entry unmaps the memory (which also unlocks it).
         drop(entry);
         Ok(())
@@ -162,46 +108,35 @@ impl PageLockedMemory for HostBackend {
 
     fn register(&self, span: RegisterSpan, flags: RegisterFlags) -> Result<Registered> {
         let (addr, len) = (span.addr(), span.len());
-        if addr == 0 || len == 0 {
-            return Err(Error::InvalidValue("hipHostRegister of a null pointer or 0 bytes".into()));
-        }
-        let end = addr
-            .checked_add(len)
-            .ok_or_else(|| Error::InvalidValue(format!("{addr:#x} + {len} bytes overflows")))?;
-        let owner = self.owner_id();
-        let mut t = table();
-        let overlaps = t.range(..end).next_back().is_some_and(|(&base, e)| base + e.len.max(1) > addr);
-        if overlaps {
-            return Err(Error::InvalidValue(format!(
-                "{len} bytes at {addr:#x} overlap memory that is already page-locked"
-            )));
-        }
+        let mut table = RANGES.lock();
+        PageLockedRanges::check_registrable(&table, addr, len)?;
         let locked = try_mlock(addr, len);
         if flags.mapped {
             self.regions.insert(addr, Region { len, device: 0, kind: RegionKind::PageLocked });
         }
-        t.insert(addr, Entry { len, owner, backing: Backing::Registered, mapped: flags.mapped, locked });
+        table.insert(
+            addr,
+            RangeEntry {
+                len,
+                owner: self.owner_id(),
+                mapped: flags.mapped,
+                registered: true,
+                extra: HostRange { mapping: None, locked },
+            },
+        );
         Ok(Registered { device: flags.mapped.then_some(DevicePtr(addr)), locked })
     }
 
     fn unregister(&self, addr: u64) -> Result<()> {
-        let entry = self.remove_page_locked(
-            addr,
-            |e| matches!(e.backing, Backing::Registered),
-            "a registered range",
-        )?;
-        if entry.locked {
+        let entry = self.remove_page_locked(addr, true, "a registered range")?;
+        if entry.extra.locked {
             munlock(addr, entry.len);
         }
         Ok(())
     }
 
     fn device_pointer(&self, host: u64) -> Result<DevicePtr> {
-        let t = table();
-        let (_, e) = containing(&t, self.owner_id(), host, 1).map_err(Error::InvalidValue)?;
-        if !e.mapped {
-            return Err(Error::InvalidValue(format!("{host:#x} is page-locked memory that is not mapped")));
-        }
+        RANGES.check_mapped(self.owner_id(), host)?;
         Ok(DevicePtr(host))
     }
 
@@ -209,15 +144,8 @@ impl PageLockedMemory for HostBackend {
         if len == 0 {
             return Ok(());
         }
-        // Hold the table's lock until the copy is queued: a free removes the
-        // entry under it and then drains the devices.
-        let t = table();
-        containing(&t, self.owner_id(), src, len)
-            .map_err(|m| Error::InvalidValue(format!("asynchronous copy source: {m}")))?;
-        // SAFETY: the range lies in page-locked memory this backend owns or
-        // registered; it stays valid until freed or unregistered, and both
-        // drain every device (so this copy) before the memory goes.
-        let span = unsafe { HostSpan::new(src as *const u8, len as usize) };
+        // The guard keeps the range alive until the copy is queued.
+        let (_lent, span) = RANGES.lend(self.owner_id(), src, len, "source")?;
         self.copy_host_to_device_async(dst, span, stream)
     }
 
@@ -225,12 +153,9 @@ impl PageLockedMemory for HostBackend {
         if len == 0 {
             return Ok(());
         }
-        let t = table();
-        containing(&t, self.owner_id(), dst, len)
-            .map_err(|m| Error::InvalidValue(format!("asynchronous copy destination: {m}")))?;
-        // SAFETY: as in `copy_to_device_async`; the owner of the memory waits
-        // for the copy before it reads the bytes.
-        let span = unsafe { HostSpan::new(dst as *const u8, len as usize) };
+        // As above; the owner of the memory waits for the copy before it
+        // reads the bytes.
+        let (_lent, span) = RANGES.lend(self.owner_id(), dst, len, "destination")?;
         self.copy_device_to_host_async(span, src, stream)
     }
 }

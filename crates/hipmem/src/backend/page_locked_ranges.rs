@@ -52,12 +52,12 @@ impl<E> PageLockedRanges<E> {
 
     /// The entry of `owner` that contains `[addr, addr + len)`, or a message
     /// saying why there is none.
-    fn containing<'a>(
-        table: &'a BTreeMap<u64, RangeEntry<E>>,
+    fn containing(
+        table: &BTreeMap<u64, RangeEntry<E>>,
         owner: usize,
         addr: u64,
         len: u64,
-    ) -> std::result::Result<&'a RangeEntry<E>, String> {
+    ) -> std::result::Result<&RangeEntry<E>, String> {
         let end = addr.checked_add(len).ok_or_else(|| format!("{addr:#x} + {len} bytes overflows"))?;
         match table.range(..=addr).next_back() {
             Some((&base, e)) if e.owner == owner && addr < base + e.len.max(1) => {

@@ -52,7 +52,6 @@ impl Runtime {
         attach: AttachFlags,
     ) -> Result<ManagedBlock> {
         self.check_device(device)?;
-        self.managed_backend()?;
         let block = ManagedBlock::allocate(self.backend(), device, size, attach)?;
         self.inner.allocations.insert(Allocation {
             base: block.ptr(),
@@ -241,6 +240,17 @@ impl Runtime {
         slots: usize,
     ) -> Result<Vec<i32>> {
         self.check_managed_range(ptr, count, "hipMemRangeGetAttribute")?;
+        self.range_attribute_checked(ptr, count, attribute, slots)
+    }
+
+    /// [`Runtime::managed_range_attribute`] of a range already checked.
+    fn range_attribute_checked(
+        &self,
+        ptr: DevicePtr,
+        count: u64,
+        attribute: RangeAttribute,
+        slots: usize,
+    ) -> Result<Vec<i32>> {
         let n = if attribute == RangeAttribute::AccessedBy { slots } else { 1 };
         if n == 0 {
             return Err(Error::InvalidValue("hipMemRangeGetAttribute: no room for the answer".into()));
@@ -301,7 +311,7 @@ impl Runtime {
         self.check_managed_range(ptr, count, what)?;
         for (buf, attr) in data.iter_mut().zip(parsed) {
             let buf = buf.as_deref_mut().expect("checked above");
-            let values = self.managed_range_attribute(ptr, count, attr, buf.len() / 4)?;
+            let values = self.range_attribute_checked(ptr, count, attr, buf.len() / 4)?;
             for (chunk, v) in buf.chunks_exact_mut(4).zip(values) {
                 chunk.copy_from_slice(&v.to_ne_bytes());
             }

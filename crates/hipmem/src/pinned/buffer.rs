@@ -100,10 +100,16 @@ impl InFlight {
         Ok(())
     }
 
+    /// A copy of the uses, unless none of them needs looking at (`skip`
+    /// holds for all): the common case copies nothing.
+    fn pending(&self, skip: impl Fn(&Use) -> bool) -> Option<Vec<Use>> {
+        let uses = self.lock();
+        if uses.iter().all(skip) { None } else { Some(uses.clone()) }
+    }
+
     /// Waits for every use in flight.
     pub(crate) fn wait(&self) -> Result<()> {
-        let uses: Vec<Use> = self.lock().clone();
-        for u in &uses {
+        for u in self.pending(Use::known_complete).unwrap_or_default() {
             u.wait()?;
         }
         Ok(())
@@ -111,21 +117,12 @@ impl InFlight {
 
     /// Whether every use has completed.
     pub(crate) fn is_idle(&self) -> Result<bool> {
-        let uses: Vec<Use> = self.lock().clone();
-        Ok(uses.iter().all(Use::is_complete))
+        Ok(self.pending(Use::known_complete).is_none_or(|uses| uses.iter().all(Use::is_complete)))
     }
 
     /// Makes `stream` wait for the work of other streams.
     fn order_before(&self, stream: &Stream) -> Result<()> {
-        let uses: Vec<Use> = {
-            let uses = self.lock();
-            // The common case: nothing in flight elsewhere, no copy of the list.
-            if uses.iter().all(|u| u.stream.raw() == stream.raw() || u.known_complete()) {
-                return Ok(());
-            }
-            uses.clone()
-        };
-        for u in &uses {
+        for u in self.pending(|u| u.stream.raw() == stream.raw() || u.known_complete()).unwrap_or_default() {
             u.order_before(stream)?;
         }
         Ok(())

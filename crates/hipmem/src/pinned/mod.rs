@@ -145,7 +145,6 @@ impl Runtime {
 
     /// Allocates a page-locked block and records it in the registry.
     pub(crate) fn allocate_page_locked(&self, size: u64, flags: HostMallocFlags) -> Result<PageLockedBlock> {
-        self.page_locked_backend()?;
         let block = PageLockedBlock::allocate(self.backend(), size, flags.to_backend())?;
         self.inner.allocations.insert(Allocation {
             base: DevicePtr(block.host()),

@@ -75,6 +75,29 @@ struct State {
     stats: PinnedPoolStats,
 }
 
+impl State {
+    /// Takes cached blocks out, oldest first (only completed ones with
+    /// `idle_only`), until at most `target` bytes stay cached.
+    fn evict_oldest(&mut self, target: u64, idle_only: bool) -> Vec<Cached> {
+        let mut keys: Vec<(u64, u64)> =
+            self.free.iter().filter(|(_, c)| !idle_only || c.is_idle()).map(|(k, _)| *k).collect();
+        keys.sort_by_key(|k| k.1);
+        let mut evicted = Vec::new();
+        for k in keys {
+            if self.stats.cached_bytes <= target {
+                break;
+            }
+            if let Some(c) = self.free.remove(&k) {
+                self.stats.cached_bytes -= k.0;
+                self.stats.cached_blocks -= 1;
+                self.stats.released_bytes += k.0;
+                evicted.push(c);
+            }
+        }
+        evicted
+    }
+}
+
 pub(crate) struct PoolShared {
     rt: Weak<RuntimeInner>,
     flags: HostMallocFlags,
@@ -103,21 +126,9 @@ impl PoolShared {
         s.stats.in_use_bytes -= cap;
         let mut released = Vec::new();
         if s.stats.cached_bytes + cap > s.limit {
-            // Make room: completed blocks first, oldest first.
-            let keys: Vec<_> =
-                s.free.iter().filter(|(_, c)| c.is_idle()).map(|(k, _)| *k).collect::<Vec<_>>();
-            let mut keys = keys;
-            keys.sort_by_key(|k| k.1);
-            for k in keys {
-                if s.stats.cached_bytes + cap <= s.limit {
-                    break;
-                }
-                let c = s.free.remove(&k).expect("key listed above");
-                s.stats.cached_bytes -= k.0;
-                s.stats.cached_blocks -= 1;
-                s.stats.released_bytes += k.0;
-                released.push(c);
-            }
+            // Make room: completed blocks only, oldest first.
+            let target = s.limit.saturating_sub(cap);
+            released = s.evict_oldest(target, true);
         }
         if s.stats.cached_bytes + cap <= s.limit {
             let age = s.next_age;
@@ -130,25 +141,29 @@ impl PoolShared {
             released.push(Cached { block, events });
         }
         drop(s);
-        for c in released {
+        self.release_all(released);
+    }
+
+    /// Releases taken-out blocks, each after the copies that used it;
+    /// returns their bytes.
+    fn release_all(&self, blocks: Vec<Cached>) -> u64 {
+        let mut bytes = 0;
+        for c in blocks {
+            bytes += c.block.len() as u64;
             // Freeing waits for the devices (the backend drains them first).
             for u in &c.events {
                 let _ = u.wait();
             }
             self.release(c.block);
         }
+        bytes
     }
 }
 
 impl Drop for PoolShared {
     fn drop(&mut self) {
         let free = std::mem::take(&mut self.lock().free);
-        for (_, c) in free {
-            for u in &c.events {
-                let _ = u.wait();
-            }
-            self.release(c.block);
-        }
+        self.release_all(free.into_values().collect());
     }
 }
 
@@ -272,31 +287,8 @@ impl PinnedPool {
     /// Releases cached blocks until at most `keep` bytes stay cached (waiting
     /// for the copies that still use a released block); returns the bytes released.
     pub fn trim(&self, keep: u64) -> u64 {
-        let mut s = self.shared.lock();
-        let mut keys: Vec<_> = s.free.keys().copied().collect();
-        // Oldest first.
-        keys.sort_by_key(|k| k.1);
-        let mut released = Vec::new();
-        for k in keys {
-            if s.stats.cached_bytes <= keep {
-                break;
-            }
-            let c = s.free.remove(&k).expect("listed above");
-            s.stats.cached_bytes -= k.0;
-            s.stats.cached_blocks -= 1;
-            s.stats.released_bytes += k.0;
-            released.push(c);
-        }
-        drop(s);
-        let mut bytes = 0;
-        for c in released {
-            bytes += c.block.len() as u64;
-            for u in &c.events {
-                let _ = u.wait();
-            }
-            self.shared.release(c.block);
-        }
-        bytes
+        let released = self.shared.lock().evict_oldest(keep, false);
+        self.shared.release_all(released)
     }
 
     /// The `hipHostMalloc` flags of its blocks.

@@ -13,7 +13,7 @@
 use super::PinnedBuffer;
 use crate::backend::parallel_memcpy::copy_parallel;
 use crate::backend::{BackendKind, DevicePtr, RawEvent};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 
@@ -77,11 +77,12 @@ impl StagingConfig {
     }
 }
 
-/// Which way a staged copy goes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Way {
-    ToDevice,
-    FromDevice,
+/// The host side of a staged copy, which also says which way it goes.
+enum HostSide<'a> {
+    /// Host to device: the bytes to send.
+    ToDevice(&'a [u8]),
+    /// Device to host: where the bytes land.
+    FromDevice(&'a mut [u8]),
 }
 
 /// The plan of one staged copy: chunks that start small and double up to
@@ -172,7 +173,7 @@ impl Runtime {
         let stream = self.device(a.device)?.null_stream();
         let plan = Plan::new(src.len(), chunk);
         let mut ring = self.staging_ring(&plan)?;
-        run_pipeline(self, &stream, &plan, &mut ring, Way::ToDevice, dst, Some(src), None)
+        run_pipeline(self, &stream, &plan, &mut ring, dst, HostSide::ToDevice(src))
     }
 
     /// The staged path of [`Runtime::copy_device_to_pageable`], whatever the
@@ -185,7 +186,7 @@ impl Runtime {
         let stream = self.device(a.device)?.null_stream();
         let plan = Plan::new(dst.len(), chunk);
         let mut ring = self.staging_ring(&plan)?;
-        run_pipeline(self, &stream, &plan, &mut ring, Way::FromDevice, src, None, Some(dst))
+        run_pipeline(self, &stream, &plan, &mut ring, src, HostSide::FromDevice(dst))
     }
 
     fn staging_ring(&self, plan: &Plan) -> Result<Vec<PinnedBuffer<u8>>> {
@@ -194,21 +195,18 @@ impl Runtime {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_pipeline(
     rt: &Runtime,
     stream: &Stream,
     plan: &Plan,
     ring: &mut [PinnedBuffer<u8>],
-    way: Way,
     device: DevicePtr,
-    src: Option<&[u8]>,
-    dst: Option<&mut [u8]>,
+    host: HostSide<'_>,
 ) -> Result<()> {
     // One event per ring slot, from the runtime's pool of events.
     let events: Vec<RawEvent> =
         (0..plan.ring).map(|_| rt.inner.pooled_event(stream.device())).collect::<Result<_>>()?;
-    let result = pipeline(rt, stream, plan, ring, way, device, src, dst, &events);
+    let result = pipeline(rt, stream, plan, ring, device, host, &events);
     // Whatever happened, no DMA may still use a staging buffer when the ring
     // goes back to the pool.
     let mut waited = Ok(());
@@ -221,72 +219,60 @@ fn run_pipeline(
     result.and(waited)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Runs the chunks through the ring. The device range was checked by the
+/// caller and the ring is page-locked memory of this runtime, so each chunk
+/// takes the typed copies' path (only the backend's own checks).
 fn pipeline(
     rt: &Runtime,
     stream: &Stream,
     plan: &Plan,
     ring: &mut [PinnedBuffer<u8>],
-    way: Way,
     device: DevicePtr,
-    src: Option<&[u8]>,
-    mut dst: Option<&mut [u8]>,
+    host: HostSide<'_>,
     events: &[RawEvent],
 ) -> Result<()> {
     let addrs: Vec<u64> = ring.iter().map(|b| b.host_ptr()).collect();
     let raw = stream.raw();
+    let to_device = matches!(host, HostSide::ToDevice(_));
     let enqueue = |c: usize| -> Result<()> {
         let s = c % plan.ring;
         let (off, len) = plan.chunk_range(c);
         let at = device.offset(off as u64)?;
-        match way {
-            Way::ToDevice => rt.copy_page_locked_to_device_async(at, addrs[s], len as u64, raw)?,
-            Way::FromDevice => rt.copy_device_to_page_locked_async(addrs[s], at, len as u64, raw)?,
+        if to_device {
+            rt.copy_page_locked_to_device_typed(at, addrs[s], len as u64, raw)?;
+        } else {
+            rt.copy_device_to_page_locked_typed(addrs[s], at, len as u64, raw)?;
         }
         rt.backend().event_record(events[s], raw)
     };
-    // The host side of chunk `c`, on several threads.
-    let mut host_copy = |c: usize| -> Result<()> {
-        let slot = &mut ring[c % plan.ring];
-        let (off, len) = plan.chunk_range(c);
-        match (way, src, dst.as_deref_mut()) {
-            (Way::ToDevice, Some(src), _) => {
-                copy_parallel(&mut slot.as_mut_slice()?[..len], &src[off..off + len])
-            }
-            (Way::FromDevice, _, Some(dst)) => {
-                copy_parallel(&mut dst[off..off + len], &slot.as_slice()?[..len])
-            }
-            _ => return Err(Error::InvalidValue("staged copy without its host side".into())),
-        }
-        Ok(())
-    };
-    (|| -> Result<()> {
-        match way {
-            Way::ToDevice => {
-                for c in 0..plan.chunks {
-                    if c >= plan.ring {
-                        // The DMA that last used this slot must be done.
-                        rt.backend().event_synchronize(events[c % plan.ring])?;
-                    }
-                    host_copy(c)?;
-                    enqueue(c)?;
-                }
-            }
-            Way::FromDevice => {
-                for c in 0..plan.ring {
-                    enqueue(c)?;
-                }
-                for c in 0..plan.chunks {
+    match host {
+        HostSide::ToDevice(src) => {
+            for c in 0..plan.chunks {
+                let slot = &mut ring[c % plan.ring];
+                if c >= plan.ring {
+                    // The DMA that last used this slot must be done.
                     rt.backend().event_synchronize(events[c % plan.ring])?;
-                    host_copy(c)?;
-                    if c + plan.ring < plan.chunks {
-                        enqueue(c + plan.ring)?;
-                    }
+                }
+                let (off, len) = plan.chunk_range(c);
+                copy_parallel(&mut slot.as_mut_slice()?[..len], &src[off..off + len]);
+                enqueue(c)?;
+            }
+        }
+        HostSide::FromDevice(dst) => {
+            for c in 0..plan.ring {
+                enqueue(c)?;
+            }
+            for c in 0..plan.chunks {
+                rt.backend().event_synchronize(events[c % plan.ring])?;
+                let (off, len) = plan.chunk_range(c);
+                copy_parallel(&mut dst[off..off + len], &ring[c % plan.ring].as_slice()?[..len]);
+                if c + plan.ring < plan.chunks {
+                    enqueue(c + plan.ring)?;
                 }
             }
         }
-        Ok(())
-    })()
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -261,28 +261,36 @@ impl PoolCore {
             .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes can never be allocated")))?;
         // 1. The stream's own cache: through the slot the stream carries for
         // its first pool, else this thread's table of slots.
-        if let Some(slot) = stream.primary.and_then(|p| p.get()).filter(|s| s.pool_id == self.id) {
+        // Each slot's cache is tried once; a miss goes on with that slot.
+        let slot = if let Some(slot) = stream.primary.and_then(|p| p.get()).filter(|s| s.pool_id == self.id) {
             if let Some((addr, _, sample)) = slot.alloc_fast(want) {
                 if sample {
                     self.sample_usage(slot);
                 }
                 return Ok(DevicePtr(addr));
             }
-        } else if let Some(Some((addr, _, sample))) =
-            super::stream_cache::with_recent_slot(self.id, clock.stream_id, |s| s.alloc_fast(want))
-        {
-            if sample {
-                self.sample_usage(&self.slot(clock, raw));
+            Arc::clone(slot)
+        } else {
+            match super::stream_cache::with_recent_slot(self.id, clock.stream_id, |s| s.alloc_fast(want)) {
+                Some(Some((addr, _, sample))) => {
+                    if sample {
+                        self.sample_usage(&self.slot(clock, raw));
+                    }
+                    return Ok(DevicePtr(addr));
+                }
+                Some(None) => self.slot_of(stream),
+                None => {
+                    let slot = self.slot_of(stream);
+                    if let Some((addr, _, sample)) = slot.alloc_fast(want) {
+                        if sample {
+                            self.sample_usage(&slot);
+                        }
+                        return Ok(DevicePtr(addr));
+                    }
+                    slot
+                }
             }
-            return Ok(DevicePtr(addr));
-        }
-        let slot = self.slot_of(stream);
-        if let Some((addr, _, sample)) = slot.alloc_fast(want) {
-            if sample {
-                self.sample_usage(&slot);
-            }
-            return Ok(DevicePtr(addr));
-        }
+        };
         let (addr, got) = self.alloc_slow(want, size, &slot)?;
         let mut state = slot.lock();
         state.insert_live(addr, got);
@@ -339,7 +347,7 @@ impl PoolCore {
         // 6. Release cached memory and completed frees (this pool and the
         //    device's other hipmem pools), then try growing once more.
         for pool in rt.pools.hipmem_pools_of(self.device) {
-            pool.release_unused(&rt, 0, true);
+            pool.release_unused_to(&rt, 0);
         }
         if self.grow(&rt, want).is_ok() {
             if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
@@ -468,7 +476,7 @@ impl PoolCore {
     /// Promotes the stream's pending blocks if the stream has no work left.
     /// Returns whether anything turned global.
     fn promote_if_idle(&self, rt: &RuntimeInner, slot: &Slot) -> bool {
-        if !lock(&self.heap).pending_streams().contains(&slot.stream_id()) {
+        if !lock(&self.heap).has_pending(slot.stream_id()) {
             return false;
         }
         let before = slot.clock.advance();
@@ -806,34 +814,47 @@ impl PoolCore {
     /// Returns false if `ptr` is not a live block of this pool.
     pub(crate) fn free(&self, ptr: DevicePtr, stream: &StreamRef<'_>) -> bool {
         use super::stream_cache::FastFree;
-        let clock = stream.clock;
-        let slot = self.slot_of(stream);
+        let primary = stream.primary.and_then(|p| p.get()).filter(|s| s.pool_id == self.id);
+        let other;
+        let slot = match primary {
+            Some(slot) => slot,
+            None => {
+                other = self.slot_of(stream);
+                &other
+            }
+        };
         let evicted = match slot.free_fast(ptr.0) {
-            FastFree::Done | FastFree::DoneInDestroyedPool => None,
+            FastFree::Done => None,
             FastFree::Evicted(b) => Some(b),
             FastFree::NotHere => {
                 let Some(size) = self.take_live_elsewhere(ptr.0, slot.stream_id()) else { return false };
                 let mut state = slot.lock();
                 state.used -= size as i64;
-                state.cache_block(CachedBlock { addr: ptr.0, size, tag: clock.free_tag() })
+                state.cache_block(CachedBlock { addr: ptr.0, size, tag: stream.clock.free_tag() })
             }
         };
+        self.after_free(slot, evicted);
+        true
+    }
+
+    /// Finishes a free into `slot`'s cache: a block the cache evicted goes to
+    /// the heap, and a destroyed pool gives back what is now unused.
+    pub(crate) fn after_free(&self, slot: &Slot, evicted: Option<CachedBlock>) {
         if let Some(b) = evicted {
             self.return_evicted(slot.stream_id(), b);
         }
         if self.is_destroyed() {
-            self.after_free_in_destroyed_pool(stream);
+            self.flush_slot_cache(slot);
+            if let Ok(rt) = self.runtime() {
+                self.release_unused_to(&rt, 0);
+            }
         }
-        true
     }
 
-    /// A destroyed pool gives memory back as soon as it is unused.
-    pub(crate) fn after_free_in_destroyed_pool(&self, stream: &StreamRef<'_>) {
-        let slot = self.slot_of(stream);
-        self.flush_slot_cache(&slot);
-        if let Ok(rt) = self.runtime() {
-            self.release_unused(&rt, 0, true);
-        }
+    /// The slot of a stream (for a free that went through this thread's
+    /// table of slots).
+    pub(crate) fn slot_for(&self, stream: &StreamRef<'_>) -> Arc<Slot> {
+        self.slot_of(stream)
     }
 
     /// Puts a block evicted from a stream's cache into the heap, pending on
@@ -889,23 +910,6 @@ impl PoolCore {
         self.release_down_to(rt, |reserved, live| reserved.saturating_sub(live) > threshold);
     }
 
-    /// Releases completed, unused memory. With `check_streams`, streams that
-    /// are idle or whose markers completed count as complete first.
-    pub(crate) fn release_unused(&self, rt: &RuntimeInner, keep_reserved: u64, check_streams: bool) {
-        for slot in self.all_slots() {
-            self.flush_slot_cache(&slot);
-            if check_streams {
-                let before = slot.clock.advance();
-                rt.recycle_events(self.device, slot.clock.refresh(rt.backend.as_ref()));
-                if slot.stream_id() != ORPHAN_STREAM && rt.backend.stream_query(slot.raw).unwrap_or(false) {
-                    slot.clock.mark_completed(before);
-                }
-            }
-            lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag());
-        }
-        self.release_down_to(rt, |reserved, _| reserved > keep_reserved);
-    }
-
     /// Releases whole free segments or chunks (largest first) while
     /// `more(reserved, live)`.
     fn release_down_to(&self, rt: &RuntimeInner, more: impl Fn(u64, u64) -> bool) {
@@ -947,7 +951,7 @@ impl PoolCore {
         let slot = lock(&self.slots).get(&stream).cloned();
         let Some(slot) = slot else { return };
         self.flush_slot_cache(&slot);
-        if lock(&self.heap).pending_streams().contains(&stream) {
+        if lock(&self.heap).has_pending(stream) {
             let _ = rt.record_marker(&slot.clock, slot.raw);
         }
         let (live, used) = {
@@ -967,7 +971,7 @@ impl PoolCore {
         }
         // Keep the slot while the heap holds blocks pending on it (its clock
         // learns when they complete); otherwise forget it.
-        if !lock(&self.heap).pending_streams().contains(&stream) {
+        if !lock(&self.heap).has_pending(stream) {
             lock(&self.slots).remove(&stream);
         }
     }
@@ -980,7 +984,7 @@ impl PoolCore {
             slot.pool_alive.store(false, Ordering::Release);
         }
         if let Ok(rt) = self.runtime() {
-            self.release_unused(&rt, 0, true);
+            self.release_unused_to(&rt, 0);
         }
     }
 

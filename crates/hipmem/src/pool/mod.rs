@@ -1135,28 +1135,25 @@ impl Runtime {
             return Err(Error::InvalidValue("hipFreeAsync of a null pointer".into()));
         }
         self.check_own_stream(stream)?;
-        if let Some(a) = self.allocations().find(ptr.0) {
-            if a.kind == crate::runtime::MemoryKind::VmmMapping {
-                stream.synchronize()?;
-                if let Some(r) = self.free_if_imported(ptr) {
-                    return r;
-                }
-            }
-        }
         // Fast path: the slot this thread used last on this stream; only
-        // that stream's own lock is taken.
+        // that stream's own lock is taken. (Memory that is not a pool block,
+        // such as a mapping of an imported pool, is never in a slot.)
         let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
-            (slot.pool_id, slot.free_fast(ptr.0))
+            (slot.pool_id, slot.free_fast(ptr.0), slot.pool_alive())
         });
         match fast {
-            Some((_, stream_cache::FastFree::Done)) => return Ok(()),
-            Some((pool, stream_cache::FastFree::Evicted(block))) => {
+            Some((_, stream_cache::FastFree::Done, true)) => return Ok(()),
+            None | Some((_, stream_cache::FastFree::NotHere, _)) => {}
+            Some((pool, done, _)) => {
+                let evicted = match done {
+                    stream_cache::FastFree::Evicted(b) => Some(b),
+                    _ => None,
+                };
                 if let Some(core) = self.inner.pools.get(pool) {
-                    core.return_evicted(stream.id(), block);
+                    core.after_free(&core.slot_for(&stream.pool_ref()), evicted);
                 }
                 return Ok(());
             }
-            _ => {}
         }
         match self.allocations().find(ptr.0) {
             Some(a) => match a.kind {
@@ -1164,15 +1161,26 @@ impl Runtime {
                     let core = self.inner.pools.get(id).ok_or_else(|| {
                         Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
                     })?;
-                    PoolRef::Hipmem(core).free(ptr, stream).map_err(|_| {
-                        Error::InvalidValue(format!("{ptr} is not a live pool allocation (double free?)"))
-                    })
+                    if core.free(ptr, &stream.pool_ref()) {
+                        Ok(())
+                    } else {
+                        Err(Error::InvalidValue(format!(
+                            "{ptr} is not a live pool allocation (double free?)"
+                        )))
+                    }
                 }
                 crate::runtime::MemoryKind::DriverPool(id) => {
                     let pool = self.inner.pools.get_driver(id).ok_or_else(|| {
                         Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
                     })?;
                     pool.free(ptr, stream.raw())
+                }
+                crate::runtime::MemoryKind::VmmMapping => {
+                    stream.synchronize()?;
+                    match self.free_if_imported(ptr) {
+                        Some(r) => r,
+                        None => self.free(ptr),
+                    }
                 }
                 _ => self.free(ptr),
             },

@@ -124,6 +124,11 @@ impl Heap {
         self.pending.iter().filter(|(_, set)| !set.is_empty()).map(|(&s, _)| s).collect()
     }
 
+    /// Whether `stream` has pending free blocks.
+    pub fn has_pending(&self, stream: u64) -> bool {
+        self.pending.get(&stream).is_some_and(|set| !set.is_empty())
+    }
+
     /// Adds a segment as one global free block. `base` and `size` must be
     /// multiples of [`BLOCK_ALIGN`] and the range must not overlap another.
     pub fn add_segment(&mut self, base: u64, size: u64) {

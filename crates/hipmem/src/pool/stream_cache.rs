@@ -167,8 +167,6 @@ pub enum FastFree {
     Done,
     /// Cached; the cache's oldest block must go back to the pool's heap.
     Evicted(CachedBlock),
-    /// Freed into the cache of a destroyed pool: the pool must release it.
-    DoneInDestroyedPool,
     /// Not a live block of this slot.
     NotHere,
 }
@@ -205,10 +203,15 @@ impl Slot {
         let evicted = st.cache_block(CachedBlock { addr, size, tag: self.clock.free_tag() });
         drop(st);
         match evicted {
-            _ if !self.pool_alive.load(Ordering::Acquire) => FastFree::DoneInDestroyedPool,
             Some(evicted) => FastFree::Evicted(evicted),
             None => FastFree::Done,
         }
+    }
+
+    /// Whether the slot's pool is not destroyed (a free into a destroyed
+    /// pool must go through the pool, which gives unused memory back).
+    pub fn pool_alive(&self) -> bool {
+        self.pool_alive.load(Ordering::Acquire)
     }
 
     /// The stream's id.

@@ -148,14 +148,7 @@ impl RuntimeInner {
     /// Records a marker event (from the event pool) at the current end of a
     /// stream; returns the point's tag and the event.
     pub(crate) fn record_marker(&self, clock: &Arc<StreamClock>, raw: RawStream) -> Result<(u64, RawEvent)> {
-        let pooled =
-            self.event_pool.get(raw.device).and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).pop());
-        let event = match pooled {
-            Some(e) => e,
-            None => self
-                .backend
-                .event_create(raw.device, EventFlags { disable_timing: true, ..Default::default() })?,
-        };
+        let event = self.pooled_event(raw.device)?;
         let tag = clock.advance();
         if let Err(e) = self.backend.event_record(event, raw) {
             self.recycle_events(raw.device, vec![event]);

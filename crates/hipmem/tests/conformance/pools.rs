@@ -400,6 +400,40 @@ fn a_destroyed_pool_gives_its_memory_back_once_its_frees_complete() {
     );
 }
 
+/// Many frees into a destroyed pool, from the thread that destroyed it and
+/// from another one, with the stream's default pool used first (so the pool
+/// is reached through the thread's table of slots): every free succeeds once
+/// and the memory goes back.
+#[test]
+fn many_frees_into_a_destroyed_pool_all_succeed_and_release_it() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let warm = rt.malloc_async(4096, &s).unwrap();
+    rt.free_async(warm, &s).unwrap();
+    let pool = new_pool(&rt, 0);
+    let ptrs: Vec<DevicePtr> = (0..40).map(|i| pool.alloc_raw(4096 + i * 256, &s).unwrap()).collect();
+    let watcher = pool.clone();
+    pool.destroy().unwrap();
+    let (here, there) = ptrs.split_at(20);
+    for &p in here {
+        rt.free_async(p, &s).unwrap();
+    }
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for &p in there {
+                rt.free_async(p, &s).unwrap();
+            }
+        });
+    });
+    for &p in &ptrs {
+        expect_err(rt.free_async(p, &s), 1, &[]);
+    }
+    s.synchronize().unwrap();
+    let stats = watcher.stats();
+    assert_eq!(stats.used_current, 0);
+    assert_eq!(stats.reserved_current, 0, "the destroyed pool still holds {} bytes", stats.reserved_current);
+}
+
 // ---- bad inputs ---------------------------------------------------------------------------
 
 #[test]

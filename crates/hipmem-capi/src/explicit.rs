@@ -28,7 +28,8 @@ pub unsafe extern "C" fn hipFree(ptr: *mut c_void) -> hipError_t {
     call(|| rt()?.free(DevicePtr(ptr as usize as u64)))
 }
 
-/// Carries out a synchronous copy classified by the runtime.
+/// Carries out a synchronous copy classified (and range-checked) by
+/// [`Runtime::resolve_copy`]: the backend runs it without checking again.
 ///
 /// # Safety
 /// Host sides must be valid for `size` bytes (HIP's contract).
@@ -45,16 +46,16 @@ unsafe fn copy_sync(rt: &Runtime, dst: u64, src: u64, size: usize, how: Resolved
             // SAFETY: `src` is host memory the caller promises is valid for
             // `size` bytes for the duration of this synchronous call.
             let src = unsafe { std::slice::from_raw_parts(src as usize as *const u8, size) };
-            rt.copy_host_to_device(DevicePtr(dst), src)
+            rt.backend().copy_host_to_device(DevicePtr(dst), src)
         }
         ResolvedCopy::Backend(CopyDirection::DeviceToHost) => {
             // SAFETY: `dst` is host memory the caller promises is valid and
             // unaliased for `size` bytes for the duration of this call.
             let dst = unsafe { std::slice::from_raw_parts_mut(dst as usize as *mut u8, size) };
-            rt.copy_device_to_host(dst, DevicePtr(src))
+            rt.backend().copy_device_to_host(dst, DevicePtr(src))
         }
         ResolvedCopy::Backend(CopyDirection::DeviceToDevice) => {
-            rt.copy_device_to_device(DevicePtr(dst), DevicePtr(src), size as u64)
+            rt.backend().copy_device_to_device(DevicePtr(dst), DevicePtr(src), size as u64)
         }
     }
 }
@@ -101,16 +102,26 @@ pub unsafe extern "C" fn hipMemcpyAsync(
         let rt = rt()?;
         let stream = handles::stream(&rt, stream)?;
         let (d, s, n) = (dst as usize as u64, src as usize as u64, sizeBytes as u64);
+        // Both ranges are checked here; the copies below go straight to the
+        // backend (which checks its own tables of page-locked ranges).
         let how = rt.resolve_copy(d, s, n, kind)?;
+        let page_locked = || {
+            rt.backend().page_locked_memory().ok_or_else(|| {
+                Error::NotSupported(format!(
+                    "the {} backend has no page-locked host memory",
+                    rt.backend_kind()
+                ))
+            })
+        };
         match how {
             ResolvedCopy::Backend(CopyDirection::DeviceToDevice) => {
-                rt.copy_device_to_device_async(DevicePtr(d), DevicePtr(s), n, stream.raw())
+                rt.backend().copy_device_to_device_async(DevicePtr(d), DevicePtr(s), n, stream.raw())
             }
             ResolvedCopy::Backend(CopyDirection::HostToDevice) if rt.page_locked_range(s, n).is_some() => {
-                rt.copy_page_locked_to_device_async(DevicePtr(d), s, n, stream.raw())
+                page_locked()?.copy_to_device_async(DevicePtr(d), s, n, stream.raw())
             }
             ResolvedCopy::Backend(CopyDirection::DeviceToHost) if rt.page_locked_range(d, n).is_some() => {
-                rt.copy_device_to_page_locked_async(d, DevicePtr(s), n, stream.raw())
+                page_locked()?.copy_from_device_async(d, DevicePtr(s), n, stream.raw())
             }
             ResolvedCopy::Nothing => Ok(()),
             how => {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use hipmem_rs::backend::RawStream;
 use hipmem_rs::{Error, Event, MemPool, Result, Runtime, Stream};
@@ -32,7 +32,7 @@ pub fn stream(rt: &Runtime, handle: hipStream_t) -> Result<Stream> {
     let h = handle as usize as u64;
     let device = current_device();
     if h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD {
-        return Stream::from_raw(rt, RawStream::null(device));
+        return null_stream(rt, device);
     }
     let found = lock(&STREAMS).as_ref().and_then(|t| t.get(&h).cloned());
     match found {
@@ -42,6 +42,21 @@ pub fn stream(rt: &Runtime, handle: hipStream_t) -> Result<Stream> {
                 "hipStream_t {h:#x} is not a live stream (destroyed, or never created)"
             ))
         }),
+    }
+}
+
+/// The null stream of each device of the global runtime (the only runtime
+/// the C ABI uses), made once: a call on stream 0 then costs a clone, and the
+/// stream keeps the pool slot it learned across calls.
+static NULL_STREAMS: OnceLock<Vec<Stream>> = OnceLock::new();
+
+fn null_stream(rt: &Runtime, device: usize) -> Result<Stream> {
+    let streams = NULL_STREAMS.get_or_init(|| {
+        (0..rt.device_count()).map_while(|d| rt.device(d).ok()).map(|d| d.null_stream()).collect()
+    });
+    match streams.get(device) {
+        Some(s) if s.runtime().ptr_eq(rt) => Ok(s.clone()),
+        _ => Stream::from_raw(rt, RawStream::null(device)),
     }
 }
 

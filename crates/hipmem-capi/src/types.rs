@@ -5,22 +5,24 @@
 use std::ffi::{c_int, c_uchar, c_uint, c_ushort, c_void};
 use std::mem::{offset_of, size_of};
 
+use hipmem_rs::error::code;
+
 /// `hipError_t`.
 pub type hipError_t = c_int;
-pub const hipSuccess: hipError_t = 0;
-pub const hipErrorInvalidValue: hipError_t = 1;
-pub const hipErrorOutOfMemory: hipError_t = 2;
-pub const hipErrorMemoryAllocation: hipError_t = 2;
-pub const hipErrorNotInitialized: hipError_t = 3;
-pub const hipErrorInvalidDevicePointer: hipError_t = 17;
-pub const hipErrorInvalidMemcpyDirection: hipError_t = 21;
-pub const hipErrorInvalidDevice: hipError_t = 101;
-pub const hipErrorInvalidHandle: hipError_t = 400;
-pub const hipErrorInvalidResourceHandle: hipError_t = 400;
-pub const hipErrorNotReady: hipError_t = 600;
-pub const hipErrorContextIsDestroyed: hipError_t = 709;
-pub const hipErrorNotSupported: hipError_t = 801;
-pub const hipErrorUnknown: hipError_t = 999;
+pub const hipSuccess: hipError_t = code::SUCCESS;
+pub const hipErrorInvalidValue: hipError_t = code::INVALID_VALUE;
+pub const hipErrorOutOfMemory: hipError_t = code::OUT_OF_MEMORY;
+pub const hipErrorMemoryAllocation: hipError_t = code::OUT_OF_MEMORY;
+pub const hipErrorNotInitialized: hipError_t = code::NOT_INITIALIZED;
+pub const hipErrorInvalidDevicePointer: hipError_t = code::INVALID_DEVICE_POINTER;
+pub const hipErrorInvalidMemcpyDirection: hipError_t = code::INVALID_MEMCPY_DIRECTION;
+pub const hipErrorInvalidDevice: hipError_t = code::INVALID_DEVICE;
+pub const hipErrorInvalidHandle: hipError_t = code::INVALID_HANDLE;
+pub const hipErrorInvalidResourceHandle: hipError_t = code::INVALID_HANDLE;
+pub const hipErrorNotReady: hipError_t = code::NOT_READY;
+pub const hipErrorContextIsDestroyed: hipError_t = code::CONTEXT_IS_DESTROYED;
+pub const hipErrorNotSupported: hipError_t = code::NOT_SUPPORTED;
+pub const hipErrorUnknown: hipError_t = code::UNKNOWN;
 
 /// `hipStream_t`: the backend's stream handle (a `CUstream` on cuda); 0 is
 /// the null stream, 1 `hipStreamLegacy`, 2 `hipStreamPerThread`.

@@ -71,35 +71,8 @@ fn build(name: &str) -> Option<PathBuf> {
 
 /// Compiles examples/c/<name>.cpp and runs it on the host backend; returns stdout.
 fn build_and_run(name: &str) -> Option<String> {
-    if !have_gxx() {
-        println!("note: g++ not found; skipping the C++ example {name}");
-        return None;
-    }
-    let root = repo_root();
-    let lib = lib_dir();
-    let out_dir = std::env::temp_dir().join(format!("hipmem-c-examples-{}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join(name);
-    let status = Command::new("g++")
-        .arg("-Wno-pointer-arith")
-        .arg("-I")
-        .arg(root.join("include"))
-        .arg(root.join("examples/c").join(format!("{name}.cpp")))
-        .arg("-L")
-        .arg(&lib)
-        .arg("-lhipmem")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("run g++");
-    assert!(status.success(), "g++ failed on examples/c/{name}.cpp");
-    let out = Command::new(&exe)
-        .env("HIPMEM_BACKEND", "host")
-        .env_remove("HIPMEM_HOST_VMM_GRANULARITY")
-        .env_remove("HIPMEM_HOST_DEVICES")
-        .output()
-        .expect("run the example");
+    let exe = build(name)?;
+    let out = host_command(&exe).output().expect("run the example");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -108,6 +81,16 @@ fn build_and_run(name: &str) -> Option<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     Some(stdout)
+}
+
+/// A command that runs a built listing on the host backend's defaults.
+fn host_command(exe: &std::path::Path) -> Command {
+    let mut command = Command::new(exe);
+    command
+        .env("HIPMEM_BACKEND", "host")
+        .env_remove("HIPMEM_HOST_VMM_GRANULARITY")
+        .env_remove("HIPMEM_HOST_DEVICES");
+    command
 }
 
 #[test]
@@ -154,10 +137,7 @@ fn vmm_sequence_maps_grows_and_frees() {
 
 /// Runs a built listing on the host backend, killing it after 30 s.
 fn spawn_listing(exe: &std::path::Path) -> std::process::Child {
-    Command::new(exe)
-        .env("HIPMEM_BACKEND", "host")
-        .env_remove("HIPMEM_HOST_VMM_GRANULARITY")
-        .env_remove("HIPMEM_HOST_DEVICES")
+    host_command(exe)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -59,11 +59,12 @@ struct Workers {
     queues: Vec<Sender<Job>>,
 }
 
-fn workers(threads: usize) -> &'static Workers {
+/// The worker threads, started on first use ([`threads`] less the caller).
+fn workers() -> &'static Workers {
     static WORKERS: OnceLock<Workers> = OnceLock::new();
     WORKERS.get_or_init(|| {
         let mut queues = Vec::new();
-        for k in 0..threads.saturating_sub(1) {
+        for k in 0..threads().saturating_sub(1) {
             let (tx, rx) = channel::<Job>();
             let spawned = std::thread::Builder::new().name(format!("hipmem-memcpy-{k}")).spawn(move || {
                 let next = |rx: &std::sync::mpsc::Receiver<Job>| {
@@ -109,7 +110,7 @@ pub fn threads() -> usize {
 /// If the lengths differ (as `copy_from_slice`).
 pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_parallel: lengths differ");
-    let pool = workers(threads());
+    let pool = workers();
     let len = dst.len();
     let parts = (pool.queues.len() + 1).min(len / MIN_PART).max(1);
     if parts == 1 {

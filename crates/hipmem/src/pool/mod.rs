@@ -462,10 +462,7 @@ impl MemPool {
                 stream.device()
             )));
         }
-        if !Arc::ptr_eq(&stream.inner.rt.inner, &self.rt.inner) {
-            return Err(Error::InvalidHandle("the stream belongs to another runtime".into()));
-        }
-        Ok(())
+        self.rt.check_own_stream(stream)
     }
 
     /// `hipMemPoolGetAttribute` (a driver pool's error reads as 0).
@@ -1073,7 +1070,7 @@ impl Runtime {
     }
 
     fn check_own_stream(&self, stream: &Stream) -> Result<()> {
-        if Arc::ptr_eq(&stream.inner.rt.inner, &self.inner) {
+        if stream.runtime().ptr_eq(self) {
             Ok(())
         } else {
             Err(Error::InvalidHandle("the stream belongs to another runtime".into()))

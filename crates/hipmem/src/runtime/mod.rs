@@ -328,6 +328,11 @@ impl Runtime {
         GLOBAL.get_or_init(Runtime::from_env).clone()
     }
 
+    /// Whether `self` and `other` are handles of the same runtime.
+    pub fn ptr_eq(&self, other: &Runtime) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Wraps an opened backend.
     pub fn with_backend(backend: Arc<dyn Backend>) -> Result<Runtime> {
         let devices =

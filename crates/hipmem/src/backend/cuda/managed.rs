@@ -111,9 +111,7 @@ impl ManagedMemory for CudaBackend {
 
     unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
         // No queued work of any device may touch the memory once it is freed.
-        for dev in &self.devices {
-            self.synchronize(dev)?;
-        }
+        self.synchronize_all()?;
         self.managed_context(ptr)?;
         // SAFETY: every device has drained; the caller frees `ptr` once and
         // uses no reference into it afterwards.

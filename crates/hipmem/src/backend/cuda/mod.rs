@@ -380,6 +380,14 @@ impl CudaBackend {
         Ok(dev)
     }
 
+    /// Waits until every device has run all the work queued on it.
+    pub(crate) fn synchronize_all(&self) -> Result<()> {
+        for dev in &self.devices {
+            self.synchronize(dev)?;
+        }
+        Ok(())
+    }
+
     fn synchronize(&self, dev: &Device) -> Result<()> {
         bind_context(self.driver, dev.ctx.0)?;
         // SAFETY: the primary context is retained by `self` and current on this thread.

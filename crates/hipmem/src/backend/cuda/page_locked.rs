@@ -67,13 +67,6 @@ impl CudaBackend {
     fn owner_id(&self) -> usize {
         self as *const CudaBackend as usize
     }
-
-    fn synchronize_all(&self) -> Result<()> {
-        for dev in &self.devices {
-            self.synchronize(dev)?;
-        }
-        Ok(())
-    }
 }
 
 impl PageLockedMemory for CudaBackend {

@@ -181,6 +181,13 @@ impl HostBackend {
         self.enqueue_ops(stream, ops)
     }
 
+    /// Waits until every device has run all the work queued on it.
+    pub(crate) fn drain_all_devices(&self) {
+        for device in &self.devices {
+            self.sync_device(device);
+        }
+    }
+
     fn sync_device(&self, device: &HostDevice) {
         let marker = device.null_stream.push_all([Op::HostFunc(Box::new(|| {}))]);
         device.null_stream.wait_for(marker);
@@ -299,9 +306,7 @@ impl Backend for HostBackend {
                 Error::InvalidValue(format!("{ptr} is not the start of a live allocation on device {device}"))
             })?;
         // No new work can name the range now; drain what was queued before.
-        for other in &self.devices {
-            self.sync_device(other);
-        }
+        self.drain_all_devices();
         drop(lock(&self.mappings).remove(&ptr.0));
         *lock(&d.used) -= round_up(region.len, PAGE);
         Ok(())

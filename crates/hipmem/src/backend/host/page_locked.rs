@@ -53,12 +53,6 @@ impl HostBackend {
         self as *const HostBackend as usize
     }
 
-    fn drain_all_devices(&self) {
-        for device in &self.devices {
-            self.sync_device(device);
-        }
-    }
-
     /// Takes out the entry at exactly `addr` (a registration or not), then
     /// (with no new work able to name it) its region, then drains the devices.
     fn remove_page_locked(&self, addr: u64, registered: bool, what: &str) -> Result<RangeEntry<HostRange>> {

@@ -110,12 +110,6 @@ fn remap_none(addr: u64, len: u64) -> Result<()> {
 }
 
 impl HostBackend {
-    fn drain_all(&self) {
-        for device in &self.devices {
-            self.sync_device(device);
-        }
-    }
-
     /// Drops a physical allocation once it has neither references nor mappings.
     fn collect(&self, state: &mut VmmState, handle: u64) {
         let dead = state.physical.get(&handle).is_some_and(|p| p.refs == 0 && p.maps == 0);
@@ -365,7 +359,7 @@ impl VirtualMemory for HostBackend {
         }
         if registered {
             // No new work can name the ranges now; wait for what was queued.
-            self.drain_all();
+            self.drain_all_devices();
         }
         remap_none(ptr.0, size)?;
         for b in bases {
@@ -406,7 +400,7 @@ impl VirtualMemory for HostBackend {
             }
         }
         if lowered {
-            self.drain_all();
+            self.drain_all_devices();
         }
         for b in bases {
             let phys_device = {

@@ -22,7 +22,7 @@ pub mod usage;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytemuck::Pod;
 
@@ -888,7 +888,9 @@ type CurrentPool = (PoolRef, Weak<PoolOwner>);
 pub(crate) struct PoolTable {
     pools: Mutex<HashMap<u64, Arc<PoolCore>>>,
     drivers: Mutex<HashMap<u64, Arc<DriverPool>>>,
-    defaults: Mutex<HashMap<usize, Arc<PoolCore>>>,
+    /// The default pool of each device, made on first use (read without a
+    /// lock by every `hipMallocAsync` that uses it).
+    defaults: Vec<OnceLock<Arc<PoolCore>>>,
     driver_defaults: Mutex<HashMap<usize, Arc<DriverPool>>>,
     imported: Mutex<HashMap<u64, Weak<ImportedPool>>>,
     current: Mutex<HashMap<usize, CurrentPool>>,
@@ -904,7 +906,11 @@ fn next_pool_id() -> u64 {
 
 impl PoolTable {
     pub(crate) fn new(devices: usize) -> PoolTable {
-        PoolTable { current_ids: (0..devices).map(|_| AtomicU64::new(0)).collect(), ..Default::default() }
+        PoolTable {
+            defaults: (0..devices).map(|_| OnceLock::new()).collect(),
+            current_ids: (0..devices).map(|_| AtomicU64::new(0)).collect(),
+            ..Default::default()
+        }
     }
 
     fn create(
@@ -962,10 +968,13 @@ impl PoolTable {
 
     /// The default pool of `device`, created on first use.
     pub(crate) fn default_pool(&self, rt: &Arc<RuntimeInner>, device: usize) -> Arc<PoolCore> {
-        let mut defaults = self.defaults.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(defaults.entry(device).or_insert_with(|| {
-            self.create(rt, PoolProps { device, handle_types: 0, max_size: 0 }, true, None)
-        }))
+        let make = || self.create(rt, PoolProps { device, handle_types: 0, max_size: 0 }, true, None);
+        match self.defaults.get(device) {
+            Some(cell) => Arc::clone(cell.get_or_init(make)),
+            // Callers check the device first; an unchecked one gets a pool
+            // of its own rather than a panic.
+            None => make(),
+        }
     }
 
     /// The id of `device`'s current pool (0: the default pool).

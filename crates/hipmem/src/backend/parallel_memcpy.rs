@@ -1,98 +1,144 @@
-//! A host memcpy spread over a small pool of persistent threads, for the
+//! A host memcpy spread over a small team of persistent threads, for the
 //! staged copies of pageable memory (one copy thread cannot keep up with a
 //! DMA engine).
 //!
-//! [`copy_parallel`] is a safe function: it splits the copy into parts,
-//! hands all but the first to the pool's threads as raw addresses, copies the
-//! first itself and returns only once every part is done (also when
-//! unwinding), so the borrowed slices outlive every access, as with
-//! `std::thread::scope`, without spawning threads per call.
+//! [`copy_parallel`] is a safe function. It cuts the copy into parts and
+//! publishes them as one job; the caller and every worker of the team claim
+//! parts from the job's counter until none is left, so a worker that is
+//! slow to wake (an idle virtual processor can take hundreds of
+//! microseconds) only takes fewer parts instead of holding the copy up. The
+//! caller returns once every claimed part is copied; a worker that comes
+//! later claims nothing and touches no memory, so the borrowed slices
+//! outlive every access, as with `std::thread::scope`, without spawning
+//! threads per call.
 
-use std::sync::mpsc::{Sender, channel};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-/// Each part is at least this many bytes.
-pub const MIN_PART: usize = 1 << 20;
-
-struct Latch {
-    left: Mutex<usize>,
-    done: Condvar,
-    /// Mirror of `left` that the waiter polls before it sleeps.
-    pending: std::sync::atomic::AtomicUsize,
+/// How a copy stores to its destination.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stores {
+    /// Ordinary stores: the destination ends up in the processor's caches.
+    Cached,
+    /// Non-temporal stores (where the processor has them): the destination
+    /// goes to memory without first being read into the caches.
+    Streaming,
 }
 
-/// How long a worker or a waiter polls before it sleeps: waking a sleeping
-/// thread costs tens of microseconds on a virtual machine, a large part of
-/// the time one chunk of a staged copy takes.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+/// How long a worker polls before it sleeps: waking a sleeping thread costs
+/// tens to hundreds of microseconds on a virtual machine, a large part of the
+/// time one chunk of a staged copy takes, and the chunks come in bursts.
+const SPIN: Duration = Duration::from_micros(200);
 
-impl Latch {
-    fn count_down(&self) {
-        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
-        *left -= 1;
-        self.pending.store(*left, std::sync::atomic::Ordering::Release);
-        if *left == 0 {
-            self.done.notify_all();
-        }
-    }
-
-    fn wait(&self) {
-        let start = std::time::Instant::now();
-        while self.pending.load(std::sync::atomic::Ordering::Acquire) > 0 && start.elapsed() < SPIN {
-            std::hint::spin_loop();
-        }
-        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
-        while *left > 0 {
-            left = self.done.wait(left).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-}
-
+/// One copy, cut into `parts` parts of `part` bytes (the last may be shorter).
 struct Job {
     dst: usize,
     src: usize,
     len: usize,
-    latch: Arc<Latch>,
+    part: usize,
+    parts: usize,
+    stores: Stores,
+    /// The next part to claim (claims past `parts` copy nothing).
+    next: AtomicUsize,
+    /// Parts copied.
+    done: AtomicUsize,
 }
 
-struct Workers {
-    queues: Vec<Sender<Job>>,
+impl Job {
+    /// Claims and copies parts until none is left.
+    fn help(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::AcqRel);
+            if i >= self.parts {
+                return;
+            }
+            let off = i * self.part;
+            let n = self.part.min(self.len - off);
+            // SAFETY: `copy_parallel` made `dst` and `src` from a `&mut [u8]`
+            // and a `&[u8]` of `len` bytes each; part `i` (claimed by exactly
+            // one thread) lies within them; and `copy_parallel` does not
+            // return (so the borrows do not end) before `done` counts every
+            // part, this one included.
+            unsafe { copy_raw((self.dst + off) as *mut u8, (self.src + off) as *const u8, n, self.stores) };
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
 }
 
-/// The worker threads, started on first use ([`threads`] less the caller).
-fn workers() -> &'static Workers {
-    static WORKERS: OnceLock<Workers> = OnceLock::new();
-    WORKERS.get_or_init(|| {
-        let mut queues = Vec::new();
-        for k in 0..threads().saturating_sub(1) {
-            let (tx, rx) = channel::<Job>();
-            let spawned = std::thread::Builder::new().name(format!("hipmem-memcpy-{k}")).spawn(move || {
-                let next = |rx: &std::sync::mpsc::Receiver<Job>| {
-                    // Poll a little before sleeping: jobs come in bursts.
-                    let start = std::time::Instant::now();
-                    while start.elapsed() < SPIN {
-                        match rx.try_recv() {
-                            Ok(job) => return Some(job),
-                            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
-                            Err(std::sync::mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
-                        }
+/// The worker threads and the job they help with.
+struct Team {
+    /// Bumped (under `current`'s lock) each time a job is published.
+    generation: AtomicU64,
+    current: Mutex<Option<Arc<Job>>>,
+    wake: Condvar,
+    /// Workers asleep on `wake`.
+    sleepers: AtomicUsize,
+    /// Workers started.
+    workers: AtomicUsize,
+}
+
+impl Team {
+    fn work(&self) {
+        let mut seen = 0u64;
+        loop {
+            let start = Instant::now();
+            let mut generation = self.generation.load(Ordering::Acquire);
+            while generation == seen && start.elapsed() < SPIN {
+                std::hint::spin_loop();
+                generation = self.generation.load(Ordering::Acquire);
+            }
+            let job = {
+                let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+                if self.generation.load(Ordering::Acquire) == seen {
+                    self.sleepers.fetch_add(1, Ordering::SeqCst);
+                    while self.generation.load(Ordering::Acquire) == seen {
+                        current = self.wake.wait(current).unwrap_or_else(|p| p.into_inner());
                     }
-                    rx.recv().ok()
-                };
-                while let Some(job) = next(&rx) {
-                    // SAFETY: `copy_parallel` made `dst` and `src` from disjoint
-                    // parts of a `&mut [u8]` and a `&[u8]` of `len` bytes each,
-                    // and does not return (so the borrows do not end) before
-                    // this job has counted down its latch.
-                    unsafe { stream_copy_raw(job.dst as *mut u8, job.src as *const u8, job.len) };
-                    job.latch.count_down();
+                    self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 }
-            });
-            if spawned.is_ok() {
-                queues.push(tx);
+                seen = self.generation.load(Ordering::Acquire);
+                current.clone()
+            };
+            if let Some(job) = job {
+                job.help();
             }
         }
-        Workers { queues }
+    }
+
+    fn publish(&self, job: &Arc<Job>) {
+        {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            *current = Some(Arc::clone(job));
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        // A worker counts itself a sleeper under the lock, before it checks
+        // the generation, so one that will sleep is counted by now.
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.wake.notify_all();
+        }
+    }
+}
+
+/// The team, started on first use ([`threads`] less the caller).
+fn team() -> &'static Team {
+    static TEAM: OnceLock<&'static Team> = OnceLock::new();
+    TEAM.get_or_init(|| {
+        let team: &'static Team = Box::leak(Box::new(Team {
+            generation: AtomicU64::new(0),
+            current: Mutex::new(None),
+            wake: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
+            workers: AtomicUsize::new(0),
+        }));
+        for k in 0..threads().saturating_sub(1) {
+            let spawned =
+                std::thread::Builder::new().name(format!("hipmem-memcpy-{k}")).spawn(move || team.work());
+            if spawned.is_ok() {
+                team.workers.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        team
     })
 }
 
@@ -108,60 +154,59 @@ pub fn threads() -> usize {
 ///
 /// # Panics
 /// If the lengths differ (as `copy_from_slice`).
-pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
+pub fn copy_parallel(dst: &mut [u8], src: &[u8], stores: Stores) {
     assert_eq!(dst.len(), src.len(), "copy_parallel: lengths differ");
-    let pool = workers();
     let len = dst.len();
-    let parts = (pool.queues.len() + 1).min(len / MIN_PART).max(1);
-    if parts == 1 {
-        stream_copy(dst, src);
+    let config = crate::pinned::StagingConfig::get();
+    let team = team();
+    let threads = team.workers.load(Ordering::Relaxed) + 1;
+    // About four parts per thread, so that threads that start late or run
+    // slow even out, each part long enough to stream.
+    let part = (len / (threads * 4)).clamp(config.min_part, 4 << 20).next_multiple_of(4096);
+    let parts = len.div_ceil(part);
+    if threads == 1 || parts <= 1 {
+        // SAFETY: two live slices of the same length; a `&mut` and a `&` cannot overlap.
+        unsafe { copy_raw(dst.as_mut_ptr(), src.as_ptr(), len, stores) };
         return;
     }
-    let part = len.div_ceil(parts).next_multiple_of(4096);
-    let latch = Arc::new(Latch { left: Mutex::new(0), done: Condvar::new(), pending: Default::default() });
-    // Waits for the handed-out parts when this frame ends, also on unwinding.
-    struct WaitOnDrop(Arc<Latch>);
-    impl Drop for WaitOnDrop {
-        fn drop(&mut self) {
-            self.0.wait();
+    let job = Arc::new(Job {
+        dst: dst.as_mut_ptr() as usize,
+        src: src.as_ptr() as usize,
+        len,
+        part,
+        parts,
+        stores,
+        next: AtomicUsize::new(0),
+        done: AtomicUsize::new(0),
+    });
+    team.publish(&job);
+    // Nothing below can unwind before every part is done: `help` only
+    // copies bytes and counts.
+    job.help();
+    let start = Instant::now();
+    while job.done.load(Ordering::Acquire) < parts {
+        if start.elapsed() < SPIN {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
     }
-    let guard = WaitOnDrop(Arc::clone(&latch));
-    let (first_dst, rest_dst) = dst.split_at_mut(part.min(len));
-    let (first_src, rest_src) = src.split_at(part.min(len));
-    for (k, (d, s)) in rest_dst.chunks_mut(part).zip(rest_src.chunks(part)).enumerate() {
-        {
-            let mut left = latch.left.lock().unwrap_or_else(|p| p.into_inner());
-            *left += 1;
-            latch.pending.store(*left, std::sync::atomic::Ordering::Release);
-        }
-        let job = Job {
-            dst: d.as_mut_ptr() as usize,
-            src: s.as_ptr() as usize,
-            len: d.len(),
-            latch: Arc::clone(&latch),
-        };
-        if let Err(returned) = pool.queues[k % pool.queues.len()].send(job) {
-            // The worker is gone: copy the part here.
-            let job = returned.0;
-            stream_copy(d, s);
-            job.latch.count_down();
-        }
+}
+
+/// # Safety
+/// `dst` and `src` must be valid for `len` bytes and must not overlap.
+unsafe fn copy_raw(dst: *mut u8, src: *const u8, len: usize, stores: Stores) {
+    match stores {
+        // SAFETY: the caller's contract.
+        Stores::Cached => unsafe { std::ptr::copy_nonoverlapping(src, dst, len) },
+        // SAFETY: the caller's contract.
+        Stores::Streaming => unsafe { stream_copy_raw(dst, src, len) },
     }
-    stream_copy(first_dst, first_src);
-    drop(guard);
 }
 
-/// Copies `src` into `dst` (same length) with non-temporal stores where the
-/// processor has them: a staging copy's destination is next read by a DMA
-/// engine (or, copied out, not soon by this core), so ordinary stores would
-/// only make each cache line be read before it is written.
-pub fn stream_copy(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "stream_copy: lengths differ");
-    // SAFETY: two live slices of the same length; a `&mut` and a `&` cannot overlap.
-    unsafe { stream_copy_raw(dst.as_mut_ptr(), src.as_ptr(), dst.len()) }
-}
-
+/// Non-temporal stores: a 16-byte aligned loop of streaming stores, then a
+/// store fence.
+///
 /// # Safety
 /// `dst` and `src` must be valid for `len` bytes and must not overlap.
 unsafe fn stream_copy_raw(dst: *mut u8, src: *const u8, len: usize) {
@@ -178,7 +223,7 @@ unsafe fn stream_copy_raw(dst: *mut u8, src: *const u8, len: usize) {
         // `len`; SSE2 is part of the x86-64 baseline; every stream store
         // goes to a 16-byte-aligned address (`dst + head` is aligned and `i`
         // advances by 64); the fence orders the non-temporal stores before
-        // whatever the caller does next (a DMA or a latch count-down).
+        // whatever the caller does next (a DMA, or counting the part done).
         unsafe {
             std::ptr::copy_nonoverlapping(src, dst, head);
             let mut i = head;
@@ -212,14 +257,46 @@ unsafe fn stream_copy_raw(dst: *mut u8, src: *const u8, len: usize) {
 mod tests {
     use super::*;
 
+    fn pattern(len: usize, seed: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 4096 + seed) as u8).collect()
+    }
+
     #[test]
-    fn copies_exactly_at_every_size() {
-        for len in [0usize, 1, 4095, MIN_PART, 3 * MIN_PART + 17, 9 * MIN_PART + 1] {
-            let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
-            let mut dst = vec![0u8; len];
-            copy_parallel(&mut dst, &src);
-            assert!(dst == src, "{len} bytes");
+    fn copies_exactly_at_every_size_with_both_stores() {
+        const MIN_PART: usize = crate::pinned::MEMCPY_MIN_PART;
+        for stores in [Stores::Cached, Stores::Streaming] {
+            for len in [0usize, 1, 4095, MIN_PART, 3 * MIN_PART + 17, 9 * MIN_PART + 1, 200 * MIN_PART + 5] {
+                let src = pattern(len, 0);
+                let mut dst = vec![0u8; len];
+                copy_parallel(&mut dst, &src, stores);
+                assert!(dst == src, "{len} bytes, {stores:?}");
+            }
         }
+    }
+
+    #[test]
+    fn concurrent_callers_each_get_their_own_bytes() {
+        // Several threads copy at once through the one team: a worker may
+        // help with any job, and every job must still complete exactly.
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                s.spawn(move || {
+                    for round in 0..20 {
+                        let len = (round + 1) * 97 * 1024 + t;
+                        let src = pattern(len, t * 31 + round);
+                        let mut dst = vec![0u8; len];
+                        let stores = if t % 2 == 0 { Stores::Cached } else { Stores::Streaming };
+                        copy_parallel(&mut dst, &src, stores);
+                        assert!(dst == src, "thread {t}, round {round}");
+                    }
+                });
+            }
+        });
+    }
+
+    fn stream_copy(dst: &mut [u8], src: &[u8]) {
+        // SAFETY: two live slices of the same length.
+        unsafe { stream_copy_raw(dst.as_mut_ptr(), src.as_ptr(), dst.len()) }
     }
 
     #[test]

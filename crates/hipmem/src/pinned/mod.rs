@@ -32,7 +32,8 @@ use std::sync::{Mutex, OnceLock};
 pub use buffer::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer};
 pub use pool::{PinnedPool, PinnedPoolStats};
 pub use staged::{
-    STAGED_MIN_BYTES, STAGING_CHUNK, STAGING_MIN_CHUNK, STAGING_RING, STAGING_THREADS, StagingConfig,
+    MEMCPY_MIN_PART, STAGED_MIN_BYTES_FROM_DEVICE, STAGED_MIN_BYTES_TO_DEVICE, STAGING_CHUNK,
+    STAGING_FIRST_CHUNK, STAGING_MIN_CHUNK, STAGING_RING, STAGING_THREADS, StagedOptions, StagingConfig,
 };
 
 use crate::backend::host_memory::{PageLockedBlock, PageLockedFlags, RegisterFlags, RegisterSpan};

@@ -4,55 +4,124 @@
 //! with one thread, several times slower than a DMA from page-locked memory.
 //! hipmem splits a large copy into chunks and pipelines them through a ring
 //! of page-locked staging buffers (from the runtime's pinned pool): while the
-//! device copies chunk `i` by DMA, several host threads copy chunk `i + 1`
-//! into the next staging buffer (host to device), or out of the previous one
-//! (device to host). Below [`STAGED_MIN_BYTES`], and on backends without DMA
-//! (the CPU emulation, where staging only adds a copy), the driver's own
-//! pageable copy is used, so hipmem is never slower than it.
+//! device copies chunk `i` by DMA, every host thread of
+//! `backend::parallel_memcpy` copies chunk `i + 1` into the next staging
+//! buffer (host to device), or out of the previous one (device to host).
+//! The chunks start at 1 MiB and double, so the first DMA starts early, and
+//! the last chunk is halved down to 1 MiB, so little DMA is left once the
+//! host is done. How the host threads store (cached or non-temporal) is
+//! chosen per direction and size ([`StagingConfig::stores_for`]). Below
+//! [`STAGED_MIN_BYTES_TO_DEVICE`] / [`STAGED_MIN_BYTES_FROM_DEVICE`], and on
+//! backends without DMA (the CPU emulation, where staging only adds a copy),
+//! the driver's own pageable copy is used, so hipmem is never slower than it.
 
 use super::PinnedBuffer;
-use crate::backend::parallel_memcpy::copy_parallel;
+use crate::backend::parallel_memcpy::{Stores, copy_parallel};
 use crate::backend::{BackendKind, DevicePtr, RawEvent};
 use crate::error::Result;
 use crate::runtime::Runtime;
 use crate::stream::Stream;
 
-/// Copies of at least this many bytes are staged (on backends with DMA);
-/// `HIPMEM_STAGED_MIN` overrides it.
-pub const STAGED_MIN_BYTES: usize = 16 << 20;
+/// Host-to-device copies of at least this many bytes are staged (on
+/// backends with DMA); `HIPMEM_STAGED_MIN` overrides it (both directions).
+/// Measured on the H200 machine: at 256 KiB the driver's own pageable copy is
+/// faster (17 against 12 GB/s), from 1 MiB the staged one (21 against 15).
+pub const STAGED_MIN_BYTES_TO_DEVICE: usize = 1 << 20;
+/// Device-to-host copies of at least this many bytes are staged: the
+/// driver's pageable path is slower that way (at 256 KiB, 3.5 to 5 GB/s
+/// against 8 to 9 staged).
+pub const STAGED_MIN_BYTES_FROM_DEVICE: usize = 256 << 10;
 /// Most bytes per chunk of a staged copy (a copy is cut in at least eight
 /// chunks of at least [`STAGING_MIN_CHUNK`] so the pipeline fills);
 /// `HIPMEM_STAGING_CHUNK` overrides it. Measured on an H200 host: 16 MiB
 /// chunks, a ring of 4 and 16 copy threads did best at 256 MiB and more.
 pub const STAGING_CHUNK: usize = 16 << 20;
-/// Fewest bytes per chunk.
+/// Fewest bytes per chunk (`HIPMEM_STAGING_MIN_CHUNK` overrides it).
 pub const STAGING_MIN_CHUNK: usize = 2 << 20;
 /// Staging buffers in the ring; `HIPMEM_STAGING_RING` overrides it.
 pub const STAGING_RING: usize = 4;
 /// The most host threads that copy one chunk (see `backend::parallel_memcpy`);
 /// `HIPMEM_STAGING_THREADS` overrides it.
 pub const STAGING_THREADS: usize = 16;
+/// The first chunk of a staged copy (the pipeline's fill: the first DMA
+/// waits for this much host copying); `HIPMEM_STAGING_FIRST` overrides it.
+pub const STAGING_FIRST_CHUNK: usize = 1 << 20;
+/// The smallest piece of a chunk one copy thread takes
+/// (`HIPMEM_MEMCPY_MIN_PART` overrides it): small enough that even the first
+/// chunk is copied by every thread.
+pub const MEMCPY_MIN_PART: usize = 64 << 10;
 
 /// The staging parameters in force (the constants, or the environment's
-/// `HIPMEM_STAGED_MIN`, `HIPMEM_STAGING_CHUNK`, `HIPMEM_STAGING_RING`,
-/// `HIPMEM_STAGING_THREADS`; sizes accept suffixes like `16M`).
+/// `HIPMEM_STAGED_MIN` (both directions), `HIPMEM_STAGING_CHUNK`, `HIPMEM_STAGING_MIN_CHUNK`,
+/// `HIPMEM_STAGING_FIRST`, `HIPMEM_STAGING_RING`, `HIPMEM_STAGING_THREADS`,
+/// `HIPMEM_MEMCPY_MIN_PART`; sizes accept suffixes like `16M`; and
+/// `HIPMEM_STAGING_H2D` / `HIPMEM_STAGING_D2H` = `nt` or `cached` to force
+/// the host stores of one direction).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct StagingConfig {
-    /// Smallest staged copy.
-    pub min_bytes: usize,
-    /// Chunk size.
+    /// Smallest staged copy, host to device.
+    pub min_bytes_to_device: usize,
+    /// Smallest staged copy, device to host.
+    pub min_bytes_from_device: usize,
+    /// Largest chunk.
     pub chunk: usize,
+    /// Smallest chunk.
+    pub min_chunk: usize,
     /// Ring depth.
     pub ring: usize,
     /// Host copy threads.
     pub threads: usize,
+    /// The first chunk.
+    pub first_chunk: usize,
+    /// The smallest piece of a chunk one thread copies.
+    pub min_part: usize,
+    /// The processor's last-level cache (from sysfs; 32 MiB where unknown).
+    pub last_level_cache: usize,
+    /// Forced host stores, host to device.
+    pub h2d_stores: Option<Stores>,
+    /// Forced host stores, device to host.
+    pub d2h_stores: Option<Stores>,
 }
 
 impl StagingConfig {
     /// The chunk size for a copy of `len` bytes: an eighth of it, between
-    /// [`STAGING_MIN_CHUNK`] and the configured chunk.
+    /// the smallest and the largest chunk.
     pub fn chunk_for(&self, len: usize) -> usize {
-        (len / 8).next_multiple_of(1 << 20).clamp(STAGING_MIN_CHUNK.min(self.chunk), self.chunk)
+        (len / 8).next_multiple_of(64 << 10).clamp(self.min_chunk.min(self.chunk), self.chunk)
+    }
+
+    /// How the host threads store in a staged copy of `len` bytes.
+    ///
+    /// Host to device, the threads write staging buffers that the DMA engine
+    /// reads next. Non-temporal stores send them to memory, which the DMA
+    /// engine reads at full speed; with ordinary stores it reads lines still
+    /// dirty in sixteen cores' caches, measured up to a quarter slower while
+    /// the source is in the last-level cache. Once the source is well beyond
+    /// that cache, memory bandwidth is the limit instead (reading the source,
+    /// writing the staging buffer and the DMA engine reading it again: three
+    /// passes), and ordinary stores save the last two.
+    ///
+    /// Device to host, the threads write the user's memory: ordinary stores
+    /// while it fits in a quarter of the last-level cache (the caller reads
+    /// it soon), non-temporal ones beyond.
+    ///
+    /// Measured on the H200 machine (300 MiB last-level cache), 16 MiB to
+    /// 1 GiB, all four methods in one run (`hipmem bench copy` with
+    /// `HIPMEM_BENCH_COPY_PATHS`).
+    pub fn stores_for(&self, len: usize, to_device: bool) -> Stores {
+        if to_device {
+            self.h2d_stores.unwrap_or(if len > 2 * self.last_level_cache {
+                Stores::Cached
+            } else {
+                Stores::Streaming
+            })
+        } else {
+            self.d2h_stores.unwrap_or(if len <= self.last_level_cache / 4 {
+                Stores::Cached
+            } else {
+                Stores::Streaming
+            })
+        }
     }
 
     /// Read once per process.
@@ -67,13 +136,59 @@ impl StagingConfig {
                     .filter(|&v| v > 0)
                     .unwrap_or(default)
             };
+            let stores = |name: &str| match std::env::var(name).as_deref() {
+                Ok("nt") => Some(Stores::Streaming),
+                Ok("cached") => Some(Stores::Cached),
+                _ => None,
+            };
             StagingConfig {
-                min_bytes: size("HIPMEM_STAGED_MIN", STAGED_MIN_BYTES),
+                min_bytes_to_device: size("HIPMEM_STAGED_MIN", STAGED_MIN_BYTES_TO_DEVICE),
+                min_bytes_from_device: size("HIPMEM_STAGED_MIN", STAGED_MIN_BYTES_FROM_DEVICE),
                 chunk: size("HIPMEM_STAGING_CHUNK", STAGING_CHUNK),
+                min_chunk: size("HIPMEM_STAGING_MIN_CHUNK", STAGING_MIN_CHUNK).next_multiple_of(4096),
                 ring: size("HIPMEM_STAGING_RING", STAGING_RING).clamp(2, 64),
                 threads: size("HIPMEM_STAGING_THREADS", STAGING_THREADS).clamp(1, 256),
+                first_chunk: size("HIPMEM_STAGING_FIRST", STAGING_FIRST_CHUNK).next_multiple_of(4096),
+                min_part: size("HIPMEM_MEMCPY_MIN_PART", MEMCPY_MIN_PART).next_multiple_of(4096),
+                last_level_cache: last_level_cache().unwrap_or(32 << 20),
+                h2d_stores: stores("HIPMEM_STAGING_H2D"),
+                d2h_stores: stores("HIPMEM_STAGING_D2H"),
             }
         })
+    }
+}
+
+/// The size of the largest cache of cpu0 (`/sys/devices/system/cpu/cpu0/cache`).
+fn last_level_cache() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|entry| {
+        let text = std::fs::read_to_string(entry.ok()?.path().join("size")).ok()?;
+        crate::backend::host::config::parse_size(text.trim()).ok()
+    })
+    .max()
+    .map(|bytes| bytes as usize)
+}
+
+/// How one staged copy runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StagedOptions {
+    /// The largest chunk (and the size of each staging buffer).
+    pub chunk: usize,
+    /// How the host threads store (into the staging buffers host to device,
+    /// into the user's memory device to host).
+    pub stores: Stores,
+}
+
+impl StagedOptions {
+    /// The defaults for a copy of `len` bytes in the given direction.
+    pub fn for_len(len: usize, to_device: bool) -> StagedOptions {
+        let config = StagingConfig::get();
+        StagedOptions { chunk: config.chunk_for(len), stores: config.stores_for(len, to_device) }
+    }
+
+    /// The defaults with chunks of `chunk` bytes.
+    pub fn with_chunk(chunk: usize, to_device: bool) -> StagedOptions {
+        StagedOptions { chunk, ..StagedOptions::for_len(chunk, to_device) }
     }
 }
 
@@ -95,13 +210,17 @@ struct Plan {
     ring: usize,
     /// (offset, length) of every chunk.
     ranges: Vec<(usize, usize)>,
+    /// How the host threads store.
+    stores: Stores,
 }
 
 impl Plan {
-    fn new(len: usize, chunk: usize) -> Plan {
+    fn new(len: usize, options: &StagedOptions) -> Plan {
+        let (chunk, stores) = (options.chunk, options.stores);
+        let config = StagingConfig::get();
         let chunk = chunk.min(len).max(1);
         let mut ranges = Vec::new();
-        let (mut off, mut next) = (0, chunk.clamp(1, 1 << 20));
+        let (mut off, mut next) = (0, chunk.clamp(1, config.first_chunk));
         while off < len {
             let n = next.min(len - off);
             ranges.push((off, n));
@@ -124,8 +243,8 @@ impl Plan {
             }
         }
         let chunks = ranges.len();
-        let ring = StagingConfig::get().ring.min(chunks).max(1);
-        Plan { chunk, chunks, ring, ranges }
+        let ring = config.ring.min(chunks).max(1);
+        Plan { chunk, chunks, ring, ranges, stores }
     }
 
     /// Offset and length of chunk `c`.
@@ -135,8 +254,9 @@ impl Plan {
 }
 
 impl Runtime {
-    fn stages(&self, len: usize) -> bool {
-        len >= StagingConfig::get().min_bytes
+    fn stages(&self, len: usize, to_device: bool) -> bool {
+        let config = StagingConfig::get();
+        len >= if to_device { config.min_bytes_to_device } else { config.min_bytes_from_device }
             && self.backend_kind() != BackendKind::Host
             && self.backend().page_locked_memory().is_some()
     }
@@ -146,8 +266,8 @@ impl Runtime {
     /// small ones (and every copy on the CPU emulation) take the driver's
     /// pageable path.
     pub fn copy_pageable_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        if self.stages(src.len()) {
-            self.copy_pageable_to_device_staged(dst, src, StagingConfig::get().chunk_for(src.len()))
+        if self.stages(src.len(), true) {
+            self.copy_pageable_to_device_staged(dst, src, &StagedOptions::for_len(src.len(), true))
         } else {
             self.copy_host_to_device(dst, src)
         }
@@ -156,35 +276,46 @@ impl Runtime {
     /// Copies device memory to ordinary host memory; returns when done (staged
     /// like [`Runtime::copy_pageable_to_device`]).
     pub fn copy_device_to_pageable(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
-        if self.stages(dst.len()) {
-            self.copy_device_to_pageable_staged(dst, src, StagingConfig::get().chunk_for(dst.len()))
+        if self.stages(dst.len(), false) {
+            self.copy_device_to_pageable_staged(dst, src, &StagedOptions::for_len(dst.len(), false))
         } else {
             self.copy_device_to_host(dst, src)
         }
     }
 
     /// The staged path of [`Runtime::copy_pageable_to_device`], whatever the
-    /// size, with chunks of `chunk` bytes (for tests and benchmarks).
-    pub fn copy_pageable_to_device_staged(&self, dst: DevicePtr, src: &[u8], chunk: usize) -> Result<()> {
+    /// size, with the given chunk size and host copy method (for tests and
+    /// benchmarks).
+    pub fn copy_pageable_to_device_staged(
+        &self,
+        dst: DevicePtr,
+        src: &[u8],
+        options: &StagedOptions,
+    ) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }
         let a = self.check_device_range(dst, src.len() as u64, "copy destination")?;
         let stream = self.device(a.device)?.null_stream();
-        let plan = Plan::new(src.len(), chunk);
+        let plan = Plan::new(src.len(), options);
         let mut ring = self.staging_ring(&plan)?;
         run_pipeline(self, &stream, &plan, &mut ring, dst, HostSide::ToDevice(src))
     }
 
     /// The staged path of [`Runtime::copy_device_to_pageable`], whatever the
-    /// size, with chunks of `chunk` bytes.
-    pub fn copy_device_to_pageable_staged(&self, dst: &mut [u8], src: DevicePtr, chunk: usize) -> Result<()> {
+    /// size, with the given chunk size and host copy method.
+    pub fn copy_device_to_pageable_staged(
+        &self,
+        dst: &mut [u8],
+        src: DevicePtr,
+        options: &StagedOptions,
+    ) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
         let a = self.check_device_range(src, dst.len() as u64, "copy source")?;
         let stream = self.device(a.device)?.null_stream();
-        let plan = Plan::new(dst.len(), chunk);
+        let plan = Plan::new(dst.len(), options);
         let mut ring = self.staging_ring(&plan)?;
         run_pipeline(self, &stream, &plan, &mut ring, src, HostSide::FromDevice(dst))
     }
@@ -254,7 +385,7 @@ fn pipeline(
                     rt.backend().event_synchronize(events[c % plan.ring])?;
                 }
                 let (off, len) = plan.chunk_range(c);
-                copy_parallel(&mut slot.as_mut_slice()?[..len], &src[off..off + len]);
+                copy_parallel(&mut slot.as_mut_slice()?[..len], &src[off..off + len], plan.stores);
                 enqueue(c)?;
             }
         }
@@ -265,7 +396,7 @@ fn pipeline(
             for c in 0..plan.chunks {
                 rt.backend().event_synchronize(events[c % plan.ring])?;
                 let (off, len) = plan.chunk_range(c);
-                copy_parallel(&mut dst[off..off + len], &ring[c % plan.ring].as_slice()?[..len]);
+                copy_parallel(&mut dst[off..off + len], &ring[c % plan.ring].as_slice()?[..len], plan.stores);
                 if c + plan.ring < plan.chunks {
                     enqueue(c + plan.ring)?;
                 }
@@ -282,7 +413,7 @@ mod tests {
     #[test]
     fn plans_cover_the_copy_in_chunks() {
         // Chunks ramp up 1, 2, 4 MiB, then 8 MiB each, and tile the copy.
-        let p = Plan::new(100 << 20, 8 << 20);
+        let p = Plan::new(100 << 20, &StagedOptions::with_chunk(8 << 20, true));
         assert_eq!(
             &p.ranges[..4],
             &[(0, 1 << 20), (1 << 20, 2 << 20), (3 << 20, 4 << 20), (7 << 20, 8 << 20)]
@@ -297,7 +428,44 @@ mod tests {
             at += len;
         }
         assert_eq!(at, 100 << 20);
-        let small = Plan::new(10, 8 << 20);
+        let small = Plan::new(10, &StagedOptions::with_chunk(8 << 20, true));
+        assert_eq!((small.chunk, small.chunks, small.ring), (10, 1, 1));
+    }
+
+    #[test]
+    fn chunks_and_stores_follow_the_copy_size() {
+        let config = StagingConfig {
+            min_bytes_to_device: 1 << 20,
+            min_bytes_from_device: 256 << 10,
+            chunk: 16 << 20,
+            min_chunk: 512 << 10,
+            ring: 4,
+            threads: 16,
+            first_chunk: 1 << 20,
+            min_part: 64 << 10,
+            last_level_cache: 300 << 20,
+            h2d_stores: None,
+            d2h_stores: None,
+        };
+        assert_eq!(config.chunk_for(1 << 20), 512 << 10);
+        assert_eq!(config.chunk_for((6 << 20) + (64 << 10)), 832 << 10, "an eighth, rounded up to 64 KiB");
+        assert_eq!(config.chunk_for(1 << 30), 16 << 20);
+        // Host to device: streaming stores unless the source is well beyond the cache.
+        assert_eq!(config.stores_for(64 << 20, true), Stores::Streaming);
+        assert_eq!(config.stores_for(600 << 20, true), Stores::Streaming);
+        assert_eq!(config.stores_for(1 << 30, true), Stores::Cached);
+        // Device to host: cached while a quarter of the cache holds it.
+        assert_eq!(config.stores_for(64 << 20, false), Stores::Cached);
+        assert_eq!(config.stores_for(256 << 20, false), Stores::Streaming);
+        let forced =
+            StagingConfig { h2d_stores: Some(Stores::Cached), d2h_stores: Some(Stores::Streaming), ..config };
+        assert_eq!(forced.stores_for(1 << 20, true), Stores::Cached);
+        assert_eq!(forced.stores_for(1 << 20, false), Stores::Streaming);
+    }
+
+    #[test]
+    fn small_plans_have_one_chunk() {
+        let small = Plan::new(10, &StagedOptions::with_chunk(8 << 20, true));
         assert_eq!((small.chunk, small.chunks, small.ring), (10, 1, 1));
     }
 }

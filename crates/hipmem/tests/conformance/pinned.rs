@@ -5,7 +5,8 @@
 //! copies.
 
 use hipmem::backend::host_memory::RegisterSpan;
-use hipmem::pinned::{host_malloc_flags as hm, host_register_flags as hr};
+use hipmem::backend::parallel_memcpy::Stores;
+use hipmem::pinned::{StagedOptions, host_malloc_flags as hm, host_register_flags as hr};
 use hipmem::{MemoryType, PinnedBuffer, PinnedPool};
 
 /// Registered vectors are this large so that each is its own mapping: the
@@ -313,6 +314,31 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 }
 
 #[test]
+fn staged_copies_from_several_threads_at_once_are_exact() {
+    // The host copy threads are shared: parts of different copies interleave
+    // on them, with cached and with non-temporal stores.
+    let rt = runtime();
+    std::thread::scope(|s| {
+        for t in 0..3usize {
+            s.spawn(move || {
+                let stores = if t % 2 == 0 { Stores::Cached } else { Stores::Streaming };
+                for round in 0..4usize {
+                    let size = (3 << 20) + t * 4097 + round * 65_537;
+                    let src = pattern(size, (t * 16 + round) as u8);
+                    let d = device(0).alloc::<u8>(size).unwrap();
+                    let to = StagedOptions { stores, ..StagedOptions::with_chunk(1 << 20, true) };
+                    rt.copy_pageable_to_device_staged(d.device_ptr(), &src, &to).unwrap();
+                    let mut back = vec![0u8; size];
+                    let from = StagedOptions { stores, ..StagedOptions::with_chunk(512 << 10, false) };
+                    rt.copy_device_to_pageable_staged(&mut back, d.device_ptr(), &from).unwrap();
+                    assert!(back == src, "thread {t}, round {round}, {stores:?}");
+                }
+            });
+        }
+    });
+}
+
+#[test]
 fn staged_copies_are_exact_at_odd_sizes_and_across_many_chunks() {
     let rt = runtime();
     let dev = device(0);
@@ -329,10 +355,16 @@ fn staged_copies_are_exact_at_odd_sizes_and_across_many_chunks() {
     ] {
         let src = pattern(size, size as u8);
         let d = dev.alloc::<u8>(size).unwrap();
-        rt.copy_pageable_to_device_staged(d.device_ptr(), &src, chunk).unwrap();
+        rt.copy_pageable_to_device_staged(d.device_ptr(), &src, &StagedOptions::with_chunk(chunk, true))
+            .unwrap();
         assert!(d.to_vec().unwrap() == src, "host to device, {size} bytes in chunks of {chunk}");
         let mut back = vec![0u8; size];
-        rt.copy_device_to_pageable_staged(&mut back, d.device_ptr(), chunk).unwrap();
+        rt.copy_device_to_pageable_staged(
+            &mut back,
+            d.device_ptr(),
+            &StagedOptions::with_chunk(chunk, false),
+        )
+        .unwrap();
         assert!(back == src, "device to host, {size} bytes in chunks of {chunk}");
         // The size-chosen path.
         let mut again = vec![0u8; size];
@@ -343,7 +375,20 @@ fn staged_copies_are_exact_at_odd_sizes_and_across_many_chunks() {
     // Into the middle of an allocation, and past its end.
     let d = dev.alloc::<u8>(50_000).unwrap();
     let src = pattern(20_000, 9);
-    rt.copy_pageable_to_device_staged(d.device_ptr().offset(1000).unwrap(), &src, 4096).unwrap();
+    rt.copy_pageable_to_device_staged(
+        d.device_ptr().offset(1000).unwrap(),
+        &src,
+        &StagedOptions::with_chunk(4096, true),
+    )
+    .unwrap();
     assert!(d.to_vec().unwrap()[1000..21_000] == src[..]);
-    expect_err(rt.copy_pageable_to_device_staged(d.device_ptr().offset(40_000).unwrap(), &src, 4096), 1, &[]);
+    expect_err(
+        rt.copy_pageable_to_device_staged(
+            d.device_ptr().offset(40_000).unwrap(),
+            &src,
+            &StagedOptions::with_chunk(4096, true),
+        ),
+        1,
+        &[],
+    );
 }

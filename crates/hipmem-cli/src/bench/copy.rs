@@ -8,13 +8,22 @@
 //! - `staged-always`: the staged pipeline at every size (to tune the threshold);
 //! - `page-locked`: a `PinnedBuffer` copied asynchronously, then synchronized;
 //! - `driver-page-locked`: the backend's page-locked copy with no hipmem
-//!   bookkeeping (the raw driver's page-locked copy, for the 97% target).
+//!   bookkeeping (the raw driver's page-locked copy, for the 97% target);
+//! - `host-memcpy-only`: no device work, only the staged path's host side
+//!   (the parallel memcpy between the `Vec` and page-locked memory), the
+//!   ceiling of the staged path where the DMA is faster.
+//!
+//! The pageable paths take turns (one copy each per round), so noise on the
+//! machine falls on all of them alike; so do the two page-locked ones. `HIPMEM_BENCH_COPY_PATHS=a,b` measures only
+//! the paths named.
 //!
 //! Cases: `h2d` and `d2h` (metrics `bandwidth` GB/s and `ratio_vs_driver_pageable`),
 //! `pinned_alloc` (median allocation time, `direct` and `pool`).
 
 use std::time::Instant;
 
+use hipmem::backend::parallel_memcpy::{Stores, copy_parallel};
+use hipmem::pinned::StagedOptions;
 use hipmem::{DeviceBuffer, PinnedBuffer, PinnedPool, Result, Runtime, Stream};
 
 use super::{Progress, Report, median_p99, ns};
@@ -40,8 +49,19 @@ impl Scale {
     }
 }
 
-const PATHS: [&str; 5] =
-    ["driver-pageable", "hipmem-staged", "staged-always", "page-locked", "driver-page-locked"];
+const PATHS: [&str; 6] = [
+    "driver-pageable",
+    "hipmem-staged",
+    "staged-always",
+    "page-locked",
+    "driver-page-locked",
+    "host-memcpy-only",
+];
+
+/// The staged path with each kind of host stores (for tuning; measured
+/// only when named in `HIPMEM_BENCH_COPY_PATHS`, with the pageable paths).
+const STORES_VARIANTS: [(&str, Stores); 2] =
+    [("staged-nt", Stores::Streaming), ("staged-cached", Stores::Cached)];
 
 /// Runs the bench on device 0.
 pub fn run(rt: &Runtime, mut scale: Scale) -> Result<Report> {
@@ -50,10 +70,12 @@ pub fn run(rt: &Runtime, mut scale: Scale) -> Result<Report> {
     if rt.backend_kind() == hipmem::BackendKind::Host {
         scale.max_size = scale.max_size.min(256 << 20);
     }
-    let sizes: Vec<u64> = [4u64 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
-        .into_iter()
-        .filter(|&s| s <= scale.max_size)
-        .collect();
+    let sizes: Vec<u64> =
+        [4u64 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
+            .into_iter()
+            .filter(|&s| s <= scale.max_size)
+            .collect();
+    let paths = paths()?;
     let stream = rt.device(device)?.create_stream()?;
     let mut progress = Progress::new(sizes.len() * 2 + 2);
     for &size in &sizes {
@@ -65,32 +87,51 @@ pub fn run(rt: &Runtime, mut scale: Scale) -> Result<Report> {
         for h2d in [true, false] {
             let case = if h2d { "h2d" } else { "d2h" };
             progress.step(&format!("{case} {}", crate::report::bytes(size)));
-            let mut bandwidths = Vec::new();
-            for path in PATHS {
-                let mut once =
-                    || -> Result<()> { copy_once(rt, path, h2d, &dev, &mut pageable, &mut pinned, &stream) };
-                once()?; // warm-up
-                let mut samples = Vec::with_capacity(reps);
+            // The paths of a group take turns, one copy each per round, in an
+            // order shuffled every round: machine noise (another tenant, a
+            // frequency change) then falls on every path alike instead of on
+            // whichever path was being measured at that moment. Page-locked
+            // copies are compared among themselves: what the processor's
+            // caches hold of their buffer (which the pageable paths change)
+            // moves a DMA's speed by up to half.
+            let mut samples = vec![Vec::with_capacity(reps); paths.len()];
+            for &path in &paths {
+                copy_once(rt, path, h2d, &dev, &mut pageable, &mut pinned, &stream)?; // warm-up
+            }
+            for page_locked in [false, true] {
+                let mut order: Vec<usize> =
+                    (0..paths.len()).filter(|&p| paths[p].contains("page-locked") == page_locked).collect();
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ size;
                 for _ in 0..reps {
-                    let t = Instant::now();
-                    once()?;
-                    samples.push(t.elapsed().as_secs_f64());
+                    shuffle(&mut order, &mut seed);
+                    for &p in &order {
+                        let t = Instant::now();
+                        copy_once(rt, paths[p], h2d, &dev, &mut pageable, &mut pinned, &stream)?;
+                        samples[p].push(t.elapsed().as_secs_f64());
+                    }
                 }
-                let (median, _) = median_p99(&mut samples);
+            }
+            let mut bandwidths = std::collections::HashMap::new();
+            for (&path, samples) in paths.iter().zip(&mut samples) {
+                let (median, _) = median_p99(samples);
                 let gbps = size as f64 / median.max(1e-12) / 1e9;
                 report.push(case, path, Some(size), "bandwidth", gbps, "GB/s");
-                bandwidths.push((path, gbps));
+                bandwidths.insert(path, gbps);
             }
-            let driver = bandwidths[0].1;
-            for (path, gbps) in &bandwidths[1..] {
-                report.push(case, path, Some(size), "ratio_vs_driver_pageable", gbps / driver, "x");
+            let mut ratio = |path: &str, peer: &str, metric: &str| {
+                if let (Some(a), Some(b)) = (bandwidths.get(path), bandwidths.get(peer)) {
+                    report.push(case, path, Some(size), metric, a / b, "x");
+                }
+            };
+            for path in ["hipmem-staged", "staged-always", "page-locked", "driver-page-locked"] {
+                ratio(path, "driver-pageable", "ratio_vs_driver_pageable");
             }
-            if let (Some((_, pl)), Some((_, raw))) = (bandwidths.get(3), bandwidths.get(4)) {
-                report.push(case, "page-locked", Some(size), "ratio_vs_driver_page_locked", pl / raw, "x");
-            }
+            ratio("page-locked", "driver-page-locked", "ratio_vs_driver_page_locked");
         }
-        // Data check (the last copy was device to host).
-        if pinned.as_slice()?.iter().enumerate().any(|(i, &b)| b != i as u8) {
+        // Data check: every device-to-host path ran last round, each
+        // bringing back what the host-to-device rounds sent.
+        let wrong = |data: &[u8]| data.iter().enumerate().any(|(i, &b)| b != i as u8);
+        if wrong(pinned.as_slice()?) || wrong(&pageable) {
             return Err(hipmem::Error::Unknown(format!("copy bench: wrong data at {size} bytes")));
         }
     }
@@ -100,6 +141,34 @@ pub fn run(rt: &Runtime, mut scale: Scale) -> Result<Report> {
     }
     progress.finish();
     Ok(report)
+}
+
+/// The paths to measure: all, or those `HIPMEM_BENCH_COPY_PATHS` names
+/// (comma-separated), to look at a few closely.
+fn paths() -> Result<Vec<&'static str>> {
+    let Ok(names) = std::env::var("HIPMEM_BENCH_COPY_PATHS") else { return Ok(PATHS.to_vec()) };
+    names
+        .split(',')
+        .map(|name| {
+            let known = PATHS.iter().copied().chain(STORES_VARIANTS.iter().map(|&(name, _)| name));
+            known.clone().find(|p| *p == name.trim()).ok_or_else(|| {
+                hipmem::Error::InvalidValue(format!(
+                    "HIPMEM_BENCH_COPY_PATHS: unknown path {name:?} (known: {})",
+                    known.collect::<Vec<_>>().join(", ")
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Fisher-Yates with a xorshift generator (deterministic per size).
+fn shuffle(order: &mut [usize], state: &mut u64) {
+    for i in (1..order.len()).rev() {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        order.swap(i, (*state % (i as u64 + 1)) as usize);
+    }
 }
 
 fn copy_once(
@@ -112,21 +181,38 @@ fn copy_once(
     stream: &Stream,
 ) -> Result<()> {
     let d = dev.device_ptr();
+    let n = pageable.len();
     match (path, h2d) {
         ("driver-pageable", true) => rt.copy_host_to_device(d, pageable),
         ("driver-pageable", false) => rt.copy_device_to_host(pageable, d),
         ("hipmem-staged", true) => rt.copy_pageable_to_device(d, pageable),
         ("hipmem-staged", false) => rt.copy_device_to_pageable(pageable, d),
-        ("staged-always", true) => rt.copy_pageable_to_device_staged(
-            d,
-            pageable,
-            hipmem::pinned::StagingConfig::get().chunk_for(pageable.len()),
-        ),
-        ("staged-always", false) => rt.copy_device_to_pageable_staged(
-            pageable,
-            d,
-            hipmem::pinned::StagingConfig::get().chunk_for(pageable.len()),
-        ),
+        ("staged-always", true) => {
+            rt.copy_pageable_to_device_staged(d, pageable, &StagedOptions::for_len(n, true))
+        }
+        ("staged-always", false) => {
+            rt.copy_device_to_pageable_staged(pageable, d, &StagedOptions::for_len(n, false))
+        }
+        (variant, h2d) if variant.starts_with("staged-") => {
+            let (_, stores) = STORES_VARIANTS
+                .iter()
+                .find(|(name, _)| *name == variant)
+                .ok_or_else(|| hipmem::Error::InvalidValue(format!("unknown copy path {variant:?}")))?;
+            let options = StagedOptions { stores: *stores, ..StagedOptions::for_len(n, h2d) };
+            if h2d {
+                rt.copy_pageable_to_device_staged(d, pageable, &options)
+            } else {
+                rt.copy_device_to_pageable_staged(pageable, d, &options)
+            }
+        }
+        ("host-memcpy-only", true) => {
+            copy_parallel(pinned.as_mut_slice()?, pageable, StagedOptions::for_len(n, true).stores);
+            Ok(())
+        }
+        ("host-memcpy-only", false) => {
+            copy_parallel(pageable, pinned.as_slice()?, StagedOptions::for_len(n, false).stores);
+            Ok(())
+        }
         ("page-locked", true) => {
             stream.copy_to_device_from_pinned(pinned, dev)?;
             stream.synchronize()

@@ -177,10 +177,18 @@ fn elapsed_time_with_an_incomplete_event_is_not_ready() {
     let (start, end) = (dev.create_event().unwrap(), dev.create_event().unwrap());
     start.record(&stream).unwrap();
     start.synchronize().unwrap();
+    let queued = std::time::Instant::now();
     stream.delay(DELAY, &flag, 1).unwrap();
     end.record(&stream).unwrap();
-    expect_err(start.elapsed_ms(&end), 600, &[]);
-    expect_err(end.elapsed_ms(&start), 600, &[]);
+    let (forward, backward) = (start.elapsed_ms(&end), end.elapsed_ms(&start));
+    // Only while the delay can still be running (on CUDA another test's
+    // cuMemFree can hold this thread's driver calls until the device is idle).
+    assert_pending!(queued, forward.is_err() && backward.is_err(), "elapsed time of an unfinished event");
+    for result in [forward, backward] {
+        if result.is_err() {
+            expect_err(result, 600, &[]);
+        }
+    }
     end.synchronize().unwrap();
     assert!(start.elapsed_ms(&end).unwrap() > 0.0);
 }

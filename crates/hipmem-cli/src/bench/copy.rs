@@ -40,12 +40,12 @@ pub struct Scale {
 impl Scale {
     /// Full runs (the GPU machine): 4 KiB to 1 GiB.
     pub fn full() -> Scale {
-        Scale { max_size: 1 << 30, bytes_per_case: 1 << 30, max_reps: 200, alloc_reps: 200 }
+        Scale { max_size: 1 << 30, bytes_per_case: 1 << 30, max_reps: 2000, alloc_reps: 200 }
     }
 
     /// A quick smoke run: up to 16 MiB.
     pub fn quick() -> Scale {
-        Scale { max_size: 16 << 20, bytes_per_case: 64 << 20, max_reps: 20, alloc_reps: 20 }
+        Scale { max_size: 16 << 20, bytes_per_case: 64 << 20, max_reps: 50, alloc_reps: 20 }
     }
 }
 
@@ -101,7 +101,7 @@ pub fn run(rt: &Runtime, mut scale: Scale) -> Result<Report> {
             for page_locked in [false, true] {
                 let mut order: Vec<usize> =
                     (0..paths.len()).filter(|&p| paths[p].contains("page-locked") == page_locked).collect();
-                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ size;
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ size ^ u64::from(h2d) << 63;
                 for _ in 0..reps {
                     shuffle(&mut order, &mut seed);
                     for &p in &order {

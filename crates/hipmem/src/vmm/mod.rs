@@ -23,7 +23,7 @@ mod safe;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-pub use growable::GrowableBuffer;
+pub use growable::{DEFAULT_MAX_RESERVATION, GrowableBuffer};
 pub use safe::{AddressReservation, MappedView, Mapping, PhysicalAllocation};
 
 use crate::backend::DevicePtr;

@@ -26,7 +26,7 @@ use hipmem::backend::parallel_memcpy::{Stores, copy_parallel};
 use hipmem::pinned::StagedOptions;
 use hipmem::{DeviceBuffer, PinnedBuffer, PinnedPool, Result, Runtime, Stream};
 
-use super::{Progress, Report, median_p99, ns};
+use super::{Progress, Report, Rng, median_p99, ns};
 
 /// How much work to do.
 #[derive(Copy, Clone, Debug)]
@@ -101,9 +101,9 @@ pub fn run(rt: &Runtime, mut scale: Scale) -> Result<Report> {
             for page_locked in [false, true] {
                 let mut order: Vec<usize> =
                     (0..paths.len()).filter(|&p| paths[p].contains("page-locked") == page_locked).collect();
-                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ size ^ u64::from(h2d) << 63;
+                let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15u64 ^ size ^ u64::from(h2d) << 63);
                 for _ in 0..reps {
-                    shuffle(&mut order, &mut seed);
+                    rng.shuffle(&mut order);
                     for &p in &order {
                         let t = Instant::now();
                         copy_once(rt, paths[p], h2d, &dev, &mut pageable, &mut pinned, &stream)?;
@@ -159,16 +159,6 @@ fn paths() -> Result<Vec<&'static str>> {
             })
         })
         .collect()
-}
-
-/// Fisher-Yates with a xorshift generator (deterministic per size).
-fn shuffle(order: &mut [usize], state: &mut u64) {
-    for i in (1..order.len()).rev() {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        order.swap(i, (*state % (i as u64 + 1)) as usize);
-    }
 }
 
 fn copy_once(

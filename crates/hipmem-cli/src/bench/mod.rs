@@ -188,11 +188,33 @@ impl Rng {
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next_u64() % (hi - lo + 1)
     }
+
+    /// Shuffles `items` in place (Fisher-Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.range(0, i as u64) as usize);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shuffles_are_permutations_and_vary() {
+        let mut rng = Rng::new(7);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let mut v: Vec<usize> = (0..6).collect();
+            rng.shuffle(&mut v);
+            let mut sorted = v.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..6).collect::<Vec<_>>());
+            seen.insert(v);
+        }
+        assert!(seen.len() > 10, "only {} distinct orders in 50 shuffles", seen.len());
+    }
 
     #[test]
     fn percentiles_pick_the_right_samples() {

@@ -10,7 +10,6 @@
 //! sharing needs to know).
 #![forbid(unsafe_code)]
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -22,7 +21,7 @@ use super::{AccessFlags, PoolProps};
 use crate::backend::{DevicePtr, RawStream};
 use crate::error::{Error, Result};
 use crate::runtime::ordering::StreamClock;
-use crate::runtime::{CoreStream, Runtime, WeakRuntime};
+use crate::runtime::{CoreStream, FastSlot, Runtime, WeakRuntime};
 
 pub const MIN_SEGMENT: u64 = 2 << 20;
 /// Largest growth step for small requests.
@@ -37,24 +36,27 @@ pub(crate) struct StreamRef<'a> {
     pub(crate) raw: RawStream,
     /// Where the stream caches the slot of the first pool it uses (the
     /// core stream's fast-path slot, filled by the pool subsystem only).
-    pub(crate) primary: Option<&'a OnceLock<Arc<dyn Any + Send + Sync>>>,
+    pub(crate) primary: Option<&'a OnceLock<FastSlot>>,
 }
 
 impl<'a> StreamRef<'a> {
     /// What the pool needs of a core stream.
+    #[inline]
     pub(crate) fn of(stream: &'a CoreStream) -> StreamRef<'a> {
         StreamRef { clock: stream.clock(), raw: stream.raw(), primary: Some(stream.fast_slot()) }
     }
 
     /// The slot the stream carries, if it is `pool`'s.
+    #[inline]
     fn primary_slot(&self, pool: u64) -> Option<&'a Slot> {
-        self.primary?.get()?.downcast_ref::<Slot>().filter(|s| s.pool_id == pool)
+        let fast = self.primary?.get().filter(|f| f.owner == pool)?;
+        fast.value.downcast_ref::<Arc<Slot>>().map(|s| &**s)
     }
 
     /// The same slot, shared.
     fn primary_arc(&self, pool: u64) -> Option<Arc<Slot>> {
-        let any = Arc::clone(self.primary?.get()?);
-        any.downcast::<Slot>().ok().filter(|s| s.pool_id == pool)
+        let fast = self.primary?.get().filter(|f| f.owner == pool)?;
+        fast.value.downcast_ref::<Arc<Slot>>().cloned()
     }
 }
 
@@ -158,7 +160,7 @@ impl PoolCore {
         }
         let slot = self.slot(stream.clock, stream.raw);
         if let Some(p) = stream.primary {
-            let _ = p.set(Arc::clone(&slot) as Arc<dyn Any + Send + Sync>);
+            let _ = p.set(FastSlot { owner: self.id, value: Box::new(Arc::clone(&slot)) });
         }
         slot
     }

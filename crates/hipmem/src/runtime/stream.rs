@@ -31,7 +31,18 @@ pub(crate) struct StreamState {
     pub(crate) clock: Arc<StreamClock>,
     /// Filled by the first subsystem that asks (the pool: the slot of the
     /// first pool used on this stream).
-    pub(crate) fast_slot: OnceLock<Arc<dyn Any + Send + Sync>>,
+    pub(crate) fast_slot: OnceLock<FastSlot>,
+}
+
+/// What a subsystem keeps in a stream for its fast path: a value and the id
+/// of its owner (for the pool: the slot of one pool, and that pool's id), so
+/// that a caller that is not the owner tells so without looking at the value.
+pub struct FastSlot {
+    /// Who filled it (a process-unique id of the subsystem's choosing).
+    pub owner: u64,
+    /// The value (boxed: reading it through a `Box` costs less than
+    /// through an `Arc` of an unsized type).
+    pub value: Box<dyn Any + Send + Sync>,
 }
 
 impl Drop for StreamState {
@@ -76,21 +87,25 @@ impl std::fmt::Debug for CoreStream {
 
 impl CoreStream {
     /// The backend handle.
+    #[inline]
     pub fn raw(&self) -> RawStream {
         self.state.raw
     }
 
     /// The device ordinal.
+    #[inline]
     pub fn device(&self) -> usize {
         self.state.raw.device
     }
 
     /// The runtime.
+    #[inline]
     pub fn runtime(&self) -> &Runtime {
         &self.state.rt
     }
 
     /// A process-unique id (never reused, unlike backend handles).
+    #[inline]
     pub fn id(&self) -> u64 {
         self.state.clock.stream_id
     }
@@ -111,12 +126,14 @@ impl CoreStream {
     }
 
     /// The stream's ordering clock.
+    #[inline]
     pub fn clock(&self) -> &Arc<StreamClock> {
         &self.state.clock
     }
 
     /// The slot the first subsystem that asks may fill (see the module docs).
-    pub(crate) fn fast_slot(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {
+    #[inline]
+    pub(crate) fn fast_slot(&self) -> &OnceLock<FastSlot> {
         &self.state.fast_slot
     }
 

@@ -10,6 +10,7 @@
 //! sharing needs to know).
 #![forbid(unsafe_code)]
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -21,7 +22,7 @@ use super::{AccessFlags, PoolProps};
 use crate::backend::{DevicePtr, RawStream};
 use crate::error::{Error, Result};
 use crate::runtime::ordering::StreamClock;
-use crate::runtime::{CoreStream, FastSlot, Runtime, WeakRuntime};
+use crate::runtime::{CoreStream, FastSlot, Runtime, StreamFront, WeakRuntime};
 
 pub const MIN_SEGMENT: u64 = 2 << 20;
 /// Largest growth step for small requests.
@@ -48,15 +49,20 @@ impl<'a> StreamRef<'a> {
 
     /// The slot the stream carries, if it is `pool`'s.
     #[inline]
+    fn primary_front(&self, pool: u64) -> Option<&'a Arc<dyn StreamFront>> {
+        self.primary?.get().filter(|f| f.owner == pool).map(|f| &f.front)
+    }
+
+    /// The same front, as the pool's slot.
     fn primary_slot(&self, pool: u64) -> Option<&'a Slot> {
-        let fast = self.primary?.get().filter(|f| f.owner == pool)?;
-        fast.value.downcast_ref::<Arc<Slot>>().map(|s| &**s)
+        let front: &'a dyn Any = &**self.primary_front(pool)?;
+        front.downcast_ref::<Slot>()
     }
 
     /// The same slot, shared.
     fn primary_arc(&self, pool: u64) -> Option<Arc<Slot>> {
-        let fast = self.primary?.get().filter(|f| f.owner == pool)?;
-        fast.value.downcast_ref::<Arc<Slot>>().cloned()
+        let front = Arc::clone(self.primary_front(pool)?) as Arc<dyn Any + Send + Sync>;
+        front.downcast::<Slot>().ok()
     }
 }
 
@@ -160,7 +166,7 @@ impl PoolCore {
         }
         let slot = self.slot(stream.clock, stream.raw);
         if let Some(p) = stream.primary {
-            let _ = p.set(FastSlot { owner: self.id, value: Box::new(Arc::clone(&slot)) });
+            let _ = p.set(FastSlot { owner: self.id, front: Arc::clone(&slot) as Arc<dyn StreamFront> });
         }
         slot
     }
@@ -196,10 +202,10 @@ impl PoolCore {
         // 1. The stream's own cache: through the slot the stream carries for
         // its first pool, else this thread's table of slots.
         // Each slot's cache is tried once; a miss goes on with that slot.
-        let slot = if let Some(slot) = stream.primary_slot(self.id) {
-            if let Some((addr, _, sample)) = slot.alloc_fast(want) {
+        let slot = if let Some(front) = stream.primary_front(self.id) {
+            if let Some((addr, _, sample)) = front.take(want) {
                 if sample {
-                    self.sample_usage(slot);
+                    self.sample_usage(&self.slot_of(stream));
                 }
                 return Ok(DevicePtr(addr));
             }

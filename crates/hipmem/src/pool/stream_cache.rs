@@ -227,6 +227,14 @@ impl Slot {
     }
 }
 
+/// The slot is what the pool keeps in each stream for its fast path.
+impl crate::runtime::StreamFront for Slot {
+    #[inline]
+    fn take(&self, size: u64) -> Option<(u64, u64, bool)> {
+        self.alloc_fast(size)
+    }
+}
+
 const RECENT: usize = 8;
 
 thread_local! {

@@ -36,7 +36,7 @@ pub use hooks::{CoreHooks, ExtensionKey};
 pub use memory::{MemcpyKind, MemoryType, PointerAttributes, ResolvedCopy};
 pub use registry::{Allocation, AllocationRegistry, MemoryKind};
 pub use slice::DeviceSlice;
-pub use stream::{CoreStream, FastSlot};
+pub use stream::{CoreStream, FastSlot, StreamFront};
 
 use crate::backend::host::HostConfig;
 use crate::backend::{self, Backend, BackendChoice, BackendKind, DeviceProperties};

@@ -34,15 +34,25 @@ pub(crate) struct StreamState {
     pub(crate) fast_slot: OnceLock<FastSlot>,
 }
 
-/// What a subsystem keeps in a stream for its fast path: a value and the id
-/// of its owner (for the pool: the slot of one pool, and that pool's id), so
-/// that a caller that is not the owner tells so without looking at the value.
+/// What a stream-ordered allocator keeps in a stream for its fast path: its
+/// front for this stream, and the id of its owner (a process-unique id of
+/// the allocator's choosing), so that another allocator tells it is not
+/// its own without looking further.
 pub struct FastSlot {
-    /// Who filled it (a process-unique id of the subsystem's choosing).
+    /// Who filled it.
     pub owner: u64,
-    /// The value (boxed: reading it through a `Box` costs less than
-    /// through an `Arc` of an unsized type).
-    pub value: Box<dyn Any + Send + Sync>,
+    /// The owner's front for this stream.
+    pub front: Arc<dyn StreamFront>,
+}
+
+/// A stream-ordered allocator's front on one stream: memory it can hand out
+/// to this stream at once, without any shared lock (the pools keep their
+/// per-stream cache of freed blocks behind it). The core only stores it.
+pub trait StreamFront: Any + Send + Sync {
+    /// Takes a block of `size` bytes from the front, if it has one:
+    /// (address, block size, and whether the allocator's statistics need a
+    /// fresh sample).
+    fn take(&self, size: u64) -> Option<(u64, u64, bool)>;
 }
 
 impl Drop for StreamState {

@@ -31,6 +31,7 @@ pub mod pinned;
 pub mod pool;
 pub mod runtime;
 pub mod stream;
+pub mod trace;
 pub mod vmm;
 
 pub use backend::{

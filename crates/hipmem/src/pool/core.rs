@@ -1101,6 +1101,16 @@ impl PoolCore {
             .ok_or_else(|| Error::InvalidDevice(format!("device {device} does not exist")))
     }
 
+    /// The heap's blocks in address order and the blocks the streams' caches
+    /// hold (address, size), for `layout.rs`.
+    pub(crate) fn layout_parts(&self) -> (Vec<(u64, u64, super::layout::RunKind)>, Vec<(u64, u64)>) {
+        let mut cached = Vec::new();
+        for slot in self.all_slots() {
+            cached.extend(slot.lock().cache.iter().map(|b| (b.addr, b.size)));
+        }
+        (lock(&self.heap).blocks_in_order().collect(), cached)
+    }
+
     /// Checks the heap's invariants (for tests).
     pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
         lock(&self.heap).check_invariants()

@@ -15,6 +15,7 @@
 pub(crate) mod core;
 pub(crate) mod driver_pool;
 pub(crate) mod ipc;
+pub mod layout;
 pub mod placement;
 pub mod stream_cache;
 pub mod usage;

@@ -1103,7 +1103,7 @@ impl PoolCore {
 
     /// The heap's blocks in address order and the blocks the streams' caches
     /// hold (address, size), for `layout.rs`.
-    pub(crate) fn layout_parts(&self) -> (Vec<(u64, u64, super::layout::RunKind)>, Vec<(u64, u64)>) {
+    pub(crate) fn layout_parts(&self) -> super::layout::LayoutParts {
         let mut cached = Vec::new();
         for slot in self.all_slots() {
             cached.extend(slot.lock().cache.iter().map(|b| (b.addr, b.size)));

@@ -6,6 +6,10 @@
 use super::{MemPool, PoolRef};
 use crate::error::{Error, Result};
 
+/// The heap's blocks (address, size, kind) and the streams' cached blocks
+/// (address, size), as the pool hands them over.
+pub(crate) type LayoutParts = (Vec<(u64, u64, RunKind)>, Vec<(u64, u64)>);
+
 /// What a run of a pool's addresses holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

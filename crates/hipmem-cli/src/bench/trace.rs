@@ -121,7 +121,7 @@ pub fn run(rt: &Runtime, scale: Scale) -> hipmem::Result<Report> {
         ));
     }
     let mut report = Report::new("trace", rt, 0)?;
-    let mut progress = super::Progress::new(3);
+    let mut progress = super::Progress::new(4);
 
     progress.step("recording off");
     let rounds: Vec<(f64, f64)> = (0..scale.rounds).map(|_| off_round(scale.off_calls)).collect();
@@ -131,14 +131,19 @@ pub fn run(rt: &Runtime, scale: Scale) -> hipmem::Result<Report> {
     report.push("event_site_off", "trace-off", None, "per_call", with, "ns");
     report.push("event_site_off", "trace-off", None, "added_per_call", (with - empty).max(0.0), "ns");
 
-    for (step, threads) in [(2, 1u64), (3, 4u64)] {
-        progress.step(&format!("recording on, {threads} thread(s)"));
-        let _ = step;
+    // A burst that fits the queue: the recording thread's own cost. Then
+    // sustained recording, where the writer's pace sets the cost.
+    let burst = (hipmem::trace::QUEUE_EVENTS / 2) as u64;
+    for (case, threads, events) in [
+        ("event_on_burst".to_string(), 1u64, burst),
+        ("event_on_1_thread".to_string(), 1, scale.on_events),
+        ("event_on_4_threads".to_string(), 4, scale.on_events / 4),
+    ] {
+        progress.step(&format!("recording on, {threads} thread(s), {events} events each"));
         let mut rounds = Vec::new();
         for _ in 0..scale.rounds {
-            rounds.push(on_round(threads, scale.on_events)?);
+            rounds.push(on_round(threads, events)?);
         }
-        let case = format!("event_on_{threads}_threads");
         let per_event = median(rounds.iter().map(|r| r.per_event_ns).collect());
         let drain = median(rounds.iter().map(|r| r.drain_ns).collect());
         let bytes = median(rounds.iter().map(|r| r.bytes_per_event).collect());

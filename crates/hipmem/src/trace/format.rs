@@ -17,7 +17,6 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
@@ -125,17 +124,59 @@ pub struct Event {
 
 impl Event {
     /// Appends the event's line (with its newline) to `out`.
-    pub fn write_line(&self, out: &mut String) {
-        let _ = write!(out, "{{\"t\":{},\"e\":\"{}\",\"pool\":{}", self.time_ns, self.kind.name(), self.pool);
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"t\":");
+        push_decimal(out, self.time_ns);
+        out.extend_from_slice(b",\"e\":\"");
+        out.extend_from_slice(self.kind.name().as_bytes());
+        out.extend_from_slice(b"\",\"pool\":");
+        push_decimal(out, self.pool);
         if self.kind.has_stream() {
-            let _ = write!(out, ",\"stream\":{}", self.stream);
+            out.extend_from_slice(b",\"stream\":");
+            push_decimal(out, self.stream);
         }
-        let _ = write!(out, ",\"dev\":{}", self.device);
+        out.extend_from_slice(b",\"dev\":");
+        push_decimal(out, self.device as u64);
         if self.kind.has_addr() {
-            let _ = write!(out, ",\"addr\":\"{:#x}\"", self.addr);
+            out.extend_from_slice(b",\"addr\":\"0x");
+            push_hex(out, self.addr);
+            out.push(b'"');
         }
-        let _ = writeln!(out, ",\"size\":{}}}", self.size);
+        out.extend_from_slice(b",\"size\":");
+        push_decimal(out, self.size);
+        out.extend_from_slice(b"}\n");
     }
+}
+
+/// Appends `n` in decimal (the writer formats every line: no `fmt` machinery).
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Appends `n` in lower-case hexadecimal, without a prefix.
+fn push_hex(out: &mut Vec<u8>, mut n: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(n & 15) as usize];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 /// The first line of a trace.
@@ -200,7 +241,7 @@ pub struct End {
 #[derive(Debug)]
 pub struct TraceWriter<W: Write> {
     out: W,
-    line: String,
+    line: Vec<u8>,
     last_t: u64,
     events: u64,
 }
@@ -209,7 +250,7 @@ impl<W: Write> TraceWriter<W> {
     /// Writes `header` to `out`.
     pub fn new(mut out: W, header: &Header) -> io::Result<TraceWriter<W>> {
         out.write_all(header.to_line().as_bytes())?;
-        Ok(TraceWriter { out, line: String::with_capacity(160), last_t: 0, events: 0 })
+        Ok(TraceWriter { out, line: Vec::with_capacity(160), last_t: 0, events: 0 })
     }
 
     /// Writes one event. A time earlier than the previous line's (two threads
@@ -220,7 +261,7 @@ impl<W: Write> TraceWriter<W> {
         self.last_t = event.time_ns;
         self.line.clear();
         event.write_line(&mut self.line);
-        self.out.write_all(self.line.as_bytes())?;
+        self.out.write_all(&self.line)?;
         self.events += 1;
         Ok(())
     }

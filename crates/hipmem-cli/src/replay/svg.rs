@@ -210,7 +210,7 @@ impl Figure<'_> {
         let map = self.map_runs();
         let legend_rows = (self.results.len() + 2).div_ceil(2);
         let chart_bottom = CHART_TOP + CHART_HEIGHT;
-        let legend_top = chart_bottom + 48.0;
+        let legend_top = chart_bottom + 66.0;
         let map_top = legend_top + legend_rows as f64 * 22.0 + 36.0;
         let height = if map.is_some() { map_top + 268.0 } else { map_top };
         let _ = writeln!(

@@ -3,12 +3,9 @@
 //! for debugging fragmentation).
 #![forbid(unsafe_code)]
 
-use super::{MemPool, PoolRef};
+use super::core::{PoolCore, lock};
+use super::mem_pool::{MemPool, PoolRef};
 use crate::error::{Error, Result};
-
-/// The heap's blocks (address, size, kind) and the streams' cached blocks
-/// (address, size), as the pool hands them over.
-pub(crate) type LayoutParts = (Vec<(u64, u64, RunKind)>, Vec<(u64, u64)>);
 
 /// What a run of a pool's addresses holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -76,7 +73,7 @@ impl MemPool {
         let PoolRef::Hipmem(core) = &self.pool else {
             return Err(Error::NotSupported("only hipmem's own pools can show their address runs".into()));
         };
-        let (blocks, mut cached) = core.layout_parts();
+        let (blocks, mut cached) = parts(core);
         cached.sort_unstable();
         let mut runs: Vec<AddressRun> = Vec::with_capacity(blocks.len());
         let mut next_cached = cached.iter().peekable();
@@ -97,4 +94,15 @@ impl MemPool {
         }
         Ok(runs)
     }
+}
+
+/// The heap's blocks (address, size, kind) in address order and the blocks
+/// the streams' caches hold (address, size): the caches first, then the
+/// heap, one lock at a time.
+fn parts(core: &PoolCore) -> (Vec<(u64, u64, RunKind)>, Vec<(u64, u64)>) {
+    let mut cached = Vec::new();
+    for slot in core.all_slots() {
+        cached.extend(slot.lock().cache.iter().map(|b| (b.addr, b.size)));
+    }
+    (lock(&core.heap).blocks_in_order().collect(), cached)
 }

@@ -96,10 +96,13 @@ impl MemPool {
     }
 }
 
+/// A heap block: address, size, kind.
+type Block = (u64, u64, RunKind);
+
 /// The heap's blocks (address, size, kind) in address order and the blocks
 /// the streams' caches hold (address, size): the caches first, then the
 /// heap, one lock at a time.
-fn parts(core: &PoolCore) -> (Vec<(u64, u64, RunKind)>, Vec<(u64, u64)>) {
+fn parts(core: &PoolCore) -> (Vec<Block>, Vec<(u64, u64)>) {
     let mut cached = Vec::new();
     for slot in core.all_slots() {
         cached.extend(slot.lock().cache.iter().map(|b| (b.addr, b.size)));

@@ -150,6 +150,12 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
             "x",
         );
     }
+    // What a pool on virtual memory pays per granule: creating one, mapping
+    // it (with access), mapping it at a second address, unmapping.
+    let ops = granule_ops(rt, g, 256)?;
+    for (op, us) in ops {
+        report.push("granule_ops", op, Some(g), "per_granule", us, "us");
+    }
     // RMM's random_allocations on hipmem's pool, without and with
     // virtual-memory backing: fragmentation = peak reserved / peak requested.
     for ops in scale.random_ops {
@@ -254,4 +260,48 @@ fn check_tail(buf: &GrowableBuffer<u8>, steps: u64) -> Result<()> {
         return Err(hipmem::Error::Unknown(format!("growable buffer lost data: {first_last:?}")));
     }
     Ok(())
+}
+
+/// Times the backend's virtual-memory calls on `n` single-granule physical
+/// allocations: create, map with access, a second mapping (an alias),
+/// unmap of the alias, unmap and release. Returns (operation, µs per granule).
+fn granule_ops(rt: &Runtime, g: u64, n: u64) -> Result<Vec<(&'static str, f64)>> {
+    let Some(vm) = rt.backend().virtual_memory() else { return Ok(Vec::new()) };
+    let per = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let a = vm.address_reserve(2 * n * g, g, DevicePtr::NULL)?;
+    let b = a.0 + n * g;
+    let t = Instant::now();
+    let handles = (0..n).map(|_| vm.mem_create(0, g, 0)).collect::<Result<Vec<u64>>>()?;
+    let create = per(t);
+    let t = Instant::now();
+    for (i, &h) in handles.iter().enumerate() {
+        vm.mem_map(DevicePtr(a.0 + i as u64 * g), g, 0, h)?;
+        vm.mem_set_access(DevicePtr(a.0 + i as u64 * g), g, 0, 3)?;
+    }
+    let map = per(t);
+    let t = Instant::now();
+    for (i, &h) in handles.iter().enumerate() {
+        vm.mem_map(DevicePtr(b + i as u64 * g), g, 0, h)?;
+        vm.mem_set_access(DevicePtr(b + i as u64 * g), g, 0, 3)?;
+    }
+    let alias = per(t);
+    let t = Instant::now();
+    for i in 0..n {
+        vm.mem_unmap(DevicePtr(b + i * g), g)?;
+    }
+    let unmap = per(t);
+    let t = Instant::now();
+    for (i, &h) in handles.iter().enumerate() {
+        vm.mem_unmap(DevicePtr(a.0 + i as u64 * g), g)?;
+        vm.mem_release(h)?;
+    }
+    let release = per(t);
+    vm.address_free(a, 2 * n * g)?;
+    Ok(vec![
+        ("create", create),
+        ("map_with_access", map),
+        ("map_alias_with_access", alias),
+        ("unmap", unmap),
+        ("unmap_and_release", release),
+    ])
 }

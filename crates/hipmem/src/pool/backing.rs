@@ -1,14 +1,18 @@
 //! How a pool gets memory from the backend and gives it back: separate
-//! segments, or physical chunks mapped into one reserved address range.
+//! segments, or physical granules mapped into one reserved address range
+//! (possibly at several addresses each, see `remap.rs`).
 #![forbid(unsafe_code)]
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use super::AccessFlags;
 use super::core::{MAX_GROWTH_STEP, MIN_SEGMENT, PoolCore, lock};
-use super::placement::BLOCK_ALIGN;
+use super::placement::{BLOCK_ALIGN, BlockKind, CLASSES, Heap, Owner};
+use super::remap::{self, Cover, Donor, Hole};
 use crate::backend::DevicePtr;
+use crate::backend::virtual_memory::VirtualMemory;
 use crate::error::{Error, Result};
 use crate::runtime::{Allocation, MemoryKind, Runtime};
 
@@ -16,21 +20,157 @@ use crate::runtime::{Allocation, MemoryKind, Runtime};
 pub(crate) enum Backing {
     /// Separate device allocations (segments); blocks coalesce within one.
     Segments,
-    /// One reserved address range; physical chunks are mapped into it as the
-    /// pool grows (right after free space, so free space coalesces across
-    /// chunk boundaries) and unmapped and released once wholly free, while
-    /// live addresses stay put. Taken where the backend has virtual memory
-    /// (unless `HIPMEM_POOL_BACKING=segments`).
+    /// One reserved address range, one part per size class; physical
+    /// granules are mapped into it as the pool grows, switched between
+    /// addresses as the layout needs (`remap.rs`), and unmapped and released
+    /// when not in use, while live addresses stay put. Taken where the
+    /// backend has virtual memory (unless `HIPMEM_POOL_BACKING=segments`).
     Virtual(Mutex<Option<VirtualRange>>),
 }
 
-/// The reservation of a pool on virtual memory and the chunks mapped in it.
+/// Most mappings per physical granule before the least recently used
+/// shadowed ones are unmapped (the high mark; unmapping goes down to the low).
+const ALIASES_HIGH: usize = 4;
+const ALIASES_LOW: usize = 3;
+
+/// One mapping of a physical granule.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Alias {
+    /// The granule (the backend's handle).
+    pub(super) pid: u64,
+    /// When it was last made active (the range's clock).
+    pub(super) used: u64,
+}
+
+/// A planned switch: (granule, its active alias, the alias to make active).
+type Switch = (u64, u64, u64);
+
+/// The reservation of a pool on virtual memory and its physical granules.
 pub(crate) struct VirtualRange {
     pub(super) base: u64,
     pub(super) size: u64,
     pub(super) granularity: u64,
-    /// Mapped chunks: address → (size, physical handle).
-    pub(super) chunks: std::collections::BTreeMap<u64, (u64, u64)>,
+    /// Every mapping: address of the granule → which physical granule.
+    pub(super) aliases: BTreeMap<u64, Alias>,
+    /// Physical granules by id: the active alias, every alias.
+    pub(super) phys: HashMap<u64, Phys>,
+    clock: u64,
+}
+
+/// A physical granule.
+#[derive(Clone, Debug)]
+pub(crate) struct Phys {
+    /// Where the heap may use it.
+    pub(super) active: u64,
+    /// Every address it is mapped at (the active one included).
+    pub(super) aliases: Vec<u64>,
+}
+
+impl VirtualRange {
+    fn new(base: u64, size: u64, granularity: u64) -> VirtualRange {
+        VirtualRange { base, size, granularity, aliases: BTreeMap::new(), phys: HashMap::new(), clock: 0 }
+    }
+
+    /// The physical bytes the range holds.
+    pub(super) fn physical_bytes(&self) -> u64 {
+        self.phys.len() as u64 * self.granularity
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Makes `to` (a shadowed alias of `pid`) the active one: the heap
+    /// shadows the old active alias (all free) and hands `to` out instead.
+    fn switch(&mut self, heap: &mut Heap, pid: u64, to: u64) -> bool {
+        let g = self.granularity;
+        let Some(p) = self.phys.get_mut(&pid) else { return false };
+        let from = p.active;
+        if from == to || !heap.is_shadowed(to, g) || !heap.shadow(from, g) {
+            return false;
+        }
+        if !heap.unshadow(to, g) {
+            heap.unshadow(from, g);
+            return false;
+        }
+        p.active = to;
+        tracing::trace!(target: "hipmem::pool", "switched granule {pid:#x} from={from:#x} to={to:#x}");
+        let now = self.tick();
+        if let Some(a) = self.aliases.get_mut(&to) {
+            a.used = now;
+        }
+        true
+    }
+
+    /// Granules not in use (their active alias all global free), except
+    /// those whose active alias lies in `[skip.0, skip.1)`.
+    fn donors(&self, heap: &Heap) -> Vec<Donor> {
+        let g = self.granularity;
+        self.phys
+            .iter()
+            .filter_map(|(&pid, p)| {
+                let (_, freed) = heap.global_free_run(p.active, g)?;
+                Some(Donor { pid, active: p.active, freed })
+            })
+            .collect()
+    }
+
+    /// The pieces of size class `class` as a switch sees them.
+    fn switch_pieces(&self, heap: &Heap, class: usize) -> Vec<(u64, u64, Cover)> {
+        let g = self.granularity;
+        heap.class_blocks(class)
+            .map(|(addr, len, kind)| {
+                let cover = match kind {
+                    BlockKind::Free => Cover::Free,
+                    BlockKind::Shadowed => {
+                        match self.aliases.get(&addr).and_then(|a| Some((a.pid, self.phys.get(&a.pid)?))) {
+                            Some((pid, p)) if heap.is_global_free(p.active, g) => {
+                                Cover::Switchable(pid, p.active)
+                            }
+                            _ => Cover::Repairable,
+                        }
+                    }
+                    BlockKind::Other => Cover::Blocked,
+                };
+                (addr, len, cover)
+            })
+            .collect()
+    }
+
+    /// How `[addr, addr + want)` (where a block of this size went before)
+    /// can become one free run again: the switches it needs (pid, from, to),
+    /// and the shadowed aliases whose granule is in use elsewhere, to be
+    /// pointed at other granules (repairs). None if some address there is
+    /// live, pending or unbacked.
+    fn revisit(&self, heap: &Heap, addr: u64, want: u64) -> Option<(Vec<Switch>, Vec<u64>)> {
+        let g = self.granularity;
+        let end = addr.checked_add(want)?;
+        let mut switches: Vec<Switch> = Vec::new();
+        let mut repairs: Vec<u64> = Vec::new();
+        let mut at = addr;
+        for (block, len, kind) in heap.blocks_between(addr, end) {
+            if block > at {
+                return None;
+            }
+            match kind {
+                BlockKind::Free => {}
+                BlockKind::Shadowed => {
+                    let pid = self.aliases.get(&block)?.pid;
+                    let active = self.phys.get(&pid)?.active;
+                    let clash = switches.iter().any(|s| s.0 == pid) || (active + g > addr && active < end);
+                    if clash || !heap.is_global_free(active, g) {
+                        repairs.push(block);
+                    } else {
+                        switches.push((pid, active, block));
+                    }
+                }
+                BlockKind::Other => return None,
+            }
+            at = block + len;
+        }
+        (at >= end).then_some((switches, repairs))
+    }
 }
 
 impl Backing {
@@ -47,10 +187,47 @@ impl Backing {
         }
     }
 }
+
+/// Creates a physical granule and maps it at `at` with the pool's access;
+/// returns its handle.
+fn map_new_granule(
+    vm: &dyn VirtualMemory,
+    access: &[AccessFlags],
+    device: usize,
+    at: u64,
+    size: u64,
+    handle_types: u32,
+) -> Result<u64> {
+    let handle = vm.mem_create(device, size, handle_types)?;
+    if let Err(e) = map_with_access(vm, access, at, size, handle) {
+        let _ = vm.mem_unmap(DevicePtr(at), size);
+        let _ = vm.mem_release(handle);
+        return Err(e);
+    }
+    Ok(handle)
+}
+
+/// Maps `size` bytes of `handle` at `at` and gives every device the pool's access.
+fn map_with_access(
+    vm: &dyn VirtualMemory,
+    access: &[AccessFlags],
+    at: u64,
+    size: u64,
+    handle: u64,
+) -> Result<()> {
+    vm.mem_map(DevicePtr(at), size, 0, handle)?;
+    for (device, flags) in access.iter().enumerate() {
+        if *flags != AccessFlags::None {
+            vm.mem_set_access(DevicePtr(at), size, device, flags.raw())?;
+        }
+    }
+    Ok(())
+}
+
 impl Drop for PoolCore {
-    /// The runtime is going away with this pool: every segment, chunk and
-    /// reservation goes back to the backend (work still queued is waited for
-    /// by the backend's own free).
+    /// The runtime is going away with this pool: every segment, mapping,
+    /// granule and reservation goes back to the backend (work still queued is
+    /// waited for by the backend's own free).
     fn drop(&mut self) {
         let heap = self.heap.get_mut().unwrap_or_else(|p| p.into_inner());
         match &self.backing {
@@ -65,9 +242,11 @@ impl Drop for PoolCore {
                 let Some(vm) = self.backend.virtual_memory() else { return };
                 if let Some(vr) = range.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     let _ = self.backend.device_synchronize(self.device);
-                    for (&addr, &(size, handle)) in &vr.chunks {
-                        let _ = vm.mem_unmap(DevicePtr(addr), size);
-                        let _ = vm.mem_release(handle);
+                    for &addr in vr.aliases.keys() {
+                        let _ = vm.mem_unmap(DevicePtr(addr), vr.granularity);
+                    }
+                    for &pid in vr.phys.keys() {
+                        let _ = vm.mem_release(pid);
                     }
                     if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
                         tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");
@@ -79,8 +258,22 @@ impl Drop for PoolCore {
 }
 
 impl PoolCore {
-    /// Adds a segment large enough for `want`, within maxSize.
-    pub(crate) fn grow(&self, rt: &Runtime, want: u64) -> Result<()> {
+    /// The size class a request of `want` bytes is placed in: by size on
+    /// virtual memory (each class has its own part of the reservation),
+    /// one class with segments.
+    pub(super) fn class_of(&self, want: u64) -> usize {
+        match self.backing {
+            Backing::Virtual(_) => super::placement::size_class(want),
+            Backing::Segments => 0,
+        }
+    }
+
+    /// Gets memory for a block of `want` bytes from the backend and takes
+    /// the block (so no other thread can take the new memory first):
+    /// returns (address, size). On virtual memory, physical memory of wholly
+    /// free chunks is moved under the block first and new memory is created
+    /// only for the rest (`remap.rs`); with segments, a new segment.
+    pub(crate) fn grow(&self, rt: &Runtime, want: u64) -> Result<(u64, u64)> {
         if let Backing::Virtual(range) = &self.backing {
             return self.grow_virtual(rt, range, want);
         }
@@ -118,18 +311,18 @@ impl PoolCore {
         let mut heap = lock(&self.heap);
         heap.add_segment(ptr.0, size);
         self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
-        Ok(())
+        heap.take(ptr.0, want);
+        Ok((ptr.0, want))
     }
 
-    /// Grows a pool on virtual memory: maps a chunk into the reservation where
-    /// it joins the most free space (the end of a free block), so that the
-    /// request fits in one run; reserves the range on first use.
+    /// [`PoolCore::grow`] on virtual memory (see `remap.rs`): switch an
+    /// existing run, else map granules not in use and new ones.
     pub(super) fn grow_virtual(
         &self,
         rt: &Runtime,
         range: &Mutex<Option<VirtualRange>>,
         want: u64,
-    ) -> Result<()> {
+    ) -> Result<(u64, u64)> {
         let vm = rt
             .backend()
             .virtual_memory()
@@ -137,64 +330,307 @@ impl PoolCore {
         let mut guard = lock(range);
         self.reserve_virtual(rt, vm, &mut guard)?;
         let vr = guard.as_mut().expect("reserved above");
-        let g = vr.granularity;
-        let (addr, chunk) = {
+        let class = self.class_of(want);
+        // 1. Where a block of this size went last: switch its granules back,
+        //    and point the few aliases whose granule is in use elsewhere at
+        //    other granules (a layout that repeats converges to no mapping).
+        let last = {
             let heap = lock(&self.heap);
-            let reserved = heap.reserved();
-            // Geometric at first (the step doubles the pool up to 32 MiB),
-            // then 1/64 of what is reserved: few mappings, little over-mapping.
-            let step =
-                (reserved / 64).max(reserved.min(32 << 20)).clamp(g, MAX_GROWTH_STEP).next_multiple_of(g);
-            let mut best: Option<(u64, u64, u64)> = None; // (need, addr, chunk)
-            for (start, size) in heap.unbacked_ranges() {
-                let before = heap.global_free_ending_at(start);
-                let need = want.saturating_sub(before).max(1).checked_next_multiple_of(g).unwrap_or(u64::MAX);
-                if need > size {
-                    continue;
-                }
-                let chunk = need.max(step).min(size);
-                if best.is_none_or(|b| need < b.0) {
-                    best = Some((need, start, chunk));
+            let places = heap.places_of(want);
+            places
+                .iter()
+                .rev()
+                .filter_map(|&at| Some((at, vr.revisit(&heap, at, want)?)))
+                .min_by_key(|(_, (_, repairs))| repairs.len())
+        };
+        if let Some((at, (switches, repairs))) = last {
+            if repairs.len() as u64 * vr.granularity <= want / 2 + vr.granularity {
+                if let Ok(found) = self.revisit_place(vm, vr, at, want, &switches, &repairs) {
+                    return Ok(found);
                 }
             }
-            let Some((need, addr, mut chunk)) = best else {
-                return Err(Error::OutOfMemory(format!(
-                    "the pool's {}-byte address reservation has no room for {want} more bytes",
-                    vr.size
-                )));
-            };
-            if self.props.max_size > 0 {
-                let room = self.props.max_size.saturating_sub(reserved) / g * g;
-                if need > room {
-                    return Err(Error::OutOfMemory(format!(
+        }
+        // 2. The existing run that needs the fewest repairs, if they are few.
+        let run = {
+            let heap = lock(&self.heap);
+            remap::find_run(want, vr.granularity, vr.switch_pieces(&heap, class))
+        };
+        if let Some(run) = run {
+            if run.repairs.len() as u64 * vr.granularity <= want / 2 + vr.granularity {
+                if let Ok(found) = self.revisit_place(vm, vr, run.start, want, &run.switches, &run.repairs) {
+                    return Ok(found);
+                }
+            }
+        }
+        // 3. Map: granules not in use elsewhere, new ones for the rest.
+        let mut result = self.map_for(rt, vm, vr, class, want);
+        if result.is_err() && self.evict_aliases(vm, vr, Some(class), usize::MAX) > 0 {
+            // Addresses ran out in this class: its shadowed aliases went.
+            result = self.map_for(rt, vm, vr, class, want);
+        }
+        let mapped = vr.aliases.len();
+        if mapped > ALIASES_HIGH * vr.phys.len().max(1) {
+            let excess = mapped - ALIASES_LOW * vr.phys.len().max(1);
+            self.evict_aliases(vm, vr, None, excess);
+        }
+        result
+    }
+
+    /// Step 1 of [`PoolCore::grow_virtual`]: makes `[at, at + want)` free by
+    /// `switches` and by pointing the shadowed aliases `repairs` at granules
+    /// not in use (or new ones), then takes it.
+    fn revisit_place(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        at: u64,
+        want: u64,
+        switches: &[Switch],
+        repairs: &[u64],
+    ) -> Result<(u64, u64)> {
+        let g = vr.granularity;
+        let end = at + want;
+        let access = lock(&self.access).clone();
+        // The repairs' new granules: not in use, not switched here, not active here.
+        let donors: Vec<Donor> = if repairs.is_empty() {
+            Vec::new()
+        } else {
+            let heap = lock(&self.heap);
+            let mut d: Vec<Donor> = vr
+                .donors(&heap)
+                .into_iter()
+                .filter(|d| !(switches.iter().any(|s| s.0 == d.pid) || (d.active + g > at && d.active < end)))
+                .collect();
+            d.sort_by_key(|d| (d.freed, d.active));
+            d
+        };
+        let mut heap = lock(&self.heap);
+        for &(pid, _, to) in switches {
+            if !vr.switch(&mut heap, pid, to) {
+                return Err(Error::Unknown("a planned switch failed".into()));
+            }
+        }
+        let mut donors = donors.into_iter();
+        for &r in repairs {
+            // The alias at `r` goes; another granule is mapped there.
+            if !heap.is_shadowed(r, g) {
+                return Err(Error::Unknown("a planned repair is not shadowed".into()));
+            }
+            drop(heap);
+            tracing::trace!(target: "hipmem::pool", "repaired the alias at {r:#x}");
+            vm.mem_unmap(DevicePtr(r), g)?;
+            heap = lock(&self.heap);
+            heap.unback_shadowed(r, g);
+            if let Some(old) = vr.aliases.remove(&r) {
+                if let Some(p) = vr.phys.get_mut(&old.pid) {
+                    p.aliases.retain(|&a| a != r);
+                }
+            }
+            let now = vr.tick();
+            // The donors were listed before the heap lock was dropped: one
+            // another thread has taken since is skipped.
+            match donors.find(|d| heap.shadow(d.active, g)) {
+                Some(d) => {
+                    drop(heap);
+                    let mapped = map_with_access(vm, &access, r, g, d.pid);
+                    heap = lock(&self.heap);
+                    if let Err(e) = mapped {
+                        let _ = vm.mem_unmap(DevicePtr(r), g);
+                        heap.unshadow(d.active, g);
+                        return Err(e);
+                    }
+                    heap.back(r, g);
+                    vr.aliases.insert(r, Alias { pid: d.pid, used: now });
+                    if let Some(p) = vr.phys.get_mut(&d.pid) {
+                        p.active = r;
+                        p.aliases.push(r);
+                    }
+                }
+                None => {
+                    if self.props.max_size > 0 && vr.physical_bytes() + g > self.props.max_size {
+                        return Err(Error::OutOfMemory("the pool's maxSize is reached".into()));
+                    }
+                    drop(heap);
+                    let made = map_new_granule(vm, &access, self.device, r, g, self.props.handle_types);
+                    heap = lock(&self.heap);
+                    let pid = made?;
+                    heap.back(r, g);
+                    vr.aliases.insert(r, Alias { pid, used: now });
+                    vr.phys.insert(pid, Phys { active: r, aliases: vec![r] });
+                }
+            }
+        }
+        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
+        tracing::trace!(target: "hipmem::pool", want, switches = switches.len(), repairs = repairs.len(), "revisited a place");
+        match heap.take_range(at, want) {
+            Some(_) => {
+                drop(heap);
+                Ok((at, want))
+            }
+            None => {
+                Err(Error::Unknown(format!("pool {:#x}: {at:#x} is not free after revisiting it", self.id)))
+            }
+        }
+    }
+
+    /// Step 3 of [`PoolCore::grow_virtual`].
+    fn map_for(
+        &self,
+        _rt: &Runtime,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        class: usize,
+        want: u64,
+    ) -> Result<(u64, u64)> {
+        let g = vr.granularity;
+        let plan = {
+            let mut heap = lock(&self.heap);
+            let reserved = vr.physical_bytes();
+            let holes: Vec<Hole> = heap
+                .unbacked_ranges_of(class)
+                .into_iter()
+                .map(|(start, size)| Hole {
+                    start,
+                    size,
+                    before: heap.global_free_ending_at(start),
+                    after: heap.global_free_starting_at(start + size),
+                })
+                .collect();
+            let donors = vr.donors(&heap);
+            let room = (self.props.max_size > 0).then(|| self.props.max_size.saturating_sub(reserved) / g);
+            let Some(plan) = remap::plan(want, g, &holes, &donors, room) else {
+                let largest = holes.iter().map(|h| h.size).max().unwrap_or(0);
+                return Err(Error::OutOfMemory(match room {
+                    Some(room) if room * g + donors.len() as u64 * g < want => format!(
                         "the pool's maxSize of {} bytes is reached ({reserved} reserved)",
                         self.props.max_size
-                    )));
-                }
-                chunk = chunk.min(room).max(need);
+                    ),
+                    _ => format!(
+                        "the pool's {}-byte address reservation has no room for {want} more bytes (largest unbacked range {largest})",
+                        vr.size
+                    ),
+                }));
+            };
+            // Out of the free space until the block is taken: the runs it
+            // joins, and the granules it takes over (their old addresses).
+            if let Some((addr, len)) = plan.prefix {
+                heap.take(addr, len);
             }
-            (addr, chunk)
+            if let Some((addr, len)) = plan.suffix {
+                heap.take(addr, len);
+            }
+            for &(pid, _) in &plan.reuse {
+                if let Some(p) = vr.phys.get(&pid) {
+                    heap.shadow(p.active, g);
+                }
+            }
+            plan
         };
-        let handle = vm.mem_create(self.device, chunk, self.props.handle_types)?;
-        let mapped = vm.mem_map(DevicePtr(addr), chunk, 0, handle).and_then(|()| {
-            let access = lock(&self.access).clone();
-            for (device, flags) in access.iter().enumerate() {
-                if *flags != AccessFlags::None {
-                    vm.mem_set_access(DevicePtr(addr), chunk, device, flags.raw())?;
+        tracing::trace!(target: "hipmem::pool", want, moved = plan.reuse.len(), new = plan.new_granules.len(), "remapping");
+        // Without the heap's lock: map.
+        let access = lock(&self.access).clone();
+        let mut mapped: Vec<(u64, u64, bool)> = Vec::new(); // (at, pid, new)
+        let mut undo: Vec<u64> = Vec::new(); // old active aliases to give back
+        let mut failed: Option<Error> = None;
+        for &(pid, at) in &plan.reuse {
+            match map_with_access(vm, &access, at, g, pid) {
+                Ok(()) => mapped.push((at, pid, false)),
+                Err(e) => {
+                    let _ = vm.mem_unmap(DevicePtr(at), g);
+                    if let Some(p) = vr.phys.get(&pid) {
+                        undo.push(p.active);
+                    }
+                    failed.get_or_insert(e);
                 }
             }
-            Ok(())
-        });
-        if let Err(e) = mapped {
-            let _ = vm.mem_unmap(DevicePtr(addr), chunk);
-            let _ = vm.mem_release(handle);
+        }
+        if failed.is_none() {
+            for &at in &plan.new_granules {
+                match map_new_granule(vm, &access, self.device, at, g, self.props.handle_types) {
+                    Ok(pid) => mapped.push((at, pid, true)),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let now = vr.tick();
+        let mut heap = lock(&self.heap);
+        for &(at, pid, new) in &mapped {
+            tracing::trace!(target: "hipmem::pool", "mapped granule {pid:#x} at={at:#x} new={new}");
+            heap.back(at, g);
+            vr.aliases.insert(at, Alias { pid, used: now });
+            if new {
+                vr.phys.insert(pid, Phys { active: at, aliases: vec![at] });
+            } else if let Some(p) = vr.phys.get_mut(&pid) {
+                p.active = at;
+                p.aliases.push(at);
+            }
+        }
+        for old in undo {
+            heap.unshadow(old, g);
+        }
+        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
+        // The runs the block was to join go back to the free space (and
+        // merge with what was just mapped next to them).
+        if let Some((addr, _)) = plan.prefix {
+            heap.release_block(addr, Owner::Global);
+        }
+        if let Some((addr, _)) = plan.suffix {
+            heap.release_block(addr, Owner::Global);
+        }
+        if let Some(e) = failed {
             return Err(e);
         }
-        vr.chunks.insert(addr, (chunk, handle));
-        let mut heap = lock(&self.heap);
-        heap.back(addr, chunk);
-        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
-        Ok(())
+        match heap.take_range(plan.block, want) {
+            Some(_) => Ok((plan.block, want)),
+            None => Err(Error::Unknown(format!(
+                "pool {:#x}: the run planned at {:#x} for {want} bytes is not free after mapping it",
+                self.id, plan.block
+            ))),
+        }
+    }
+
+    /// Unmaps up to `count` shadowed aliases (of size class `class`, or any),
+    /// least recently used first. Returns how many went.
+    fn evict_aliases(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        class: Option<usize>,
+        count: usize,
+    ) -> usize {
+        let g = vr.granularity;
+        let part = vr.size / CLASSES as u64;
+        let heap = lock(&self.heap);
+        let mut victims: Vec<(u64, u64, u64)> = vr
+            .aliases
+            .iter()
+            .filter(|&(&a, al)| {
+                class.is_none_or(|c| (a - vr.base) / part == c as u64)
+                    && vr.phys.get(&al.pid).is_some_and(|p| p.active != a)
+                    && heap.is_shadowed(a, g)
+            })
+            .map(|(&a, al)| (al.used, a, al.pid))
+            .collect();
+        victims.sort_unstable();
+        victims.truncate(count);
+        drop(heap);
+        let mut gone = 0;
+        for &(_, addr, pid) in &victims {
+            tracing::trace!(target: "hipmem::pool", "evicted an alias of granule {pid:#x} at={addr:#x}");
+            if vm.mem_unmap(DevicePtr(addr), g).is_err() {
+                continue;
+            }
+            lock(&self.heap).unback_shadowed(addr, g);
+            vr.aliases.remove(&addr);
+            if let Some(p) = vr.phys.get_mut(&pid) {
+                p.aliases.retain(|&a| a != addr);
+            }
+            gone += 1;
+        }
+        gone
     }
 
     /// Reserves the pool's address range on first use.
@@ -209,7 +645,10 @@ impl PoolCore {
         }
         let granularity = vm.granularity(self.device, false)?.max(BLOCK_ALIGN);
         let total = rt.device_properties(self.device).ok().map(|d| d.total_memory).unwrap_or(1 << 30);
-        let size = (total.saturating_mul(2)).clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
+        // One part per size class, each twice the device's memory: addresses
+        // are plentiful, physical memory moves between the parts.
+        let part = (total.saturating_mul(2)).clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
+        let size = part * CLASSES as u64;
         let base = vm.address_reserve(size, granularity, DevicePtr::NULL)?;
         rt.allocations().insert(Allocation {
             base,
@@ -217,15 +656,91 @@ impl PoolCore {
             kind: MemoryKind::PoolSegment(self.id),
             device: self.device,
         });
-        lock(&self.heap).add_reservation(base.0, size);
-        *guard = Some(VirtualRange { base: base.0, size, granularity, chunks: Default::default() });
+        let mut heap = lock(&self.heap);
+        heap.keep_places();
+        for class in 0..CLASSES {
+            heap.add_reservation_for(class, base.0 + class as u64 * part, part);
+        }
+        drop(heap);
+        *guard = Some(VirtualRange::new(base.0, size, granularity));
         Ok(())
     }
 
-    /// Releases one piece of unused memory (a whole free segment or chunk),
-    /// the largest that keeps at least `floor` bytes reserved. Returns false
-    /// if there is none.
-    pub(crate) fn release_one(&self, rt: &Runtime, floor: u64) -> bool {
+    /// Releases unused memory: whole free segments (largest first), or
+    /// granules not in use (the longest unused first), until `bytes` are
+    /// released or none is left, keeping at least `floor` bytes reserved.
+    /// Returns the bytes released.
+    pub(crate) fn release_unused(&self, rt: &Runtime, bytes: u64, floor: u64) -> u64 {
+        match &self.backing {
+            Backing::Segments => {
+                let mut released = 0;
+                while released < bytes {
+                    match self.release_segment(rt, floor) {
+                        Some(n) => released += n,
+                        None => break,
+                    }
+                }
+                released
+            }
+            Backing::Virtual(range) => {
+                let Some(vm) = rt.backend().virtual_memory() else { return 0 };
+                let mut guard = lock(range);
+                let Some(vr) = guard.as_mut() else { return 0 };
+                let g = vr.granularity;
+                let mut victims = {
+                    let heap = lock(&self.heap);
+                    vr.donors(&heap)
+                };
+                victims.sort_by_key(|d| (d.freed, d.active));
+                let mut released = 0;
+                for d in victims {
+                    if released >= bytes {
+                        break;
+                    }
+                    let mut heap = lock(&self.heap);
+                    if heap.reserved().saturating_sub(g) < floor || !heap.unback(d.active, g) {
+                        continue;
+                    }
+                    let Some(p) = vr.phys.remove(&d.pid) else { continue };
+                    tracing::trace!(target: "hipmem::pool", "released granule {:#x} aliases={:x?}", d.pid, p.aliases);
+                    for &a in &p.aliases {
+                        if a != p.active {
+                            heap.unback_shadowed(a, g);
+                        }
+                        vr.aliases.remove(&a);
+                    }
+                    drop(heap);
+                    for &a in &p.aliases {
+                        if let Err(e) = vm.mem_unmap(DevicePtr(a), g) {
+                            tracing::warn!(target: "hipmem", "unmapping a pool granule failed: {e}");
+                        }
+                    }
+                    if let Err(e) = vm.mem_release(d.pid) {
+                        tracing::warn!(target: "hipmem", "releasing a pool granule failed: {e}");
+                    }
+                    released += g;
+                }
+                // A destroyed pool with nothing mapped gives its addresses back.
+                let part = vr.size / CLASSES as u64;
+                if self.is_destroyed()
+                    && vr.aliases.is_empty()
+                    && (0..CLASSES as u64).all(|k| lock(&self.heap).remove_reservation(vr.base + k * part))
+                {
+                    rt.allocations()
+                        .remove_if(DevicePtr(vr.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+                    if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
+                        tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");
+                    }
+                    *guard = None;
+                }
+                released
+            }
+        }
+    }
+
+    /// Releases the largest whole free segment that keeps `floor` bytes
+    /// reserved; its size, or None.
+    fn release_segment(&self, rt: &Runtime, floor: u64) -> Option<u64> {
         match &self.backing {
             Backing::Segments => {
                 let seg = {
@@ -237,7 +752,7 @@ impl PoolCore {
                         .filter(|s| reserved.saturating_sub(s.size) >= floor)
                         .collect();
                     candidates.sort_by_key(|s| std::cmp::Reverse(s.size));
-                    let Some(seg) = candidates.into_iter().next() else { return false };
+                    let seg = candidates.into_iter().next()?;
                     heap.remove_segment(seg.base);
                     seg
                 };
@@ -246,47 +761,9 @@ impl PoolCore {
                 if let Err(e) = rt.backend().mem_free(self.device, DevicePtr(seg.base)) {
                     tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}");
                 }
-                true
+                Some(seg.size)
             }
-            Backing::Virtual(range) => {
-                let Some(vm) = rt.backend().virtual_memory() else { return false };
-                let mut guard = lock(range);
-                let Some(vr) = guard.as_mut() else { return false };
-                let victim = {
-                    let mut heap = lock(&self.heap);
-                    let reserved = heap.reserved();
-                    let mut candidates: Vec<(u64, u64, u64)> = vr
-                        .chunks
-                        .iter()
-                        .filter(|&(&a, &(size, _))| {
-                            heap.is_global_free(a, size) && reserved.saturating_sub(size) >= floor
-                        })
-                        .map(|(&a, &(size, h))| (a, size, h))
-                        .collect();
-                    candidates.sort_by_key(|c| std::cmp::Reverse(c.1));
-                    let Some(victim) = candidates.into_iter().next() else { return false };
-                    heap.unback(victim.0, victim.1);
-                    victim
-                };
-                vr.chunks.remove(&victim.0);
-                if let Err(e) = vm.mem_unmap(DevicePtr(victim.0), victim.1) {
-                    tracing::warn!(target: "hipmem", "unmapping a pool chunk failed: {e}");
-                }
-                if let Err(e) = vm.mem_release(victim.2) {
-                    tracing::warn!(target: "hipmem", "releasing a pool chunk failed: {e}");
-                }
-                // A destroyed pool with nothing backed gives its addresses back.
-                if self.is_destroyed() && vr.chunks.is_empty() && lock(&self.heap).remove_reservation(vr.base)
-                {
-                    rt.allocations()
-                        .remove_if(DevicePtr(vr.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
-                    if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
-                        tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");
-                    }
-                    *guard = None;
-                }
-                true
-            }
+            Backing::Virtual(_) => None,
         }
     }
 }

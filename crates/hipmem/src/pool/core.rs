@@ -96,6 +96,9 @@ pub(crate) struct PoolCore {
     pub(super) release_threshold: AtomicU64,
     pub(super) reserved_high: AtomicU64,
     pub(super) used_high: Mutex<u64>,
+    /// The most bytes ever live in the pool (never reset): how much new
+    /// memory growth may make before it must move free memory instead.
+    pub(super) live_high: AtomicU64,
     pub(super) access: Mutex<Vec<AccessFlags>>,
     pub(super) destroyed: AtomicBool,
     /// The pool's identity in pointer export data (random, chosen on first export).
@@ -136,6 +139,7 @@ impl PoolCore {
             release_threshold: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
             used_high: Mutex::new(0),
+            live_high: AtomicU64::new(0),
             access: Mutex::new(access),
             destroyed: AtomicBool::new(false),
             ipc_uid: std::sync::OnceLock::new(),

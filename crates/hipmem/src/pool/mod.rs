@@ -16,7 +16,10 @@
 //!   stream's cache may take, in order;
 //! - `placement.rs`: best-fit placement, splitting, coalescing;
 //! - `backing.rs`: getting memory from the backend and giving it back
-//!   (segments, or chunks mapped into one reserved range);
+//!   (segments, or granules mapped into one reserved range, each at one
+//!   active address and maybe more shadowed ones);
+//! - `remap.rs`: where a growing virtual pool maps its granules (the run
+//!   with the fewest driver calls, the plan for new mappings);
 //! - `release.rs`: synchronization, release threshold, trim, retiring
 //!   streams, destroying pools;
 //! - `stats.rs`, `usage.rs`: statistics (used bytes without a shared counter)
@@ -41,6 +44,7 @@ pub(crate) mod mem_pool;
 pub mod placement;
 mod props;
 mod release;
+mod remap;
 mod reuse;
 pub(crate) mod sharing;
 mod stats;

@@ -47,6 +47,11 @@ enum State {
     /// Reserved addresses with no physical memory behind them (a pool on
     /// virtual memory): never handed out, never merged with free space.
     Unbacked,
+    /// Addresses mapped to physical memory that is in use at another of its
+    /// addresses (a pool on virtual memory maps a physical granule at several
+    /// places and uses it at one at a time, see `remap.rs`): never handed
+    /// out, never merged, not counted as reserved.
+    Shadowed,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -54,6 +59,9 @@ struct Block {
     size: u64,
     segment: u64,
     state: State,
+    /// When a free block last changed (the heap's count of frees then): how
+    /// recently its memory was in use.
+    freed: u64,
 }
 
 /// A range obtained from the backend.
@@ -63,6 +71,35 @@ pub struct Segment {
     pub base: u64,
     /// Size in bytes.
     pub size: u64,
+    /// The size class whose blocks it holds (see [`Heap::add_reservation_for`]).
+    pub class: usize,
+}
+
+/// What a block is, as [`Heap::class_blocks`] tells it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BlockKind {
+    /// Free for every stream.
+    Free,
+    /// Mapped, but its memory is in use elsewhere.
+    Shadowed,
+    /// Allocated, pending on a stream, or unbacked.
+    Other,
+}
+
+/// Size classes a heap keeps apart (a pool on virtual memory gives each its
+/// own reservation, so blocks of one class never split a free run of
+/// another; physical memory still moves between them).
+pub const CLASSES: usize = 3;
+
+/// The size class of a block of `size` bytes: below 1 MiB, below 64 MiB, larger.
+pub fn size_class(size: u64) -> usize {
+    if size < (1 << 20) {
+        0
+    } else if size < (64 << 20) {
+        1
+    } else {
+        2
+    }
 }
 
 /// The pool's address space: segments, blocks and the free indexes.
@@ -70,13 +107,22 @@ pub struct Segment {
 pub struct Heap {
     blocks: BTreeMap<u64, Block>,
     segments: BTreeMap<u64, Segment>,
-    global_free: BTreeSet<(u64, u64)>,
-    pending: HashMap<u64, BTreeSet<(u64, u64)>>,
+    global_free: [BTreeSet<(u64, u64)>; CLASSES],
+    pending: HashMap<u64, [BTreeSet<(u64, u64)>; CLASSES]>,
     pending_bytes: HashMap<u64, u64>,
     reserved: u64,
     allocated: u64,
     global_free_bytes: u64,
+    /// Frees so far (a clock for [`Heap::global_free_run`]'s coldness).
+    frees: u64,
+    /// Where the last blocks of each size went (most recent last), when the
+    /// heap keeps them ([`Heap::keep_places`]).
+    places: Option<HashMap<u64, Vec<u64>>>,
 }
+
+/// Places kept per size, and sizes at most.
+const PLACES_PER_SIZE: usize = 4;
+const PLACE_SIZES: usize = 4096;
 
 /// Rounds a request up to the block granule (at least one granule).
 pub fn block_size(request: u64) -> Option<u64> {
@@ -121,21 +167,21 @@ impl Heap {
 
     /// Streams that have pending free blocks.
     pub fn pending_streams(&self) -> Vec<u64> {
-        self.pending.iter().filter(|(_, set)| !set.is_empty()).map(|(&s, _)| s).collect()
+        self.pending.iter().filter(|(_, sets)| sets.iter().any(|s| !s.is_empty())).map(|(&s, _)| s).collect()
     }
 
     /// Whether `stream` has pending free blocks.
     pub fn has_pending(&self, stream: u64) -> bool {
-        self.pending.get(&stream).is_some_and(|set| !set.is_empty())
+        self.pending.get(&stream).is_some_and(|sets| sets.iter().any(|s| !s.is_empty()))
     }
 
     /// Adds a segment as one global free block. `base` and `size` must be
     /// multiples of [`BLOCK_ALIGN`] and the range must not overlap another.
     pub fn add_segment(&mut self, base: u64, size: u64) {
         debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0);
-        self.segments.insert(base, Segment { base, size });
+        self.segments.insert(base, Segment { base, size, class: 0 });
         self.reserved += size;
-        self.blocks.insert(base, Block { size, segment: base, state: State::Allocated });
+        self.blocks.insert(base, Block { size, segment: base, state: State::Allocated, freed: 0 });
         self.allocated += size;
         self.release_block(base, Owner::Global);
     }
@@ -144,9 +190,15 @@ impl Heap {
     /// virtual memory): [`Heap::back`] maps parts of it in, [`Heap::unback`]
     /// gives them back. Blocks coalesce across the chunks backed inside it.
     pub fn add_reservation(&mut self, base: u64, size: u64) {
-        debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0);
-        self.segments.insert(base, Segment { base, size });
-        self.blocks.insert(base, Block { size, segment: base, state: State::Unbacked });
+        self.add_reservation_for(0, base, size);
+    }
+
+    /// Adds a reserved address range for blocks of size class `class`
+    /// (best-fit queries of that class look only in such ranges).
+    pub fn add_reservation_for(&mut self, class: usize, base: u64, size: u64) {
+        debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0 && class < CLASSES);
+        self.segments.insert(base, Segment { base, size, class });
+        self.blocks.insert(base, Block { size, segment: base, state: State::Unbacked, freed: 0 });
     }
 
     /// The unbacked ranges: (start, size), lowest first.
@@ -154,10 +206,61 @@ impl Heap {
         self.blocks.iter().filter(|(_, b)| b.state == State::Unbacked).map(|(&a, b)| (a, b.size)).collect()
     }
 
+    /// The unbacked ranges in reservations of size class `class`.
+    pub fn unbacked_ranges_of(&self, class: usize) -> Vec<(u64, u64)> {
+        self.blocks
+            .iter()
+            .filter(|(_, b)| b.state == State::Unbacked && self.class_of(b.segment) == class)
+            .map(|(&a, b)| (a, b.size))
+            .collect()
+    }
+
+    /// Every block of the reservations of size class `class`, in address
+    /// order: (address, size, what it is).
+    pub fn class_blocks(&self, class: usize) -> impl Iterator<Item = (u64, u64, BlockKind)> + '_ {
+        self.segments.values().filter(move |s| s.class == class).flat_map(move |seg| {
+            self.blocks.range(seg.base..seg.base + seg.size).map(|(&a, b)| {
+                let kind = match b.state {
+                    State::Free(Owner::Global) => BlockKind::Free,
+                    State::Shadowed => BlockKind::Shadowed,
+                    _ => BlockKind::Other,
+                };
+                (a, b.size, kind)
+            })
+        })
+    }
+
+    /// The blocks that overlap `[from, to)`, in address order: (address,
+    /// size, what it is).
+    pub fn blocks_between(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, u64, BlockKind)> + '_ {
+        let first =
+            self.blocks.range(..=from).next_back().filter(|(a, b)| **a + b.size > from).map(|(a, _)| *a);
+        self.blocks.range(first.unwrap_or(from)..to).map(|(&a, b)| {
+            let kind = match b.state {
+                State::Free(Owner::Global) => BlockKind::Free,
+                State::Shadowed => BlockKind::Shadowed,
+                _ => BlockKind::Other,
+            };
+            (a, b.size, kind)
+        })
+    }
+
+    fn class_of(&self, segment: u64) -> usize {
+        self.segments.get(&segment).map(|s| s.class).unwrap_or(0)
+    }
+
     /// The global free block that ends exactly at `addr`, if any: its size.
     pub fn global_free_ending_at(&self, addr: u64) -> u64 {
         match self.blocks.range(..addr).next_back() {
             Some((&a, b)) if a + b.size == addr && b.state == State::Free(Owner::Global) => b.size,
+            _ => 0,
+        }
+    }
+
+    /// The global free block that starts exactly at `addr`, if any: its size.
+    pub fn global_free_starting_at(&self, addr: u64) -> u64 {
+        match self.blocks.get(&addr) {
+            Some(b) if b.state == State::Free(Owner::Global) => b.size,
             _ => 0,
         }
     }
@@ -173,20 +276,34 @@ impl Heap {
         }
         self.blocks.remove(&start);
         if addr > start {
-            self.blocks
-                .insert(start, Block { size: addr - start, segment: b.segment, state: State::Unbacked });
+            self.blocks.insert(
+                start,
+                Block { size: addr - start, segment: b.segment, state: State::Unbacked, freed: 0 },
+            );
         }
         let end = addr + size;
         if end < start + b.size {
             self.blocks.insert(
                 end,
-                Block { size: start + b.size - end, segment: b.segment, state: State::Unbacked },
+                Block { size: start + b.size - end, segment: b.segment, state: State::Unbacked, freed: 0 },
             );
         }
-        self.blocks.insert(addr, Block { size, segment: b.segment, state: State::Allocated });
+        self.blocks.insert(addr, Block { size, segment: b.segment, state: State::Allocated, freed: 0 });
         self.allocated += size;
         self.reserved += size;
         self.release_block(addr, Owner::Global)
+    }
+
+    /// Frees so far: the clock of [`Heap::global_free_run`].
+    pub fn frees(&self) -> u64 {
+        self.frees
+    }
+
+    /// The global free block that holds `[addr, addr + size)`, if one does:
+    /// (its size, when it last changed: a count of the heap's frees).
+    pub fn global_free_run(&self, addr: u64, size: u64) -> Option<(u64, u64)> {
+        let (&a, b) = self.blocks.range(..=addr).next_back()?;
+        (b.state == State::Free(Owner::Global) && addr + size <= a + b.size).then_some((b.size, b.freed))
     }
 
     /// Whether `[addr, addr + size)` lies inside one global free block (so its
@@ -233,7 +350,96 @@ impl Heap {
                 sz += nb.size;
             }
         }
-        self.blocks.insert(s0, Block { size: sz, segment: b.segment, state: State::Unbacked });
+        self.blocks.insert(s0, Block { size: sz, segment: b.segment, state: State::Unbacked, freed: 0 });
+        true
+    }
+
+    /// Makes `[addr, addr + size)`, inside one global free block, shadowed:
+    /// its physical memory is about to be used at another address. Returns
+    /// false if the range is not global free memory.
+    pub fn shadow(&mut self, addr: u64, size: u64) -> bool {
+        if !self.carve_global(addr, size) {
+            return false;
+        }
+        self.blocks.entry(addr).and_modify(|b| b.state = State::Shadowed);
+        self.reserved -= size;
+        true
+    }
+
+    /// Turns the shadowed block at `addr` (of `size` bytes) back into global
+    /// free memory (its physical memory is used here again), coalescing.
+    pub fn unshadow(&mut self, addr: u64, size: u64) -> bool {
+        match self.blocks.get_mut(&addr) {
+            Some(b) if b.state == State::Shadowed && b.size == size => b.state = State::Allocated,
+            _ => return false,
+        }
+        self.allocated += size;
+        self.reserved += size;
+        self.release_block(addr, Owner::Global)
+    }
+
+    /// Turns the shadowed block at `addr` (of `size` bytes) into unbacked
+    /// addresses (that mapping is about to go), merging with unbacked
+    /// neighbours.
+    pub fn unback_shadowed(&mut self, addr: u64, size: u64) -> bool {
+        let b = match self.blocks.get(&addr) {
+            Some(b) if b.state == State::Shadowed && b.size == size => *b,
+            _ => return false,
+        };
+        let (mut s0, mut sz) = (addr, size);
+        if let Some((&pa, pb)) = self.blocks.range(..addr).next_back() {
+            if pb.state == State::Unbacked && pa + pb.size == addr && pb.segment == b.segment {
+                s0 = pa;
+                sz += pb.size;
+            }
+        }
+        self.blocks.remove(&addr);
+        let end = addr + size;
+        if let Some(nb) = self.blocks.get(&end).copied() {
+            if nb.state == State::Unbacked && nb.segment == b.segment {
+                self.blocks.remove(&end);
+                sz += nb.size;
+            }
+        }
+        self.blocks.insert(s0, Block { size: sz, segment: b.segment, state: State::Unbacked, freed: 0 });
+        true
+    }
+
+    /// Whether the block at `addr` is shadowed and `size` bytes long.
+    pub fn is_shadowed(&self, addr: u64, size: u64) -> bool {
+        matches!(self.blocks.get(&addr), Some(b) if b.state == State::Shadowed && b.size == size)
+    }
+
+    /// Takes exactly `[addr, addr + size)` out of the free block that holds
+    /// it (which keeps its owner for the rest) and marks it allocated.
+    pub fn take_range(&mut self, addr: u64, size: u64) -> Option<Owner> {
+        let (&start, b) = self.blocks.range(..=addr).next_back()?;
+        let State::Free(owner) = b.state else { return None };
+        if addr + size > start + b.size || size == 0 || size % BLOCK_ALIGN != 0 {
+            return None;
+        }
+        if start < addr {
+            // Split the block at `addr`: the front stays free.
+            let b = *b;
+            self.unindex(start, b.size, owner);
+            self.blocks.insert(start, Block { size: addr - start, ..b });
+            self.index(start, addr - start, owner);
+            self.blocks.insert(addr, Block { size: start + b.size - addr, ..b });
+            self.index(addr, start + b.size - addr, owner);
+        }
+        self.take(addr, size)
+    }
+
+    /// Splits the global free block holding `[addr, addr + size)` so that the
+    /// range is a block of its own (left marked allocated, unindexed, its
+    /// bytes counted as allocated: the caller changes its state at once).
+    fn carve_global(&mut self, addr: u64, size: u64) -> bool {
+        if !self.is_global_free(addr, size) || size == 0 {
+            return false;
+        }
+        let owner = self.take_range(addr, size);
+        debug_assert_eq!(owner, Some(Owner::Global));
+        self.allocated -= size;
         true
     }
 
@@ -256,9 +462,15 @@ impl Heap {
         self.segments.range(..=addr).next_back().map(|(_, s)| *s).filter(|s| addr < s.base + s.size)
     }
 
-    /// The smallest global free block of at least `size` bytes.
+    /// The smallest global free block of at least `size` bytes (size class 0).
     pub fn best_fit_global(&self, size: u64) -> Option<(u64, u64)> {
-        self.global_free.range((size, 0)..).next().map(|&(s, a)| (a, s))
+        self.best_fit_global_in(0, size)
+    }
+
+    /// The smallest global free block of at least `size` bytes in ranges of
+    /// size class `class`.
+    pub fn best_fit_global_in(&self, class: usize, size: u64) -> Option<(u64, u64)> {
+        self.global_free.get(class)?.range((size, 0)..).next().map(|&(s, a)| (a, s))
     }
 
     /// The smallest block pending on `stream` of at least `size` bytes whose
@@ -267,9 +479,20 @@ impl Heap {
         &self,
         stream: u64,
         size: u64,
+        eligible: impl FnMut(u64) -> bool,
+    ) -> Option<(u64, u64)> {
+        self.best_fit_pending_in(0, stream, size, eligible)
+    }
+
+    /// [`Heap::best_fit_pending`] in ranges of size class `class`.
+    pub fn best_fit_pending_in(
+        &self,
+        class: usize,
+        stream: u64,
+        size: u64,
         mut eligible: impl FnMut(u64) -> bool,
     ) -> Option<(u64, u64)> {
-        let set = self.pending.get(&stream)?;
+        let set = self.pending.get(&stream)?.get(class)?;
         for &(s, a) in set.range((size, 0)..) {
             if let Some(Block { state: State::Free(Owner::Stream { tag, .. }), .. }) = self.blocks.get(&a) {
                 if eligible(*tag) {
@@ -288,6 +511,46 @@ impl Heap {
         }
     }
 
+    /// Remembers where blocks of each size go, so that [`Heap::place_fit`]
+    /// can put the next block of a size where one went before (a workload
+    /// that repeats then keeps its layout).
+    pub fn keep_places(&mut self) {
+        self.places.get_or_insert_with(HashMap::new);
+    }
+
+    /// A recent place of a block of `size` bytes in size class `class` whose
+    /// bytes are all global free, or pending on `stream` (free for it).
+    pub fn place_fit(&self, class: usize, size: u64, stream: u64) -> Option<u64> {
+        let places = self.places.as_ref()?.get(&size)?;
+        places.iter().rev().copied().find(|&at| {
+            let Some((&a, b)) = self.blocks.range(..=at).next_back() else { return false };
+            let fits = at + size <= a + b.size && self.class_of(b.segment) == class;
+            fits && match b.state {
+                State::Free(Owner::Global) => true,
+                State::Free(Owner::Stream { stream: s, .. }) => s == stream,
+                _ => false,
+            }
+        })
+    }
+
+    fn note_place(&mut self, addr: u64, size: u64) {
+        let Some(all) = self.places.as_mut() else { return };
+        if all.len() >= PLACE_SIZES && !all.contains_key(&size) {
+            all.clear();
+        }
+        let places = all.entry(size).or_default();
+        places.retain(|&a| a != addr);
+        if places.len() == PLACES_PER_SIZE {
+            places.remove(0);
+        }
+        places.push(addr);
+    }
+
+    /// Where the last blocks of `size` bytes went (most recent last).
+    pub fn places_of(&self, size: u64) -> Vec<u64> {
+        self.places.as_ref().and_then(|p| p.get(&size).cloned()).unwrap_or_default()
+    }
+
     /// Takes `size` bytes from the start of the free block at `addr` (found by a
     /// best-fit call) and marks them allocated; the rest stays free with the
     /// same owner. Returns the owner the bytes had.
@@ -298,13 +561,16 @@ impl Heap {
             return None;
         }
         self.unindex(addr, block.size, owner);
-        self.blocks.insert(addr, Block { size, segment: block.segment, state: State::Allocated });
+        self.blocks.insert(addr, Block { size, segment: block.segment, state: State::Allocated, freed: 0 });
         self.allocated += size;
+        self.note_place(addr, size);
         let rest = block.size - size;
         if rest > 0 {
             let rest_addr = addr + size;
-            self.blocks
-                .insert(rest_addr, Block { size: rest, segment: block.segment, state: State::Free(owner) });
+            self.blocks.insert(
+                rest_addr,
+                Block { size: rest, segment: block.segment, state: State::Free(owner), freed: block.freed },
+            );
             self.index(rest_addr, rest, owner);
         }
         Some(owner)
@@ -362,7 +628,11 @@ impl Heap {
                 }
             }
         }
-        self.blocks.insert(start, Block { size, segment: block.segment, state: State::Free(owner) });
+        self.frees += 1;
+        self.blocks.insert(
+            start,
+            Block { size, segment: block.segment, state: State::Free(owner), freed: self.frees },
+        );
         self.index(start, size, owner);
         true
     }
@@ -371,9 +641,10 @@ impl Heap {
     /// global (its free has completed), coalescing with global neighbours.
     /// Returns the bytes made global.
     pub fn promote(&mut self, stream: u64, completed_below: u64) -> u64 {
-        let Some(set) = self.pending.get(&stream) else { return 0 };
-        let ready: Vec<u64> = set
+        let Some(sets) = self.pending.get(&stream) else { return 0 };
+        let ready: Vec<u64> = sets
             .iter()
+            .flatten()
             .filter(|&&(_, a)| {
                 matches!(self.blocks.get(&a), Some(Block { state: State::Free(Owner::Stream { tag, .. }), .. }) if *tag < completed_below)
             })
@@ -422,29 +693,36 @@ impl Heap {
         Some(seg)
     }
 
+    /// The size class of the segment that holds `addr`.
+    fn class_at(&self, addr: u64) -> usize {
+        self.segments.range(..=addr).next_back().map(|(_, s)| s.class).unwrap_or(0)
+    }
+
     fn index(&mut self, addr: u64, size: u64, owner: Owner) {
+        let class = self.class_at(addr);
         match owner {
             Owner::Global => {
-                self.global_free.insert((size, addr));
+                self.global_free[class].insert((size, addr));
                 self.global_free_bytes += size;
             }
             Owner::Stream { stream, .. } => {
-                self.pending.entry(stream).or_default().insert((size, addr));
+                self.pending.entry(stream).or_default()[class].insert((size, addr));
                 *self.pending_bytes.entry(stream).or_default() += size;
             }
         }
     }
 
     fn unindex(&mut self, addr: u64, size: u64, owner: Owner) {
+        let class = self.class_at(addr);
         match owner {
             Owner::Global => {
-                self.global_free.remove(&(size, addr));
+                self.global_free[class].remove(&(size, addr));
                 self.global_free_bytes -= size;
             }
             Owner::Stream { stream, .. } => {
-                if let Some(set) = self.pending.get_mut(&stream) {
-                    set.remove(&(size, addr));
-                    if set.is_empty() {
+                if let Some(sets) = self.pending.get_mut(&stream) {
+                    sets[class].remove(&(size, addr));
+                    if sets.iter().all(|s| s.is_empty()) {
                         self.pending.remove(&stream);
                     }
                 }
@@ -467,7 +745,7 @@ impl Heap {
                 State::Allocated => RunKind::Live,
                 State::Free(Owner::Global) => RunKind::Free,
                 State::Free(Owner::Stream { .. }) => RunKind::PendingFree,
-                State::Unbacked => RunKind::Unbacked,
+                State::Unbacked | State::Shadowed => RunKind::Unbacked,
             };
             (addr, b.size, kind)
         })
@@ -484,7 +762,7 @@ impl Heap {
             let unbacked: u64 = self
                 .blocks
                 .range(seg.base..seg.base + seg.size)
-                .filter(|(_, b)| b.state == State::Unbacked)
+                .filter(|(_, b)| matches!(b.state, State::Unbacked | State::Shadowed))
                 .map(|(_, b)| b.size)
                 .sum();
             reserved -= unbacked;
@@ -503,15 +781,16 @@ impl Heap {
                             return Err(format!("adjacent unbacked blocks not merged at {a:#x}"));
                         }
                     }
+                    State::Shadowed => {}
                     State::Allocated => allocated += b.size,
                     State::Free(o) => {
                         let indexed = match o {
                             Owner::Global => {
                                 global_free += b.size;
-                                self.global_free.contains(&(b.size, a))
+                                self.global_free[seg.class].contains(&(b.size, a))
                             }
                             Owner::Stream { stream, .. } => {
-                                self.pending.get(&stream).is_some_and(|s| s.contains(&(b.size, a)))
+                                self.pending.get(&stream).is_some_and(|s| s[seg.class].contains(&(b.size, a)))
                             }
                         };
                         if !indexed {
@@ -531,7 +810,8 @@ impl Heap {
                 return Err(format!("segment {:#x} not covered", seg.base));
             }
         }
-        let indexed_blocks = self.global_free.len() + self.pending.values().map(|s| s.len()).sum::<usize>();
+        let indexed_blocks = self.global_free.iter().map(|s| s.len()).sum::<usize>()
+            + self.pending.values().flatten().map(|s| s.len()).sum::<usize>();
         let free_blocks = self.blocks.values().filter(|b| matches!(b.state, State::Free(_))).count();
         if indexed_blocks != free_blocks {
             return Err(format!("{indexed_blocks} indexed, {free_blocks} free blocks"));

@@ -39,17 +39,11 @@ impl PoolCore {
     pub(super) fn apply_release_threshold(&self, rt: &Runtime) {
         // A destroyed pool keeps nothing it does not have to.
         let threshold = if self.is_destroyed() { 0 } else { self.release_threshold.load(Ordering::Relaxed) };
-        self.release_down_to(rt, |reserved, live| reserved.saturating_sub(live) > threshold);
-    }
-
-    /// Releases whole free segments or chunks (largest first) while
-    /// `more(reserved, live)`.
-    pub(super) fn release_down_to(&self, rt: &Runtime, more: impl Fn(u64, u64) -> bool) {
-        loop {
-            let reserved = lock(&self.heap).reserved();
-            if !more(reserved, self.used_current()) || !self.release_one(rt, 0) {
-                return;
-            }
+        let reserved = lock(&self.heap).reserved();
+        let live = self.used_current();
+        let excess = reserved.saturating_sub(live).saturating_sub(threshold);
+        if excess > 0 {
+            self.release_unused(rt, excess, 0);
         }
     }
 
@@ -72,8 +66,11 @@ impl PoolCore {
             }
             lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag());
         }
-        // Release whole segments or chunks, largest first, never below `keep`.
-        while lock(&self.heap).reserved() > keep && self.release_one(rt, keep) {}
+        // Release whole segments (largest first) or granules, never below `keep`.
+        let reserved = lock(&self.heap).reserved();
+        if reserved > keep {
+            self.release_unused(rt, reserved - keep, keep);
+        }
     }
 
     /// The stream is being destroyed: its cache goes to the heap (pending,

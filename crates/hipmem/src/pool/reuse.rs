@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::core::{MIN_SEGMENT, PoolCore, lock};
-use super::placement::Owner;
+use super::placement::{CLASSES, Owner};
 use super::stream_cache::{CachedBlock, Slot};
 use crate::backend::RawStream;
 use crate::error::{Error, Result};
@@ -47,27 +47,38 @@ impl PoolCore {
                 return Ok(found);
             }
         }
-        // Before growing: if this stream's own frees have completed (the
-        // stream is idle), they turn global and merge with their neighbours.
-        if self.promote_if_idle(&rt, slot) {
+        // Before growing: this stream's cache goes to the heap (its blocks
+        // can then merge, be split, or lend their memory), and if the
+        // stream's own frees have completed (the stream is idle), they turn
+        // global and merge with their neighbours.
+        let flushed = self.flush_slot_cache(slot);
+        let promoted = self.promote_if_idle(&rt, slot);
+        if flushed || promoted {
             if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
                 return Ok(found);
             }
         }
-        // 4. Grow.
+        // 4. Grow: on virtual memory, wholly free memory elsewhere is moved
+        //    under the block first, new memory made for the rest only.
         let grow_err = match self.grow(&rt, want) {
-            Ok(()) => {
-                if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
-                    return Ok(found);
-                }
-                None
-            }
-            Err(e) => Some(e),
+            Ok(found) => return Ok(found),
+            Err(e) => e,
         };
+        // 4b. The pool cannot grow: free memory of the other size classes
+        //     (a pool on virtual memory keeps the classes apart only while
+        //     it can grow).
+        let own = self.class_of(want);
+        for class in (0..CLASSES).filter(|&c| c != own) {
+            if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, class) {
+                return Ok(found);
+            }
+        }
         // 5. Internal dependencies.
         if self.policy.allow_internal_dependencies.load(Ordering::Relaxed) {
-            if let Some(found) = self.reuse_from_heap(&rt, want, slot, true) {
-                return Ok(found);
+            for class in std::iter::once(own).chain((0..CLASSES).filter(|&c| c != own)) {
+                if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, true, class) {
+                    return Ok(found);
+                }
             }
         }
         // 6. Release cached memory and completed frees (this pool and the
@@ -75,15 +86,13 @@ impl PoolCore {
         for pool in super::table::table(&rt).hipmem_pools_of(self.device) {
             pool.release_unused_to(&rt, 0);
         }
-        if self.grow(&rt, want).is_ok() {
-            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
-                return Ok(found);
-            }
+        if let Ok(found) = self.grow(&rt, want) {
+            return Ok(found);
         }
         // 7. Out of memory.
         let stats = self.stats();
         let free = rt.backend().mem_get_info(self.device).map(|m| m.free).unwrap_or(0);
-        let cause = grow_err.map(|e| format!(" ({})", e.message())).unwrap_or_default();
+        let cause = format!(" ({})", grow_err.message());
         Err(Error::OutOfMemory(format!(
             "pool {:#x} on device {}: cannot allocate {requested} bytes: the pool uses {} and reserves {} bytes{}, the device has {free} bytes free{cause}",
             self.id,
@@ -108,11 +117,30 @@ impl PoolCore {
         slot: &Arc<Slot>,
         insert_waits: bool,
     ) -> Option<(u64, u64)> {
+        self.reuse_from_heap_in(rt, want, slot, insert_waits, self.class_of(want))
+    }
+
+    /// [`PoolCore::reuse_from_heap`] in the ranges of size class `class`.
+    pub(super) fn reuse_from_heap_in(
+        &self,
+        rt: &Runtime,
+        want: u64,
+        slot: &Arc<Slot>,
+        insert_waits: bool,
+        class: usize,
+    ) -> Option<(u64, u64)> {
         let me = slot.stream_id();
         let mut heap = lock(&self.heap);
+        // Where a block of this size went before, if it is free for this
+        // stream (a repeating workload keeps its layout).
+        if let Some(at) = heap.place_fit(class, want, me) {
+            if heap.take_range(at, want).is_some() {
+                return Some((at, want));
+            }
+        }
         // Best fit among global blocks and this stream's own pending blocks.
-        let global = heap.best_fit_global(want);
-        let own = heap.best_fit_pending(me, want, |_| true);
+        let global = heap.best_fit_global_in(class, want);
+        let own = heap.best_fit_pending_in(class, me, want, |_| true);
         let pick = match (global, own) {
             (Some(g), Some(o)) => Some(if o.1 <= g.1 { o } else { g }),
             (g, o) => g.or(o),
@@ -136,7 +164,7 @@ impl PoolCore {
                     rt.recycle_events(self.device, c.refresh(rt.backend().as_ref()));
                 }
             }
-            let candidate = heap.best_fit_pending(other, want, |tag| {
+            let candidate = heap.best_fit_pending_in(class, other, want, |tag| {
                 (follow && slot.clock.knows(other, tag))
                     || (opportunistic && other_clock.as_ref().is_some_and(|c| c.is_complete(tag)))
             });
@@ -173,7 +201,7 @@ impl PoolCore {
             if other == me {
                 continue;
             }
-            if let Some((a, s)) = heap.best_fit_pending(other, want, |_| true) {
+            if let Some((a, s)) = heap.best_fit_pending_in(class, other, want, |_| true) {
                 if best.is_none_or(|b| s < b.1) {
                     best = Some((a, s, other));
                 }

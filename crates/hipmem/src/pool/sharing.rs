@@ -77,16 +77,18 @@ impl PoolCore {
                 vr.size
             )));
         }
+        // The granules active in the range (a shadowed alias's memory is in
+        // use elsewhere, not here).
         let (start, end) = (vr.base + offset, vr.base + offset + size);
-        let first =
-            vr.chunks.range(..=start).next_back().filter(|(a, (s, _))| *a + s > start).map(|(a, _)| *a);
-        let from = first.unwrap_or(start);
+        let g = vr.granularity;
         let mut out = Vec::new();
-        for (&addr, &(csize, handle)) in vr.chunks.range(from..end) {
+        for (&addr, alias) in vr.aliases.range(start / g * g..end) {
             if out.len() == max {
                 break;
             }
-            out.push((addr - vr.base, csize, handle, vm.export_to_fd(handle)?));
+            if vr.phys.get(&alias.pid).is_some_and(|p| p.active == addr) {
+                out.push((addr - vr.base, g, alias.pid, vm.export_to_fd(alias.pid)?));
+            }
         }
         Ok(out)
     }

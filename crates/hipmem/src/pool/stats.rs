@@ -26,6 +26,7 @@ impl PoolCore {
         let slots = self.all_slots();
         let total: i64 = slots.iter().map(|s| s.lock().used).sum();
         *high = (*high).max(total.max(0) as u64);
+        self.live_high.fetch_max(total.max(0) as u64, Ordering::Relaxed);
         let high_now = *high as i64;
         {
             let mut me = slot.lock();
@@ -109,8 +110,8 @@ impl PoolCore {
         // A pool on virtual memory maps the access into every chunk it has.
         if let (Backing::Virtual(range), Some(vm)) = (&self.backing, self.backend.virtual_memory()) {
             if let Some(vr) = lock(range).as_ref() {
-                for (&addr, &(size, _)) in &vr.chunks {
-                    vm.mem_set_access(DevicePtr(addr), size, device, flags.raw())?;
+                for &addr in vr.aliases.keys() {
+                    vm.mem_set_access(DevicePtr(addr), vr.granularity, device, flags.raw())?;
                 }
             }
         }

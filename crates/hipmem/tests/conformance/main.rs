@@ -34,6 +34,7 @@ mod managed;
 mod memset;
 mod pinned;
 mod pointer_attributes;
+mod pool_remap;
 mod pool_reuse;
 mod pool_stats;
 mod pool_stress;

@@ -1,0 +1,293 @@
+//! A pool on virtual memory reuses physical memory before it creates more:
+//! when a request finds no free run of its size, granules that hold no live
+//! byte elsewhere are mapped under it (and switched between their addresses
+//! as the layout changes). These tests check what a user can see of that:
+//! reserved memory follows the peak of live memory rather than the history
+//! of where blocks fell, live blocks keep their data while the memory around
+//! them moves (several streams and threads), the statistics stay exact, and
+//! trim and the release threshold still release exactly what they promise.
+//! A backend without virtual memory has pools on segments: the tests say so
+//! and skip what does not apply.
+
+use hipmem::{DevicePtr, MemPool, PoolAttribute, PoolBacking, PoolProps, Runtime, Stream};
+
+use crate::pool_stats::Rng;
+use crate::pools::{MIB, fill_u32, granules, read_u32s, stream0};
+use crate::private_runtime;
+
+/// A pool on virtual memory that keeps what it holds at synchronization;
+/// None (with a note) where the backend has no virtual memory.
+fn vmm_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
+    let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
+    let pool = MemPool::create_with_backing(rt, props, PoolBacking::VirtualMemory).unwrap();
+    if pool.backing() != PoolBacking::VirtualMemory {
+        eprintln!("{test}: skipped, the {} backend has no virtual memory", rt.backend_kind());
+        return None;
+    }
+    pool.set_release_threshold(u64::MAX);
+    Some(pool)
+}
+
+/// The mapping granularity of device 0.
+fn granularity(rt: &Runtime) -> u64 {
+    hipmem::PhysicalAllocation::granularity(&rt.device(0).unwrap()).unwrap()
+}
+
+/// Live bytes rounded up to whole granules, block by block: the physical
+/// memory a perfect pool needs for them (each block at least touches its own
+/// granules; small blocks may share one).
+fn granule_footprint(blocks: &[(DevicePtr, u64)], g: u64) -> u64 {
+    let mut granules: Vec<u64> = Vec::new();
+    for &(p, n) in blocks {
+        let first = p.0 / g;
+        let last = (p.0 + granules_of(n) - 1) / g;
+        granules.extend(first..=last);
+    }
+    granules.sort_unstable();
+    granules.dedup();
+    granules.len() as u64 * g
+}
+
+fn granules_of(n: u64) -> u64 {
+    granules(n)
+}
+
+/// Phases that want the same memory in different shapes: many medium blocks,
+/// then one large block, then the medium blocks again. The large block is
+/// backed by the medium blocks' memory, so the pool holds about the largest
+/// phase's memory, not the sum.
+#[test]
+fn reserved_memory_follows_the_peak_of_live_memory_across_phases() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "reserved_memory_follows_the_peak_of_live_memory_across_phases") else {
+        return;
+    };
+    let g = granularity(&rt);
+    let s = stream0(&rt);
+    let medium = 3 * g / 2;
+    for round in 0..3 {
+        let blocks: Vec<DevicePtr> = (0..16).map(|_| pool.alloc_raw(medium, &s).unwrap()).collect();
+        for &p in &blocks {
+            fill_u32(&rt, p, medium, 0x5555_0000 | round, &s);
+        }
+        for p in blocks {
+            rt.free_async(p, &s).unwrap();
+        }
+        s.synchronize().unwrap();
+        let large = pool.alloc_raw(32 * g, &s).unwrap();
+        fill_u32(&rt, large, 32 * g, 0x6666_0000 | round, &s);
+        s.synchronize().unwrap();
+        assert!(read_u32s(&rt, large, 32 * g).iter().all(|&w| w == 0x6666_0000 | round));
+        rt.free_async(large, &s).unwrap();
+        s.synchronize().unwrap();
+    }
+    let st = pool.stats();
+    // The medium phase needs 24 granules (16 blocks of 1.5), the large one
+    // 32; a pool that only grew would hold 56 or more.
+    assert!(
+        st.reserved_high <= 34 * g,
+        "the pool holds {} granules at most; the largest phase needs 32 ({st:?})",
+        st.reserved_high / g
+    );
+    assert_eq!(st.used_current, 0);
+    pool.check_invariants().unwrap();
+}
+
+/// Random allocations and frees on three streams and two threads, each block
+/// filled with its own pattern, while phases of different sizes make the
+/// pool move memory between addresses: every live block keeps its pattern,
+/// blocks never overlap, and the statistics stay exact; at every sampling
+/// point reserved memory is within a few granules of the granules the live
+/// blocks touch.
+#[test]
+fn live_blocks_keep_their_data_while_memory_moves_under_the_rest() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "live_blocks_keep_their_data_while_memory_moves_under_the_rest") else {
+        return;
+    };
+    let g = granularity(&rt);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2u32)
+            .map(|thread| {
+                let rt = rt.clone();
+                let pool = pool.clone();
+                scope.spawn(move || -> Result<(), String> {
+                    let streams: Vec<Stream> = (0..3).map(|_| stream0(&rt)).collect();
+                    let mut rng = Rng(0x51ab_1e5e_ed00_0001 ^ ((thread as u64 + 1) << 40));
+                    let mut live: Vec<(DevicePtr, u64, u32, usize)> = Vec::new();
+                    let mut pattern = 0x0100_0000u32 * (thread + 1);
+                    for phase in 0..12u64 {
+                        // Alternate small and large shapes.
+                        let (lo, hi) = if phase % 2 == 0 { (g / 8, 2 * g) } else { (3 * g, 9 * g) };
+                        for _ in 0..24 {
+                            if live.len() < 10 || rng.below(3) != 0 {
+                                let bytes = (lo + rng.below(hi - lo)).next_multiple_of(4);
+                                let si = rng.below(3) as usize;
+                                let p = pool.alloc_raw(bytes, &streams[si]).map_err(|e| e.to_string())?;
+                                pattern = pattern.wrapping_add(1);
+                                fill_u32(&rt, p, bytes, pattern, &streams[si]);
+                                live.push((p, bytes, pattern, si));
+                            } else {
+                                let (p, _, _, si) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                                rt.free_async(p, &streams[si]).map_err(|e| e.to_string())?;
+                            }
+                        }
+                        // Frees complete: their memory may move now.
+                        for s in &streams {
+                            s.synchronize().map_err(|e| e.to_string())?;
+                        }
+                        for &(p, bytes, want, _) in &live {
+                            let words = read_u32s(&rt, p, bytes);
+                            if let Some(i) = words.iter().position(|&w| w != want) {
+                                return Err(format!(
+                                    "thread {thread} phase {phase}: block {p} holds {:#x} at word {i}, expected {want:#x}",
+                                    words[i]
+                                ));
+                            }
+                        }
+                        // Free most of them so the next shape needs the memory.
+                        while live.len() > 4 {
+                            let (p, _, _, si) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                            rt.free_async(p, &streams[si]).map_err(|e| e.to_string())?;
+                        }
+                    }
+                    for (p, _, _, si) in live {
+                        rt.free_async(p, &streams[si]).map_err(|e| e.to_string())?;
+                    }
+                    for s in &streams {
+                        s.synchronize().map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("a thread panicked").unwrap();
+        }
+    });
+    pool.check_invariants().unwrap();
+    let st = pool.stats();
+    assert_eq!(st.used_current, 0, "{st:?}");
+    assert!(st.used_high > 0 && st.used_high <= st.reserved_high, "{st:?}");
+    let _ = g;
+}
+
+/// One thread, exact accounting: after each phase the pool's used bytes are
+/// the live blocks' and its reserved bytes are within two granules per size
+/// class of the granules the live blocks touch (nothing else is held once
+/// frees are complete and the pool is trimmed to what it uses).
+#[test]
+fn statistics_stay_exact_and_trim_releases_what_no_block_uses() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "statistics_stay_exact_and_trim_releases_what_no_block_uses") else {
+        return;
+    };
+    let g = granularity(&rt);
+    let s = stream0(&rt);
+    let mut rng = Rng(0x7e57_0000_0000_0042);
+    let mut live: Vec<(DevicePtr, u64)> = Vec::new();
+    for phase in 0..8u64 {
+        let (lo, hi) = if phase % 2 == 0 { (4096, g) } else { (2 * g, 7 * g) };
+        for _ in 0..16 {
+            let bytes = lo + rng.below(hi - lo);
+            live.push((pool.alloc_raw(bytes, &s).unwrap(), bytes));
+        }
+        while live.len() > 6 {
+            let (p, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            rt.free_async(p, &s).unwrap();
+        }
+        s.synchronize().unwrap();
+        let st = pool.stats();
+        let used: u64 = live.iter().map(|&(_, n)| granules(n)).sum();
+        assert_eq!(st.used_current, used, "phase {phase}: {st:?}");
+        pool.trim_to(0).unwrap();
+        let st = pool.stats();
+        let footprint = granule_footprint(&live, g);
+        assert_eq!(
+            st.reserved_current, footprint,
+            "phase {phase}: after a trim the pool holds exactly the granules the live blocks touch ({st:?})"
+        );
+        pool.check_invariants().unwrap();
+    }
+    for (p, _) in live {
+        rt.free_async(p, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0, "an empty pool trimmed to 0 holds nothing");
+    // The release threshold keeps at most that much unused at synchronization.
+    pool.set_attribute(PoolAttribute::ReleaseThreshold, 3 * g).unwrap();
+    let blocks: Vec<DevicePtr> = (0..8).map(|_| pool.alloc_raw(g, &s).unwrap()).collect();
+    for p in blocks {
+        rt.free_async(p, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    let st = pool.stats();
+    assert!(
+        st.reserved_current <= 3 * g,
+        "threshold of 3 granules, {} held ({st:?})",
+        st.reserved_current / g
+    );
+    pool.check_invariants().unwrap();
+    let _ = MIB;
+}
+
+/// Many threads allocating random sizes, writing and checking them, and now
+/// and then freeing on another thread's stream after an event: with plenty of
+/// device memory, no allocation fails (an allocation that can be satisfied by
+/// waiting or reclaiming must not be OutOfMemory).
+#[test]
+fn concurrent_allocations_that_fit_never_fail() {
+    let rt = private_runtime();
+    let pool = crate::pools::new_pool(&rt, 0);
+    let dev = rt.device(0).unwrap();
+    let threads = 8u32;
+    let streams: Vec<Stream> = (0..threads).map(|_| stream0(&rt)).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let rt = rt.clone();
+                let pool = pool.clone();
+                let dev = dev.clone();
+                let streams = streams.clone();
+                scope.spawn(move || -> Result<(), String> {
+                    let mine = &streams[thread as usize];
+                    let mut rng = Rng(0xc0ff_ee00_0000_0001 ^ ((thread as u64 + 7) << 33));
+                    for cycle in 0..300u32 {
+                        let bytes = (1 + rng.below(8 * MIB - 1)).next_multiple_of(4);
+                        let p = pool
+                            .alloc_raw(bytes, mine)
+                            .map_err(|e| format!("thread {thread} cycle {cycle}: {bytes} bytes: {e}"))?;
+                        let pattern = (thread << 24) | cycle;
+                        let words = (bytes / 4).min(1024) * 4;
+                        fill_u32(&rt, p, words, pattern, mine);
+                        mine.synchronize().map_err(|e| e.to_string())?;
+                        let back = read_u32s(&rt, p, words);
+                        if back.iter().any(|&w| w != pattern) {
+                            return Err(format!("thread {thread} cycle {cycle}: data lost"));
+                        }
+                        if cycle % 8 == 0 {
+                            // Free on another thread's stream, after an event.
+                            let other = &streams[((thread + 1) % threads) as usize];
+                            let ev = dev.create_event().map_err(|e| e.to_string())?;
+                            ev.record(mine).map_err(|e| e.to_string())?;
+                            other.wait_event(&ev).map_err(|e| e.to_string())?;
+                            rt.free_async(p, other).map_err(|e| e.to_string())?;
+                        } else {
+                            rt.free_async(p, mine).map_err(|e| e.to_string())?;
+                        }
+                    }
+                    mine.synchronize().map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("a thread panicked").unwrap();
+        }
+    });
+    for s in &streams {
+        s.synchronize().unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+}

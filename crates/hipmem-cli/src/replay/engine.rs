@@ -82,6 +82,12 @@ pub struct PoolResult {
     pub time_per_op_ns: f64,
     /// The pool's UsedMemHigh (hipmem and driver pools): live bytes as the pool counts them.
     pub pool_used_high_bytes: Option<u64>,
+    /// hipmem's pools: the backend calls (maps, unmaps, granules or
+    /// segments made and given back) of the timed pass.
+    pub backend_calls: Option<u64>,
+    /// The same in the second half of the trace (a repeating workload's
+    /// steady state).
+    pub backend_calls_second_half: Option<u64>,
     /// Reserved bytes after each op where they changed: (op index, bytes).
     #[serde(skip)]
     pub reserved_series: Vec<(u32, u64)>,
@@ -154,6 +160,8 @@ impl Target {
 
 struct Pass {
     elapsed: Duration,
+    calls: Option<u64>,
+    calls_second_half: Option<u64>,
     failures: u64,
     first_failure: Option<String>,
     series: Vec<(u32, u64)>,
@@ -187,8 +195,17 @@ fn pass(
     let mut peak_reserved = 0;
     let mut layout = None;
     let peak_op = w.peak_op.unwrap_or(usize::MAX);
+    let calls = || match &target {
+        Target::Pool(pool) => pool.backend_calls().map(|c| c.total()),
+        Target::Malloc { .. } => None,
+    };
+    let half = w.ops.len() / 2;
+    let mut calls_at_half = None;
     let started = Instant::now();
     for (i, op) in w.ops.iter().enumerate() {
+        if i == half {
+            calls_at_half = calls();
+        }
         let stream = &streams[op.stream as usize];
         let slot = op.slot as usize;
         match op.kind {
@@ -227,6 +244,8 @@ fn pass(
         }
     }
     let elapsed = started.elapsed();
+    let calls_at_end = calls();
+    let calls_second_half = calls_at_end.zip(calls_at_half).map(|(end, half)| end - half);
     // What the trace left live is freed now, untimed.
     for (slot, ptr) in ptrs.iter().enumerate() {
         if !ptr.is_null() {
@@ -241,7 +260,17 @@ fn pass(
         }
         Target::Malloc { .. } => None,
     };
-    Ok(Pass { elapsed, failures, first_failure, series, peak_reserved, used_high, layout })
+    Ok(Pass {
+        elapsed,
+        calls: calls_at_end,
+        calls_second_half,
+        failures,
+        first_failure,
+        series,
+        peak_reserved,
+        used_high,
+        layout,
+    })
 }
 
 /// Replays `w` into `kind` on `device`. Err: the allocator cannot be set up
@@ -274,6 +303,8 @@ pub fn replay(
         },
         time_per_op_ns: if ops == 0 { 0.0 } else { timed.elapsed.as_nanos() as f64 / ops as f64 },
         pool_used_high_bytes: sampled.used_high,
+        backend_calls: timed.calls,
+        backend_calls_second_half: timed.calls_second_half,
         reserved_series: sampled.series,
         layout_at_peak: sampled.layout,
     })

@@ -213,19 +213,28 @@ fn print_table(r: &ReplayReport, w: &Workload) {
     }
     println!();
     println!(
-        "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15} {:>10}",
-        "pool", "ops", "failures", "peak live", "peak reserved", "reserved/live", "time/op"
+        "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15} {:>10} {:>14}",
+        "pool", "ops", "failures", "peak live", "peak reserved", "reserved/live", "time/op", "backend calls"
     );
     for p in &r.pools {
         println!(
-            "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15.3} {:>10}",
+            "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15.3} {:>10} {:>14}",
             p.pool,
             p.ops,
             p.failures,
             report::bytes(p.peak_live_bytes),
             report::bytes(p.peak_reserved_bytes),
             p.reserved_over_live,
-            report::duration(std::time::Duration::from_nanos(p.time_per_op_ns.round() as u64))
+            report::duration(std::time::Duration::from_nanos(p.time_per_op_ns.round() as u64)),
+            match (p.backend_calls, p.backend_calls_second_half) {
+                (Some(all), Some(late)) => format!("{all} ({late} late)"),
+                _ => "-".into(),
+            }
+        );
+    }
+    if r.pools.iter().any(|p| p.backend_calls.is_some()) {
+        println!(
+            "backend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
         );
     }
     for p in r.pools.iter().filter(|p| p.first_failure.is_some()) {

@@ -76,6 +76,14 @@ impl Stream {
         rt.stream_from_raw(raw).map(Stream::from)
     }
 
+    /// A stream hipmem did not create (made by the vendor's runtime, or by a
+    /// library such as PyTorch or NCCL), learned once: see
+    /// [`Runtime::adopt_stream`]. hipmem's own streams and the null stream
+    /// are found as by [`Stream::from_raw`].
+    pub fn adopt(rt: &Runtime, raw: RawStream) -> Result<Stream> {
+        rt.adopt_stream(raw).map(Stream::from)
+    }
+
     /// The core's stream.
     pub fn core(&self) -> &CoreStream {
         &self.core

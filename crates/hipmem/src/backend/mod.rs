@@ -380,8 +380,24 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Creates a stream on `device`.
     fn stream_create(&self, device: usize, flags: StreamFlags) -> Result<RawStream>;
 
-    /// Destroys a stream; work already queued still runs to completion.
+    /// Destroys a stream (one it created or one it adopted); work already
+    /// queued still runs to completion.
     fn stream_destroy(&self, stream: RawStream) -> Result<()>;
+
+    /// Adopts a stream of `device` that hipmem did not create (made by the
+    /// vendor's runtime, its driver API or a library on top, such as
+    /// PyTorch or NCCL): checks that `handle` is a live stream of `device`
+    /// and returns its flags. Later calls take `RawStream { device, handle }`
+    /// like a stream of the backend's own; the backend never destroys it
+    /// unless [`Backend::stream_destroy`] is called on it. A backend whose
+    /// streams are all its own (the CPU backend) answers InvalidHandle.
+    fn stream_adopt(&self, device: usize, handle: u64) -> Result<StreamFlags> {
+        let _ = device;
+        Err(Error::InvalidHandle(format!(
+            "stream {handle:#x} is not a live stream of hipmem: the {} backend has no streams made outside hipmem",
+            self.kind()
+        )))
+    }
 
     /// Waits until all work queued on `stream` has completed.
     fn stream_synchronize(&self, stream: RawStream) -> Result<()>;

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use super::AccessFlags;
-use super::core::{MAX_GROWTH_STEP, MIN_SEGMENT, PoolCore, lock};
+use super::core::{CallCounts, MAX_GROWTH_STEP, MIN_SEGMENT, PoolCore, lock};
 use super::placement::{BLOCK_ALIGN, BlockKind, CLASSES, Heap, Owner};
 use super::remap::{self, Cover, Donor, Hole};
 use crate::backend::DevicePtr;
@@ -191,6 +191,7 @@ impl Backing {
 /// Creates a physical granule and maps it at `at` with the pool's access;
 /// returns its handle.
 fn map_new_granule(
+    calls: &CallCounts,
     vm: &dyn VirtualMemory,
     access: &[AccessFlags],
     device: usize,
@@ -199,9 +200,12 @@ fn map_new_granule(
     handle_types: u32,
 ) -> Result<u64> {
     let handle = vm.mem_create(device, size, handle_types)?;
-    if let Err(e) = map_with_access(vm, access, at, size, handle) {
+    CallCounts::add(&calls.granules_created);
+    if let Err(e) = map_with_access(calls, vm, access, at, size, handle) {
         let _ = vm.mem_unmap(DevicePtr(at), size);
-        let _ = vm.mem_release(handle);
+        if vm.mem_release(handle).is_ok() {
+            CallCounts::add(&calls.granules_released);
+        }
         return Err(e);
     }
     Ok(handle)
@@ -209,6 +213,7 @@ fn map_new_granule(
 
 /// Maps `size` bytes of `handle` at `at` and gives every device the pool's access.
 fn map_with_access(
+    calls: &CallCounts,
     vm: &dyn VirtualMemory,
     access: &[AccessFlags],
     at: u64,
@@ -216,6 +221,7 @@ fn map_with_access(
     handle: u64,
 ) -> Result<()> {
     vm.mem_map(DevicePtr(at), size, 0, handle)?;
+    CallCounts::add(&calls.maps);
     for (device, flags) in access.iter().enumerate() {
         if *flags != AccessFlags::None {
             vm.mem_set_access(DevicePtr(at), size, device, flags.raw())?;
@@ -302,6 +308,7 @@ impl PoolCore {
             Err(e) => return Err(e),
         };
         debug_assert!(ptr.0 % BLOCK_ALIGN == 0);
+        CallCounts::add(&self.calls.segments_allocated);
         rt.allocations().insert(Allocation {
             base: ptr,
             size,
@@ -419,6 +426,7 @@ impl PoolCore {
             drop(heap);
             tracing::trace!(target: "hipmem::pool", "repaired the alias at {r:#x}");
             vm.mem_unmap(DevicePtr(r), g)?;
+            CallCounts::add(&self.calls.unmaps);
             heap = lock(&self.heap);
             heap.unback_shadowed(r, g);
             if let Some(old) = vr.aliases.remove(&r) {
@@ -432,7 +440,7 @@ impl PoolCore {
             match donors.find(|d| heap.shadow(d.active, g)) {
                 Some(d) => {
                     drop(heap);
-                    let mapped = map_with_access(vm, &access, r, g, d.pid);
+                    let mapped = map_with_access(&self.calls, vm, &access, r, g, d.pid);
                     heap = lock(&self.heap);
                     if let Err(e) = mapped {
                         let _ = vm.mem_unmap(DevicePtr(r), g);
@@ -451,7 +459,8 @@ impl PoolCore {
                         return Err(Error::OutOfMemory("the pool's maxSize is reached".into()));
                     }
                     drop(heap);
-                    let made = map_new_granule(vm, &access, self.device, r, g, self.props.handle_types);
+                    let made =
+                        map_new_granule(&self.calls, vm, &access, self.device, r, g, self.props.handle_types);
                     heap = lock(&self.heap);
                     let pid = made?;
                     heap.back(r, g);
@@ -533,7 +542,7 @@ impl PoolCore {
         let mut undo: Vec<u64> = Vec::new(); // old active aliases to give back
         let mut failed: Option<Error> = None;
         for &(pid, at) in &plan.reuse {
-            match map_with_access(vm, &access, at, g, pid) {
+            match map_with_access(&self.calls, vm, &access, at, g, pid) {
                 Ok(()) => mapped.push((at, pid, false)),
                 Err(e) => {
                     let _ = vm.mem_unmap(DevicePtr(at), g);
@@ -546,7 +555,7 @@ impl PoolCore {
         }
         if failed.is_none() {
             for &at in &plan.new_granules {
-                match map_new_granule(vm, &access, self.device, at, g, self.props.handle_types) {
+                match map_new_granule(&self.calls, vm, &access, self.device, at, g, self.props.handle_types) {
                     Ok(pid) => mapped.push((at, pid, true)),
                     Err(e) => {
                         failed = Some(e);
@@ -623,6 +632,7 @@ impl PoolCore {
             if vm.mem_unmap(DevicePtr(addr), g).is_err() {
                 continue;
             }
+            CallCounts::add(&self.calls.unmaps);
             lock(&self.heap).unback_shadowed(addr, g);
             vr.aliases.remove(&addr);
             if let Some(p) = vr.phys.get_mut(&pid) {
@@ -711,12 +721,16 @@ impl PoolCore {
                     }
                     drop(heap);
                     for &a in &p.aliases {
-                        if let Err(e) = vm.mem_unmap(DevicePtr(a), g) {
-                            tracing::warn!(target: "hipmem", "unmapping a pool granule failed: {e}");
+                        match vm.mem_unmap(DevicePtr(a), g) {
+                            Ok(()) => CallCounts::add(&self.calls.unmaps),
+                            Err(e) => {
+                                tracing::warn!(target: "hipmem", "unmapping a pool granule failed: {e}")
+                            }
                         }
                     }
-                    if let Err(e) = vm.mem_release(d.pid) {
-                        tracing::warn!(target: "hipmem", "releasing a pool granule failed: {e}");
+                    match vm.mem_release(d.pid) {
+                        Ok(()) => CallCounts::add(&self.calls.granules_released),
+                        Err(e) => tracing::warn!(target: "hipmem", "releasing a pool granule failed: {e}"),
                     }
                     released += g;
                 }
@@ -758,8 +772,9 @@ impl PoolCore {
                 };
                 rt.allocations()
                     .remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
-                if let Err(e) = rt.backend().mem_free(self.device, DevicePtr(seg.base)) {
-                    tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}");
+                match rt.backend().mem_free(self.device, DevicePtr(seg.base)) {
+                    Ok(()) => CallCounts::add(&self.calls.segments_freed),
+                    Err(e) => tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}"),
                 }
                 Some(seg.size)
             }

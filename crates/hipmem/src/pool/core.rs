@@ -95,6 +95,8 @@ pub(crate) struct PoolCore {
     pub(super) policy: ReusePolicy,
     pub(super) release_threshold: AtomicU64,
     pub(super) reserved_high: AtomicU64,
+    /// What the pool asked of the backend.
+    pub(super) calls: CallCounts,
     pub(super) used_high: Mutex<u64>,
     /// The most bytes ever live in the pool (never reset): how much new
     /// memory growth may make before it must move free memory instead.
@@ -138,6 +140,7 @@ impl PoolCore {
             },
             release_threshold: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
+            calls: CallCounts::default(),
             used_high: Mutex::new(0),
             live_high: AtomicU64::new(0),
             access: Mutex::new(access),
@@ -317,5 +320,34 @@ impl PoolCore {
     /// Blocks cached by a stream after their free still count as allocated.
     pub(crate) fn block_containing(&self, addr: u64) -> Option<(u64, u64)> {
         lock(&self.heap).allocated_block_containing(addr)
+    }
+}
+
+/// The counters behind [`BackendCalls`](super::BackendCalls).
+#[derive(Default)]
+pub(super) struct CallCounts {
+    pub(super) segments_allocated: AtomicU64,
+    pub(super) segments_freed: AtomicU64,
+    pub(super) granules_created: AtomicU64,
+    pub(super) granules_released: AtomicU64,
+    pub(super) maps: AtomicU64,
+    pub(super) unmaps: AtomicU64,
+}
+
+impl CallCounts {
+    pub(super) fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn snapshot(&self) -> super::BackendCalls {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        super::BackendCalls {
+            segments_allocated: r(&self.segments_allocated),
+            segments_freed: r(&self.segments_freed),
+            granules_created: r(&self.granules_created),
+            granules_released: r(&self.granules_released),
+            maps: r(&self.maps),
+            unmaps: r(&self.unmaps),
+        }
     }
 }

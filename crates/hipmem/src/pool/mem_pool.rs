@@ -13,7 +13,7 @@ use super::core::{PoolCore, StreamRef};
 use super::driver_pool::DriverPool;
 use super::imported::ImportedPool;
 use super::table::{check_own_stream, table};
-use super::{AccessFlags, PoolAttribute, PoolBacking, PoolProps, PoolStats, handle_type};
+use super::{AccessFlags, BackendCalls, PoolAttribute, PoolBacking, PoolProps, PoolStats, handle_type};
 use crate::backend::DevicePtr;
 use crate::error::{Error, Result};
 use crate::runtime::{CoreStream, Runtime};
@@ -345,6 +345,17 @@ impl MemPool {
                 used_current: i.imported_bytes(),
                 used_high: i.imported_bytes(),
             },
+        }
+    }
+
+    /// What a hipmem pool has asked of the backend since it was created
+    /// (allocations, granules created and released, maps and unmaps); None
+    /// for the driver's pools and imported ones, whose calls are not
+    /// hipmem's.
+    pub fn backend_calls(&self) -> Option<BackendCalls> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => Some(c.calls.snapshot()),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => None,
         }
     }
 

@@ -55,4 +55,4 @@ pub mod usage;
 pub use crate::backend::virtual_memory::AccessFlags;
 pub use buffer::PoolBuffer;
 pub use mem_pool::MemPool;
-pub use props::{PoolAttribute, PoolBacking, PoolProps, PoolStats, PtrExportData, handle_type};
+pub use props::{BackendCalls, PoolAttribute, PoolBacking, PoolProps, PoolStats, PtrExportData, handle_type};

@@ -114,6 +114,37 @@ pub struct PoolStats {
     pub used_high: u64,
 }
 
+/// What a hipmem pool has asked of the backend since it was created: how
+/// often allocation left the pool's own memory (each call costs tens of
+/// microseconds on a GPU).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackendCalls {
+    /// Device allocations made as segments (segments backing).
+    pub segments_allocated: u64,
+    /// Segments given back.
+    pub segments_freed: u64,
+    /// Physical granules created (virtual-memory backing).
+    pub granules_created: u64,
+    /// Physical granules released.
+    pub granules_released: u64,
+    /// Granules mapped at an address (a new granule's first mapping included).
+    pub maps: u64,
+    /// Mappings removed.
+    pub unmaps: u64,
+}
+
+impl BackendCalls {
+    /// All calls together.
+    pub fn total(&self) -> u64 {
+        self.segments_allocated
+            + self.segments_freed
+            + self.granules_created
+            + self.granules_released
+            + self.maps
+            + self.unmaps
+    }
+}
+
 /// `hipMemPoolPtrExportData`: 64 opaque bytes that name a pointer of an
 /// exported pool.
 #[derive(Copy, Clone, PartialEq, Eq)]

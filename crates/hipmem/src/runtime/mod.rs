@@ -44,7 +44,7 @@ use crate::error::{DropErrors, Error, Result};
 use events::EventPool;
 use hooks::{Extensions, Hooks};
 use ordering::StreamClock;
-use stream::StreamTable;
+use stream::{AdoptedTable, StreamTable};
 
 /// The state shared by every handle of one runtime.
 pub(crate) struct RuntimeInner {
@@ -54,6 +54,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) drop_errors: DropErrors,
     /// Owned streams by backend handle.
     pub(crate) streams: StreamTable,
+    /// Streams made outside hipmem, adopted by handle.
+    pub(crate) adopted: AdoptedTable,
     /// The clock of each device's legacy null stream.
     pub(crate) null_clocks: Vec<Arc<StreamClock>>,
     /// Events hipmem records for itself (markers), per device, for reuse.
@@ -217,6 +219,7 @@ impl Runtime {
                 allocations: AllocationRegistry::default(),
                 drop_errors: DropErrors::default(),
                 streams: StreamTable::default(),
+                adopted: AdoptedTable::default(),
                 null_clocks,
                 hooks: Hooks::default(),
                 extensions: Extensions::default(),

@@ -77,6 +77,19 @@ impl Drop for StreamState {
 /// The runtime's owned streams by backend handle.
 pub(crate) type StreamTable = Mutex<HashMap<u64, Weak<StreamState>>>;
 
+/// A stream hipmem adopted (made outside hipmem), learned once: its clock
+/// outlives every handle to it, so its ordering and the pools' state for it
+/// carry over from one use to the next.
+pub(crate) struct Adopted {
+    device: usize,
+    flags: StreamFlags,
+    clock: Arc<StreamClock>,
+    state: Weak<StreamState>,
+}
+
+/// The runtime's adopted streams by backend handle.
+pub(crate) type AdoptedTable = Mutex<HashMap<u64, Adopted>>;
+
 /// A stream as the core and the subsystems see it. Clones are the same
 /// stream; an owned stream is destroyed when the last clone (of this or of
 /// a `Stream` wrapping it) is dropped.
@@ -234,6 +247,106 @@ impl Runtime {
         Ok(self.register_stream(RawStream::null(device), StreamFlags::default(), false))
     }
 
+    /// A stream of `device` that hipmem did not create: made by the vendor's
+    /// runtime or driver API, or by a library such as PyTorch or NCCL. The
+    /// first call asks the backend to check that `raw.handle` is a live
+    /// stream of the device (on CUDA: the stream's context is the device's
+    /// primary context) and learns its flags; later calls find it in the
+    /// runtime's table. hipmem's own streams and the null stream are found
+    /// as by [`Runtime::stream_from_raw`]. An adopted stream keeps one
+    /// ordering clock for the runtime's life, so the pools' reuse rules hold
+    /// across calls; hipmem never destroys it (see
+    /// [`Runtime::destroy_adopted_stream`]).
+    ///
+    /// Errors: InvalidDevice for a bad device; InvalidHandle for a handle the
+    /// backend does not know as a live stream of the device (the CPU backend
+    /// has no streams made outside hipmem; on CUDA, a stream of another
+    /// device or context, a stream hipmem destroyed, a handle outside
+    /// readable memory). As with the vendor's own API, a handle that points
+    /// at readable memory but is no stream (freed by its owner, made up) is
+    /// undefined behaviour inside the driver: the driver offers no check.
+    pub fn adopt_stream(&self, raw: RawStream) -> Result<CoreStream> {
+        if let Ok(s) = self.stream_from_raw(raw) {
+            return Ok(s);
+        }
+        self.check_device(raw.device)?;
+        let mut table = self.inner.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        // New, or named with another device: the backend decides (its owner
+        // may have destroyed it and made one with the same handle elsewhere).
+        let flags = self.backend().stream_adopt(raw.device, raw.handle)?;
+        let clock = Arc::new(StreamClock::new(self.next_id()));
+        let state = Arc::new(StreamState {
+            rt: self.clone(),
+            raw,
+            flags,
+            owned: false,
+            clock: Arc::clone(&clock),
+            fast_slot: OnceLock::new(),
+        });
+        let old = table
+            .insert(raw.handle, Adopted { device: raw.device, flags, clock, state: Arc::downgrade(&state) });
+        drop(table);
+        if let Some(old) = old {
+            // The handle moved to another device: what the pools hold for
+            // the old stream is handed over like a retiring stream's.
+            self.notify_stream_retiring(old.device, old.clock.stream_id);
+        }
+        Ok(CoreStream { state })
+    }
+
+    /// The adopted stream `raw`, if this runtime has adopted it: a live
+    /// handle's state, or a new one on the stream's lasting clock.
+    fn adopted_stream(&self, raw: RawStream) -> Option<CoreStream> {
+        let mut table = self.inner.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        let a = table.get_mut(&raw.handle).filter(|a| a.device == raw.device)?;
+        if let Some(state) = a.state.upgrade() {
+            return Some(CoreStream { state });
+        }
+        let state = Arc::new(StreamState {
+            rt: self.clone(),
+            raw,
+            flags: a.flags,
+            owned: false,
+            clock: Arc::clone(&a.clock),
+            fast_slot: OnceLock::new(),
+        });
+        a.state = Arc::downgrade(&state);
+        Some(CoreStream { state })
+    }
+
+    /// Whether `raw` is a stream this runtime adopted.
+    pub fn is_adopted_stream(&self, raw: RawStream) -> bool {
+        self.inner
+            .adopted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&raw.handle)
+            .is_some_and(|a| a.device == raw.device)
+    }
+
+    /// Destroys an adopted stream at its user's request (`hipStreamDestroy`
+    /// of a stream hipmem did not create, which HIP allows): the pools hand
+    /// over what they hold for it, the runtime forgets it, and the backend
+    /// destroys it; work already queued still runs to completion.
+    /// InvalidHandle if `raw` is not an adopted stream.
+    pub fn destroy_adopted_stream(&self, raw: RawStream) -> Result<()> {
+        let removed = {
+            let mut table = self.inner.adopted.lock().unwrap_or_else(|p| p.into_inner());
+            match table.get(&raw.handle) {
+                Some(a) if a.device == raw.device => table.remove(&raw.handle),
+                _ => None,
+            }
+        };
+        let a = removed.ok_or_else(|| {
+            Error::InvalidHandle(format!(
+                "stream {:#x} is not a stream hipmem adopted on device {}",
+                raw.handle, raw.device
+            ))
+        })?;
+        self.notify_stream_retiring(a.device, a.clock.stream_id);
+        self.backend().stream_destroy(raw)
+    }
+
     /// The stream behind a raw handle of this runtime (the C ABI's lookup):
     /// handle 0 is the device's null stream; a destroyed or unknown handle is
     /// InvalidHandle.
@@ -251,7 +364,11 @@ impl Runtime {
             .unwrap_or_else(|p| p.into_inner())
             .get(&raw.handle)
             .and_then(|w| w.upgrade());
-        found.filter(|s| s.raw.device == raw.device).map(|state| CoreStream { state }).ok_or_else(|| {
+        if let Some(state) = found.filter(|s| s.raw.device == raw.device) {
+            return Ok(CoreStream { state });
+        }
+        // A stream adopted earlier (no backend call).
+        self.adopted_stream(raw).ok_or_else(|| {
             Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", raw.handle))
         })
     }
@@ -275,6 +392,11 @@ impl Runtime {
             }
         }
         drop(live);
+        let adopted = self.inner.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        for (&handle, a) in adopted.iter().filter(|(_, a)| a.device == device) {
+            clocks.push((Arc::clone(&a.clock), RawStream { device, handle }));
+        }
+        drop(adopted);
         clocks
     }
 

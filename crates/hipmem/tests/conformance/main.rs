@@ -29,6 +29,7 @@ mod devices;
 mod errors;
 mod events;
 mod explicit_memory;
+mod foreign_streams;
 mod kernels;
 mod managed;
 mod memset;

@@ -386,6 +386,10 @@ pub struct Driver {
     pub cuStreamSynchronize: unsafe extern "C" fn(stream: CUstream) -> CUresult,
     /// `cuStreamQuery`.
     pub cuStreamQuery: unsafe extern "C" fn(stream: CUstream) -> CUresult,
+    /// `cuStreamGetCtx`: the context a stream belongs to.
+    pub cuStreamGetCtx: unsafe extern "C" fn(stream: CUstream, ctx: *mut CUcontext) -> CUresult,
+    /// `cuStreamGetFlags`.
+    pub cuStreamGetFlags: unsafe extern "C" fn(stream: CUstream, flags: *mut c_uint) -> CUresult,
     /// `cuStreamWaitEvent`.
     pub cuStreamWaitEvent: unsafe extern "C" fn(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult,
     /// `cuLaunchHostFunc`.
@@ -565,6 +569,8 @@ fn resolve(lib: &Library, name: &'static str) -> Result<Driver> {
         cuStreamDestroy_v2: load!("cuStreamDestroy_v2"),
         cuStreamSynchronize: load!("cuStreamSynchronize"),
         cuStreamQuery: load!("cuStreamQuery"),
+        cuStreamGetCtx: load!("cuStreamGetCtx"),
+        cuStreamGetFlags: load!("cuStreamGetFlags"),
         cuStreamWaitEvent: load!("cuStreamWaitEvent"),
         cuLaunchHostFunc: load!("cuLaunchHostFunc"),
         cuEventCreate: load!("cuEventCreate"),

@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::{self, CUcontext, CUdevice, CUstream, Driver};
@@ -77,15 +77,20 @@ pub(super) struct Device {
     pub(super) kernels_init: Mutex<()>,
 }
 
-/// A stream the backend created. Destroyed with the driver when the last
-/// reference goes (normally at once in `stream_destroy`; later if another
-/// thread is using it at that moment).
+/// A stream the backend created or adopted. One it created is destroyed
+/// with the driver when the last reference goes (normally at once in
+/// `stream_destroy`; later if another thread is using it at that moment).
 #[derive(Debug)]
 pub(super) struct StreamEntry {
     pub(super) driver: &'static Driver,
     pub(super) device: usize,
     pub(super) ctx: Handle<driver::CUctx_st>,
     pub(super) raw: Handle<driver::CUstream_st>,
+    /// The `cuStreamCreate` flags.
+    pub(super) cu_flags: u32,
+    /// Created here (destroyed with the entry), or adopted (made by someone
+    /// else: destroyed only once `stream_destroy` asks, which sets this).
+    pub(super) owned: AtomicBool,
 }
 
 impl StreamEntry {
@@ -100,6 +105,9 @@ impl StreamEntry {
 
 impl Drop for StreamEntry {
     fn drop(&mut self) {
+        if !self.owned.load(Ordering::Acquire) {
+            return;
+        }
         if let Err(e) = self.destroy_now() {
             tracing::warn!(target: "hipmem", "destroying a CUDA stream failed in Drop: {e}");
         }

@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -63,6 +63,12 @@ pub struct CudaBackend {
     version: i32,
     devices: Vec<Device>,
     streams: Mutex<HashMap<u64, Arc<StreamEntry>>>,
+    /// Streams hipmem destroyed, kept for its next `stream_create` instead of
+    /// going back to the driver: the driver would hand the same handle to
+    /// the next stream anyone creates, and a stale handle of hipmem's must
+    /// stay an error (the driver has no check of its own: a destroyed
+    /// stream's handle crashes it). As many as were ever live at once.
+    retired: Mutex<Vec<Arc<StreamEntry>>>,
     events: Mutex<HashMap<u64, Arc<EventEntry>>>,
     /// Driver pools handed out (created ones and devices' default pools).
     driver_pools: driver_pools::PoolSet,
@@ -92,6 +98,7 @@ impl CudaBackend {
             version,
             devices: Vec::with_capacity(count.max(0) as usize),
             streams: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
             events: Mutex::new(HashMap::new()),
             driver_pools: Mutex::new(std::collections::HashSet::new()),
             vmm: virtual_memory::CudaVmm::default(),
@@ -252,6 +259,7 @@ impl Drop for CudaBackend {
         }
         // Streams and events go before their contexts.
         lock(&self.streams).clear();
+        lock(&self.retired).clear();
         lock(&self.events).clear();
         for dev in &self.devices {
             if let Some(k) = dev.kernels.get() {
@@ -502,12 +510,30 @@ impl Backend for CudaBackend {
         let dev = self.bound(device)?;
         let cu_flags =
             if flags.non_blocking { driver::CU_STREAM_NON_BLOCKING } else { driver::CU_STREAM_DEFAULT };
-        let raw = result::stream_create(self.driver, cu_flags, || {
-            format!("cuStreamCreate(flags {cu_flags}) on device {device}")
-        })?;
-        let handle = raw as u64;
-        let entry = StreamEntry { driver: self.driver, device, ctx: dev.ctx, raw: Handle(raw) };
-        lock(&self.streams).insert(handle, Arc::new(entry));
+        // A stream hipmem destroyed earlier, with the same flags, first.
+        let recycled = {
+            let mut retired = lock(&self.retired);
+            let at = retired.iter().position(|e| e.device == device && e.cu_flags == cu_flags);
+            at.map(|i| retired.swap_remove(i))
+        };
+        let entry = match recycled {
+            Some(e) => e,
+            None => {
+                let raw = result::stream_create(self.driver, cu_flags, || {
+                    format!("cuStreamCreate(flags {cu_flags}) on device {device}")
+                })?;
+                Arc::new(StreamEntry {
+                    driver: self.driver,
+                    device,
+                    ctx: dev.ctx,
+                    raw: Handle(raw),
+                    cu_flags,
+                    owned: AtomicBool::new(true),
+                })
+            }
+        };
+        let handle = entry.raw.0 as u64;
+        lock(&self.streams).insert(handle, entry);
         Ok(RawStream { device, handle })
     }
 
@@ -531,7 +557,68 @@ impl Backend for CudaBackend {
         let entry = entry.ok_or_else(|| {
             Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", stream.handle))
         })?;
+        if entry.owned.load(Ordering::Acquire) {
+            // Queued work runs on; the stream waits for hipmem's next one.
+            lock(&self.retired).push(entry);
+            return Ok(());
+        }
+        // An adopted stream its user asked hipmem to destroy.
+        entry.owned.store(true, Ordering::Release);
         destroy_entry(entry, StreamEntry::destroy_now)
+    }
+
+    fn stream_adopt(&self, device: usize, handle: u64) -> Result<StreamFlags> {
+        let dev = self.bound(device)?;
+        if let Some(e) = lock(&self.streams).get(&handle) {
+            if e.device != device {
+                return Err(Error::InvalidHandle(format!(
+                    "stream {handle:#x} belongs to device {}, not device {device}",
+                    e.device
+                )));
+            }
+            return Ok(StreamFlags { non_blocking: e.cu_flags & driver::CU_STREAM_NON_BLOCKING != 0 });
+        }
+        if lock(&self.retired).iter().any(|e| e.raw.0 as u64 == handle) {
+            return Err(Error::InvalidHandle(format!("stream {handle:#x} was destroyed")));
+        }
+        if handle % 8 != 0 || !readable(handle, 64) {
+            return Err(Error::InvalidHandle(format!(
+                "stream {handle:#x} is not a stream: no live stream lies at that address"
+            )));
+        }
+        let raw = handle as usize as driver::CUstream;
+        let mut ctx: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: `raw` is a handle the caller says is a live stream, in
+        // readable memory (checked above); the driver reads it and writes
+        // one context handle to `ctx`, a valid out-pointer.
+        let r = unsafe { (self.driver.cuStreamGetCtx)(raw, &mut ctx) };
+        self.check(r, || format!("cuStreamGetCtx({handle:#x})")).map_err(|e| {
+            Error::InvalidHandle(format!("stream {handle:#x} is not a live stream of device {device}: {e}"))
+        })?;
+        if ctx != dev.ctx.0 {
+            return Err(Error::InvalidHandle(match self.devices.iter().find(|d| d.ctx.0 == ctx) {
+                Some(other) => {
+                    format!("stream {handle:#x} belongs to device {}, not device {device}", other.ordinal)
+                }
+                None => format!(
+                    "stream {handle:#x} belongs to a context other than device {device}'s primary context (hipmem works in primary contexts)"
+                ),
+            }));
+        }
+        let mut cu_flags: std::ffi::c_uint = 0;
+        // SAFETY: as above; `cu_flags` is a valid out-pointer.
+        let r = unsafe { (self.driver.cuStreamGetFlags)(raw, &mut cu_flags) };
+        self.check(r, || format!("cuStreamGetFlags({handle:#x})"))?;
+        let entry = StreamEntry {
+            driver: self.driver,
+            device,
+            ctx: dev.ctx,
+            raw: Handle(raw),
+            cu_flags,
+            owned: AtomicBool::new(false),
+        };
+        lock(&self.streams).insert(handle, Arc::new(entry));
+        Ok(StreamFlags { non_blocking: cu_flags & driver::CU_STREAM_NON_BLOCKING != 0 })
     }
 
     fn stream_synchronize(&self, stream: RawStream) -> Result<()> {
@@ -752,6 +839,32 @@ impl Backend for CudaBackend {
     fn driver_pointer_range(&self, ptr: DevicePtr) -> Result<u64> {
         self.pool_pointer_range(ptr)
     }
+}
+
+/// Whether `len` bytes at `addr` (at most 64, clipped to its page) are
+/// readable memory of this process. The kernel reads them into a pipe and
+/// says EFAULT where they are not, so nothing here faults.
+fn readable(addr: u64, len: u64) -> bool {
+    const PAGE: u64 = 4096;
+    if addr < PAGE {
+        return false;
+    }
+    let len = len.min(64).min(PAGE - addr % PAGE) as usize;
+    let mut fds = [0 as std::ffi::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return false;
+    }
+    // SAFETY: write() only reads `len` bytes at `addr` in the kernel, which
+    // reports EFAULT for memory that is not readable; the pipe is empty and
+    // holds far more than 64 bytes, so it does not block.
+    let n = unsafe { libc::write(fds[1], addr as usize as *const std::ffi::c_void, len) };
+    // SAFETY: both descriptors were opened above and are closed once.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    n == len as isize
 }
 
 #[cfg(test)]

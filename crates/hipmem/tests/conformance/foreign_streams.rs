@@ -1,0 +1,162 @@
+//! Streams hipmem did not create (issue 13): adopted once, then usable
+//! everywhere a stream is taken, with the pools' reuse rules. On CUDA the
+//! foreign streams here come straight from the driver (`cuStreamCreate`
+//! through a table loaded at run time, as PyTorch's or the CUDA runtime's
+//! would); the CPU backend has no streams made outside hipmem and says so.
+
+use hipmem::backend::{BackendKind, FillValue, RawStream};
+use hipmem::{MemPool, PoolProps, Stream};
+
+use crate::{expect_err, non_blocking, private_runtime, runtime};
+
+/// The CUDA driver calls a foreign stream needs, loaded at run time.
+mod cuda {
+    use std::ffi::{c_int, c_uint, c_void};
+
+    type Ctx = *mut c_void;
+    type CuStream = *mut c_void;
+
+    pub struct Driver {
+        _lib: libloading::Library,
+        retain: unsafe extern "C" fn(*mut Ctx, c_int) -> u32,
+        set_current: unsafe extern "C" fn(Ctx) -> u32,
+        create: unsafe extern "C" fn(*mut CuStream, c_uint) -> u32,
+        destroy: unsafe extern "C" fn(CuStream) -> u32,
+    }
+
+    impl Driver {
+        pub fn open() -> Driver {
+            // SAFETY: loading libcuda runs its initializers, which have no
+            // preconditions; the symbols are looked up with the signatures
+            // cuda.h declares for them.
+            unsafe {
+                let lib = libloading::Library::new("libcuda.so.1").expect("libcuda.so.1");
+                let retain = *lib.get(b"cuDevicePrimaryCtxRetain\0").expect("cuDevicePrimaryCtxRetain");
+                let set_current = *lib.get(b"cuCtxSetCurrent\0").expect("cuCtxSetCurrent");
+                let create = *lib.get(b"cuStreamCreate\0").expect("cuStreamCreate");
+                let destroy = *lib.get(b"cuStreamDestroy_v2\0").expect("cuStreamDestroy_v2");
+                Driver { _lib: lib, retain, set_current, create, destroy }
+            }
+        }
+
+        /// A stream of `device`'s primary context, made by the driver.
+        pub fn create_stream(&self, device: usize, flags: u32) -> u64 {
+            let mut ctx: Ctx = std::ptr::null_mut();
+            let mut s: CuStream = std::ptr::null_mut();
+            // SAFETY: valid out-pointers; the runtime already initialized the
+            // driver (cuInit) and retains the same primary context.
+            unsafe {
+                assert_eq!((self.retain)(&mut ctx, device as c_int), 0, "cuDevicePrimaryCtxRetain");
+                assert_eq!((self.set_current)(ctx), 0, "cuCtxSetCurrent");
+                assert_eq!((self.create)(&mut s, flags), 0, "cuStreamCreate");
+            }
+            s as u64
+        }
+
+        pub fn destroy_stream(&self, s: u64) {
+            // SAFETY: a stream this driver created and nobody destroyed.
+            assert_eq!(unsafe { (self.destroy)(s as CuStream) }, 0, "cuStreamDestroy");
+        }
+    }
+}
+
+#[test]
+fn the_cpu_backend_says_it_has_no_foreign_streams() {
+    let rt = runtime();
+    if rt.backend_kind() != BackendKind::Host {
+        return;
+    }
+    let made_up = RawStream { device: 0, handle: 0x7f00_dead_0000 };
+    expect_err(Stream::adopt(rt, made_up), 400, &["no streams made outside hipmem"]);
+    // hipmem's own streams and the null stream adopt as themselves.
+    let own = rt.device(0).unwrap().create_stream().unwrap();
+    assert_eq!(Stream::adopt(rt, own.raw()).unwrap().id(), own.id());
+    assert!(Stream::adopt(rt, RawStream::null(0)).unwrap().is_null());
+    expect_err(Stream::adopt(rt, RawStream { device: 9, handle: 0x10 }), 101, &[]);
+}
+
+#[test]
+fn a_foreign_stream_is_refused_where_it_is_no_stream() {
+    let rt = private_runtime();
+    if rt.backend_kind() != BackendKind::Cuda {
+        return;
+    }
+    // Handles outside readable memory, misaligned, destroyed by hipmem.
+    for h in [0xdead0u64, 0xbad0, 0x7f00_0000_0003] {
+        expect_err(Stream::adopt(&rt, RawStream { device: 0, handle: h }), 400, &[]);
+    }
+    let raw = rt.device(0).unwrap().create_stream().unwrap().raw();
+    expect_err(Stream::adopt(&rt, raw), 400, &["destroyed"]);
+    // A stream of device 0 named as device 1's.
+    if rt.device_count() > 1 {
+        let drv = cuda::Driver::open();
+        let h = drv.create_stream(0, 0);
+        expect_err(Stream::adopt(&rt, RawStream { device: 1, handle: h }), 400, &["device 0"]);
+        drv.destroy_stream(h);
+    }
+}
+
+#[test]
+fn a_foreign_stream_works_everywhere_a_stream_is_taken() {
+    let rt = private_runtime();
+    if rt.backend_kind() != BackendKind::Cuda {
+        return;
+    }
+    let drv = cuda::Driver::open();
+    let h = drv.create_stream(0, 1);
+    let raw = RawStream { device: 0, handle: h };
+    let foreign = Stream::adopt(&rt, raw).unwrap();
+    assert!(!foreign.is_owned());
+    assert!(foreign.flags().non_blocking, "the driver's flags are learned");
+    assert!(rt.is_adopted_stream(raw));
+    // Learned once: a second adoption is the same stream (same clock).
+    let again = Stream::adopt(&rt, raw).unwrap();
+    assert_eq!(again.id(), foreign.id());
+    // Once adopted, the handle is a stream of this runtime.
+    assert_eq!(Stream::from_raw(&rt, raw).unwrap().id(), foreign.id());
+
+    let own = rt.device(0).unwrap().create_stream_with_flags(non_blocking()).unwrap();
+    let pool = MemPool::create(&rt, PoolProps::default()).unwrap();
+    const N: usize = 1 << 20;
+    // Allocation, memset, copies on the foreign stream.
+    let a = pool.alloc_raw(N as u64, &foreign).unwrap();
+    rt.memset_async(a, FillValue::U8(0x5a), N as u64, foreign.raw()).unwrap();
+    let b = pool.alloc_raw(N as u64, &foreign).unwrap();
+    rt.copy_device_to_device_async(b, a, N as u64, foreign.raw()).unwrap();
+    foreign.synchronize().unwrap();
+    let mut host = vec![0u8; N];
+    rt.copy_device_to_host(&mut host, b).unwrap();
+    assert!(host.iter().all(|&x| x == 0x5a));
+    // Free on the foreign stream, drop every handle to it, adopt it again
+    // and allocate: the stream is the same (its clock outlived the handles)
+    // and its own free is reusable at once, so the same block comes back.
+    rt.free_async(a, &foreign).unwrap();
+    let id = foreign.id();
+    drop((foreign, again));
+    let foreign2 = Stream::adopt(&rt, raw).unwrap();
+    assert_eq!(foreign2.id(), id, "the adopted stream keeps its identity");
+    let a2 = pool.alloc_raw(N as u64, &foreign2).unwrap();
+    assert_eq!(a2, a, "a block freed on the foreign stream is reused there at once");
+    // Frees across: foreign memory freed on hipmem's stream and back, with
+    // an event ordering them.
+    let ev = rt.device(0).unwrap().create_event().unwrap();
+    ev.record(&foreign2).unwrap();
+    own.wait_event(&ev).unwrap();
+    rt.free_async(b, &own).unwrap();
+    let c = pool.alloc_raw(N as u64, &own).unwrap();
+    own.record_event(&ev).unwrap();
+    foreign2.wait_event(&ev).unwrap();
+    rt.free_async(c, &foreign2).unwrap();
+    rt.free_async(a2, &foreign2).unwrap();
+    foreign2.synchronize().unwrap();
+    own.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0, "every block came back");
+    // A device synchronization reaches the foreign stream's clock.
+    rt.device(0).unwrap().synchronize().unwrap();
+    // hipStreamDestroy of a foreign stream: hipmem destroys it when asked.
+    drop(foreign2);
+    rt.destroy_adopted_stream(raw).unwrap();
+    assert!(!rt.is_adopted_stream(raw));
+    expect_err(rt.destroy_adopted_stream(raw), 400, &[]);
+    assert!(rt.take_drop_errors().is_empty());
+}

@@ -97,6 +97,8 @@ pub(crate) struct PoolCore {
     pub(super) reserved_high: AtomicU64,
     /// What the pool asked of the backend.
     pub(super) calls: CallCounts,
+    /// The physical unit on virtual memory, if set (0: the default).
+    pub(super) unit: AtomicU64,
     pub(super) used_high: Mutex<u64>,
     /// The most bytes ever live in the pool (never reset): how much new
     /// memory growth may make before it must move free memory instead.
@@ -141,6 +143,7 @@ impl PoolCore {
             release_threshold: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
             calls: CallCounts::default(),
+            unit: AtomicU64::new(0),
             used_high: Mutex::new(0),
             live_high: AtomicU64::new(0),
             access: Mutex::new(access),

@@ -359,6 +359,31 @@ impl MemPool {
         }
     }
 
+    /// A hipmem pool on virtual memory: the size of its physical units (a
+    /// multiple of the driver's mapping granularity), the step in which it
+    /// maps, moves and releases memory. None for other pools.
+    pub fn mapping_unit(&self) -> Option<u64> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.mapping_unit(),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => None,
+        }
+    }
+
+    /// Sets the physical unit of a hipmem pool on virtual memory (see
+    /// [`MemPool::mapping_unit`]) before it maps any memory: 1 to 64 times
+    /// the driver's granularity. Smaller units follow live memory more
+    /// closely and release more exactly; larger ones make fewer driver calls
+    /// when memory moves. InvalidValue for another size, another kind of
+    /// pool, or a pool that has mapped memory.
+    pub fn set_mapping_unit(&self, bytes: u64) -> Result<()> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.set_mapping_unit(bytes),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("only hipmem's own pools have a mapping unit".into()))
+            }
+        }
+    }
+
     /// Sets the release threshold (`u64::MAX` keeps everything).
     pub fn set_release_threshold(&self, bytes: u64) {
         let _ = self.set_attribute(PoolAttribute::ReleaseThreshold, bytes);

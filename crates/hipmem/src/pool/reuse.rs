@@ -83,6 +83,7 @@ impl PoolCore {
         }
         // 6. Release cached memory and completed frees (this pool and the
         //    device's other hipmem pools), then try growing once more.
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: growing by {want} bytes failed ({grow_err}); releasing unused memory and retrying", self.id);
         for pool in super::table::table(&rt).hipmem_pools_of(self.device) {
             pool.release_unused_to(&rt, 0);
         }

@@ -27,9 +27,17 @@ pub fn granules(size: u64) -> u64 {
     size.max(1).next_multiple_of(GRANULE)
 }
 
-/// A new pool on device 0 of `rt` (`max_size` 0: no limit).
+/// A new pool on device 0 of `rt` (`max_size` 0: no limit). On virtual
+/// memory it maps in units of one granularity, so that the tests of reuse
+/// rules and thresholds see memory move in the driver's own steps (the
+/// default unit, several granules, is covered by `pool_remap`).
 pub fn new_pool(rt: &Runtime, max_size: u64) -> MemPool {
-    rt.device(0).unwrap().create_mem_pool(handle_type::NONE, max_size).expect("hipMemPoolCreate")
+    let pool = rt.device(0).unwrap().create_mem_pool(handle_type::NONE, max_size).expect("hipMemPoolCreate");
+    if pool.mapping_unit().is_some() {
+        let g = hipmem::PhysicalAllocation::granularity(&rt.device(0).unwrap()).unwrap();
+        pool.set_mapping_unit(g).expect("a new pool takes a mapping unit of one granularity");
+    }
+    pool
 }
 
 /// Sets the three reuse rules (1 on, 0 off) and checks they read back.

@@ -22,12 +22,18 @@ typedef enum hipError_t {
   hipErrorOutOfMemory = 2,
   hipErrorMemoryAllocation = 2,
   hipErrorNotInitialized = 3,
+  hipErrorInitializationError = 3,
+  hipErrorInvalidPitchValue = 12,
+  hipErrorInvalidSymbol = 13,
   hipErrorInvalidDevicePointer = 17,
   hipErrorInvalidMemcpyDirection = 21,
   hipErrorInvalidDevice = 101,
   hipErrorInvalidHandle = 400,
   hipErrorInvalidResourceHandle = 400,
+  hipErrorNotFound = 500,
   hipErrorNotReady = 600,
+  hipErrorPeerAccessAlreadyEnabled = 704,
+  hipErrorPeerAccessNotEnabled = 705,
   hipErrorContextIsDestroyed = 709,
   hipErrorNotSupported = 801,
   hipErrorUnknown = 999
@@ -101,15 +107,121 @@ typedef enum hipMemoryType {
 } hipMemoryType;
 
 typedef enum hipDeviceAttribute_t {
+  hipDeviceAttributeCudaCompatibleBegin = 0,
+  hipDeviceAttributeEccEnabled = 0,
+  hipDeviceAttributeAccessPolicyMaxWindowSize = 1,
+  hipDeviceAttributeAsyncEngineCount = 2,
   hipDeviceAttributeCanMapHostMemory = 3,
+  hipDeviceAttributeCanUseHostPointerForRegisteredMem = 4,
+  hipDeviceAttributeClockRate = 5,
+  hipDeviceAttributeComputeMode = 6,
+  hipDeviceAttributeComputePreemptionSupported = 7,
+  hipDeviceAttributeConcurrentKernels = 8,
+  hipDeviceAttributeConcurrentManagedAccess = 9,
+  hipDeviceAttributeCooperativeLaunch = 10,
+  hipDeviceAttributeCooperativeMultiDeviceLaunch = 11,
+  hipDeviceAttributeDeviceOverlap = 12,
+  hipDeviceAttributeDirectManagedMemAccessFromHost = 13,
+  hipDeviceAttributeGlobalL1CacheSupported = 14,
+  hipDeviceAttributeHostNativeAtomicSupported = 15,
+  hipDeviceAttributeIntegrated = 16,
+  hipDeviceAttributeIsMultiGpuBoard = 17,
+  hipDeviceAttributeKernelExecTimeout = 18,
+  hipDeviceAttributeL2CacheSize = 19,
+  hipDeviceAttributeLocalL1CacheSupported = 20,
+  hipDeviceAttributeLuid = 21,
+  hipDeviceAttributeLuidDeviceNodeMask = 22,
   hipDeviceAttributeComputeCapabilityMajor = 23,
+  hipDeviceAttributeManagedMemory = 24,
+  hipDeviceAttributeMaxBlocksPerMultiProcessor = 25,
+  hipDeviceAttributeMaxBlockDimX = 26,
+  hipDeviceAttributeMaxBlockDimY = 27,
+  hipDeviceAttributeMaxBlockDimZ = 28,
+  hipDeviceAttributeMaxGridDimX = 29,
+  hipDeviceAttributeMaxGridDimY = 30,
+  hipDeviceAttributeMaxGridDimZ = 31,
+  hipDeviceAttributeMaxSurface1D = 32,
+  hipDeviceAttributeMaxSurface1DLayered = 33,
+  hipDeviceAttributeMaxSurface2D = 34,
+  hipDeviceAttributeMaxSurface2DLayered = 35,
+  hipDeviceAttributeMaxSurface3D = 36,
+  hipDeviceAttributeMaxSurfaceCubemap = 37,
+  hipDeviceAttributeMaxSurfaceCubemapLayered = 38,
+  hipDeviceAttributeMaxTexture1DWidth = 39,
+  hipDeviceAttributeMaxTexture1DLayered = 40,
+  hipDeviceAttributeMaxTexture1DLinear = 41,
+  hipDeviceAttributeMaxTexture1DMipmap = 42,
+  hipDeviceAttributeMaxTexture2DWidth = 43,
+  hipDeviceAttributeMaxTexture2DHeight = 44,
+  hipDeviceAttributeMaxTexture2DGather = 45,
+  hipDeviceAttributeMaxTexture2DLayered = 46,
+  hipDeviceAttributeMaxTexture2DLinear = 47,
+  hipDeviceAttributeMaxTexture2DMipmap = 48,
+  hipDeviceAttributeMaxTexture3DWidth = 49,
+  hipDeviceAttributeMaxTexture3DHeight = 50,
+  hipDeviceAttributeMaxTexture3DDepth = 51,
+  hipDeviceAttributeMaxTexture3DAlt = 52,
+  hipDeviceAttributeMaxTextureCubemap = 53,
+  hipDeviceAttributeMaxTextureCubemapLayered = 54,
+  hipDeviceAttributeMaxThreadsDim = 55,
+  hipDeviceAttributeMaxThreadsPerBlock = 56,
+  hipDeviceAttributeMaxThreadsPerMultiProcessor = 57,
+  hipDeviceAttributeMaxPitch = 58,
+  hipDeviceAttributeMemoryBusWidth = 59,
+  hipDeviceAttributeMemoryClockRate = 60,
   hipDeviceAttributeComputeCapabilityMinor = 61,
+  hipDeviceAttributeMultiGpuBoardGroupID = 62,
   hipDeviceAttributeMultiprocessorCount = 63,
+  hipDeviceAttributeUnused1 = 64,
+  hipDeviceAttributePageableMemoryAccess = 65,
+  hipDeviceAttributePageableMemoryAccessUsesHostPageTables = 66,
+  hipDeviceAttributePciBusId = 67,
+  hipDeviceAttributePciDeviceId = 68,
+  hipDeviceAttributePciDomainID = 69,
+  hipDeviceAttributePersistingL2CacheMaxSize = 70,
+  hipDeviceAttributeMaxRegistersPerBlock = 71,
+  hipDeviceAttributeMaxRegistersPerMultiprocessor = 72,
+  hipDeviceAttributeReservedSharedMemPerBlock = 73,
+  hipDeviceAttributeMaxSharedMemoryPerBlock = 74,
+  hipDeviceAttributeSharedMemPerBlockOptin = 75,
+  hipDeviceAttributeSharedMemPerMultiprocessor = 76,
+  hipDeviceAttributeSingleToDoublePrecisionPerfRatio = 77,
+  hipDeviceAttributeStreamPrioritiesSupported = 78,
+  hipDeviceAttributeSurfaceAlignment = 79,
+  hipDeviceAttributeTccDriver = 80,
+  hipDeviceAttributeTextureAlignment = 81,
+  hipDeviceAttributeTexturePitchAlignment = 82,
+  hipDeviceAttributeTotalConstantMemory = 83,
+  hipDeviceAttributeTotalGlobalMem = 84,
   hipDeviceAttributeUnifiedAddressing = 85,
+  hipDeviceAttributeUnused2 = 86,
+  hipDeviceAttributeWarpSize = 87,
   hipDeviceAttributeMemoryPoolsSupported = 88,
   hipDeviceAttributeVirtualMemoryManagementSupported = 89,
   hipDeviceAttributeHostRegisterSupported = 90,
-  hipDeviceAttributeMemoryPoolSupportedHandleTypes = 91
+  hipDeviceAttributeMemoryPoolSupportedHandleTypes = 91,
+  hipDeviceAttributeCudaCompatibleEnd = 9999,
+  hipDeviceAttributeAmdSpecificBegin = 10000,
+  hipDeviceAttributeClockInstructionRate = 10000,
+  hipDeviceAttributeUnused3 = 10001,
+  hipDeviceAttributeMaxSharedMemoryPerMultiprocessor = 10002,
+  hipDeviceAttributeUnused4 = 10003,
+  hipDeviceAttributeUnused5 = 10004,
+  hipDeviceAttributeHdpMemFlushCntl = 10005,
+  hipDeviceAttributeHdpRegFlushCntl = 10006,
+  hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc = 10007,
+  hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim = 10008,
+  hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim = 10009,
+  hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem = 10010,
+  hipDeviceAttributeIsLargeBar = 10011,
+  hipDeviceAttributeAsicRevision = 10012,
+  hipDeviceAttributeCanUseStreamWaitValue = 10013,
+  hipDeviceAttributeImageSupport = 10014,
+  hipDeviceAttributePhysicalMultiProcessorCount = 10015,
+  hipDeviceAttributeFineGrainSupport = 10016,
+  hipDeviceAttributeWallClockRate = 10017,
+  hipDeviceAttributeAmdSpecificEnd = 19999,
+  hipDeviceAttributeVendorSpecificBegin = 20000
 } hipDeviceAttribute_t;
 
 typedef enum hipMemoryAdvise {
@@ -182,6 +294,145 @@ typedef enum hipMemAllocationGranularity_flags {
 #define HIP_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR hipMemHandleTypePosixFileDescriptor
 
 /* ---- structs (HIP's layouts) -------------------------------------------- */
+typedef struct hipUUID_t {
+  char bytes[16];
+} hipUUID;
+
+typedef struct {
+  unsigned hasGlobalInt32Atomics : 1;
+  unsigned hasGlobalFloatAtomicExch : 1;
+  unsigned hasSharedInt32Atomics : 1;
+  unsigned hasSharedFloatAtomicExch : 1;
+  unsigned hasFloatAtomicAdd : 1;
+  unsigned hasGlobalInt64Atomics : 1;
+  unsigned hasSharedInt64Atomics : 1;
+  unsigned hasDoubles : 1;
+  unsigned hasWarpVote : 1;
+  unsigned hasWarpBallot : 1;
+  unsigned hasWarpShuffle : 1;
+  unsigned hasFunnelShift : 1;
+  unsigned hasThreadFenceSystem : 1;
+  unsigned hasSyncThreadsExt : 1;
+  unsigned hasSurfaceFuncs : 1;
+  unsigned has3dGrid : 1;
+  unsigned hasDynamicParallelism : 1;
+} hipDeviceArch_t;
+
+/* HIP 6: hipDeviceProp_t is hipDeviceProp_tR0600 and hipGetDeviceProperties is
+ * hipGetDevicePropertiesR0600 (the layout below, 1472 bytes on LP64). */
+#define hipGetDeviceProperties hipGetDevicePropertiesR0600
+#define hipDeviceProp_t hipDeviceProp_tR0600
+
+typedef struct hipDeviceProp_t {
+  char name[256];
+  hipUUID uuid;
+  char luid[8];
+  unsigned int luidDeviceNodeMask;
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlock;
+  int regsPerBlock;
+  int warpSize;
+  size_t memPitch;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int clockRate;
+  size_t totalConstMem;
+  int major;
+  int minor;
+  size_t textureAlignment;
+  size_t texturePitchAlignment;
+  int deviceOverlap;
+  int multiProcessorCount;
+  int kernelExecTimeoutEnabled;
+  int integrated;
+  int canMapHostMemory;
+  int computeMode;
+  int maxTexture1D;
+  int maxTexture1DMipmap;
+  int maxTexture1DLinear;
+  int maxTexture2D[2];
+  int maxTexture2DMipmap[2];
+  int maxTexture2DLinear[3];
+  int maxTexture2DGather[2];
+  int maxTexture3D[3];
+  int maxTexture3DAlt[3];
+  int maxTextureCubemap;
+  int maxTexture1DLayered[2];
+  int maxTexture2DLayered[3];
+  int maxTextureCubemapLayered[2];
+  int maxSurface1D;
+  int maxSurface2D[2];
+  int maxSurface3D[3];
+  int maxSurface1DLayered[2];
+  int maxSurface2DLayered[3];
+  int maxSurfaceCubemap;
+  int maxSurfaceCubemapLayered[2];
+  size_t surfaceAlignment;
+  int concurrentKernels;
+  int ECCEnabled;
+  int pciBusID;
+  int pciDeviceID;
+  int pciDomainID;
+  int tccDriver;
+  int asyncEngineCount;
+  int unifiedAddressing;
+  int memoryClockRate;
+  int memoryBusWidth;
+  int l2CacheSize;
+  int persistingL2CacheMaxSize;
+  int maxThreadsPerMultiProcessor;
+  int streamPrioritiesSupported;
+  int globalL1CacheSupported;
+  int localL1CacheSupported;
+  size_t sharedMemPerMultiprocessor;
+  int regsPerMultiprocessor;
+  int managedMemory;
+  int isMultiGpuBoard;
+  int multiGpuBoardGroupID;
+  int hostNativeAtomicSupported;
+  int singleToDoublePrecisionPerfRatio;
+  int pageableMemoryAccess;
+  int concurrentManagedAccess;
+  int computePreemptionSupported;
+  int canUseHostPointerForRegisteredMem;
+  int cooperativeLaunch;
+  int cooperativeMultiDeviceLaunch;
+  size_t sharedMemPerBlockOptin;
+  int pageableMemoryAccessUsesHostPageTables;
+  int directManagedMemAccessFromHost;
+  int maxBlocksPerMultiProcessor;
+  int accessPolicyMaxWindowSize;
+  size_t reservedSharedMemPerBlock;
+  int hostRegisterSupported;
+  int sparseHipArraySupported;
+  int hostRegisterReadOnlySupported;
+  int timelineSemaphoreInteropSupported;
+  int memoryPoolsSupported;
+  int gpuDirectRDMASupported;
+  unsigned int gpuDirectRDMAFlushWritesOptions;
+  int gpuDirectRDMAWritesOrdering;
+  unsigned int memoryPoolSupportedHandleTypes;
+  int deferredMappingHipArraySupported;
+  int ipcEventSupported;
+  int clusterLaunch;
+  int unifiedFunctionPointers;
+  int reserved[63];
+  int hipReserved[32];
+  char gcnArchName[256];
+  size_t maxSharedMemoryPerMultiProcessor;
+  int clockInstructionRate;
+  hipDeviceArch_t arch;
+  unsigned int* hdpMemFlushCntl;
+  unsigned int* hdpRegFlushCntl;
+  int cooperativeMultiDeviceUnmatchedFunc;
+  int cooperativeMultiDeviceUnmatchedGridDim;
+  int cooperativeMultiDeviceUnmatchedBlockDim;
+  int cooperativeMultiDeviceUnmatchedSharedMem;
+  int isLargeBar;
+  int asicRevision;
+} hipDeviceProp_t;
+
 typedef struct hipMemLocation {
   hipMemLocationType type;
   int id;
@@ -321,6 +572,14 @@ hipError_t hipSetDevice(int deviceId);
 hipError_t hipGetDevice(int* deviceId);
 hipError_t hipDeviceGetAttribute(int* pi, hipDeviceAttribute_t attr, int deviceId);
 hipError_t hipDeviceSynchronize(void);
+hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int deviceId);
+hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device);
+hipError_t hipDeviceGet(hipDevice_t* device, int ordinal);
+hipError_t hipDeviceTotalMem(size_t* bytes, hipDevice_t device);
+hipError_t hipDeviceComputeCapability(int* major, int* minor, hipDevice_t device);
+hipError_t hipDriverGetVersion(int* driverVersion);
+hipError_t hipRuntimeGetVersion(int* runtimeVersion);
+hipError_t hipDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority);
 hipError_t hipStreamCreate(hipStream_t* stream);
 hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags);
 hipError_t hipStreamDestroy(hipStream_t stream);

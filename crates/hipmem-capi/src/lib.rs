@@ -18,6 +18,7 @@
 //! [`pools`].
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
 
+pub mod devices;
 pub mod explicit;
 pub mod handles;
 pub mod managed;
@@ -32,6 +33,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use hipmem_rs::{Error, Result, Runtime};
 
+pub use devices::*;
 pub use explicit::*;
 pub use managed::*;
 pub use pinned::*;

@@ -23,6 +23,7 @@
 pub mod backend;
 pub mod buffer;
 pub mod device;
+mod device_ext;
 pub mod error;
 pub mod event;
 pub mod ipc;
@@ -33,6 +34,7 @@ pub mod runtime;
 pub mod stream;
 pub mod vmm;
 
+pub use backend::device_info::{DeviceAttribute, PriorityRange};
 pub use backend::{
     BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
     HostSpan, MemInfo, StreamFlags,

@@ -214,7 +214,12 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.inner.rt.check_kernel_range(buf.device_ptr(), buf.size_bytes(), "fill kernel")?;
+        self.inner.rt.check_kernel_range_on(
+            self.inner.raw.device,
+            buf.device_ptr(),
+            buf.size_bytes(),
+            "fill kernel",
+        )?;
         self.inner.rt.backend().launch_fill(
             buf.device_ptr(),
             value.fill_value(),
@@ -228,7 +233,12 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.inner.rt.check_kernel_range(buf.device_ptr(), buf.size_bytes(), "iota kernel")?;
+        self.inner.rt.check_kernel_range_on(
+            self.inner.raw.device,
+            buf.device_ptr(),
+            buf.size_bytes(),
+            "iota kernel",
+        )?;
         self.inner.rt.backend().launch_iota(buf.device_ptr(), buf.len() as u64, k, self.inner.raw)
     }
 
@@ -238,7 +248,12 @@ impl Stream {
         if flag.is_empty() {
             return Err(Error::InvalidValue("the delay kernel's flag buffer is empty".into()));
         }
-        self.inner.rt.check_kernel_range(flag.device_ptr(), 4, "delay kernel flag")?;
+        self.inner.rt.check_kernel_range_on(
+            self.inner.raw.device,
+            flag.device_ptr(),
+            4,
+            "delay kernel flag",
+        )?;
         self.inner.rt.backend().launch_delay(duration, flag.device_ptr(), value, self.inner.raw)
     }
 

@@ -11,6 +11,15 @@
 #include <cuda_runtime.h>
 #endif
 
+/* HIP's default arguments: C++ only (in C every argument is passed). */
+#ifndef __dparm
+#ifdef __cplusplus
+#define __dparm(x) = x
+#else
+#define __dparm(x)
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -293,6 +302,26 @@ typedef enum hipMemAllocationGranularity_flags {
 #define HIP_MEM_ACCESS_FLAGS_PROT_READWRITE hipMemAccessFlagsProtReadWrite
 #define HIP_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR hipMemHandleTypePosixFileDescriptor
 
+typedef enum hipPointer_attribute {
+  HIP_POINTER_ATTRIBUTE_CONTEXT = 1,
+  HIP_POINTER_ATTRIBUTE_MEMORY_TYPE,
+  HIP_POINTER_ATTRIBUTE_DEVICE_POINTER,
+  HIP_POINTER_ATTRIBUTE_HOST_POINTER,
+  HIP_POINTER_ATTRIBUTE_P2P_TOKENS,
+  HIP_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+  HIP_POINTER_ATTRIBUTE_BUFFER_ID,
+  HIP_POINTER_ATTRIBUTE_IS_MANAGED,
+  HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+  HIP_POINTER_ATTRIBUTE_IS_LEGACY_HIP_IPC_CAPABLE,
+  HIP_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+  HIP_POINTER_ATTRIBUTE_RANGE_SIZE,
+  HIP_POINTER_ATTRIBUTE_MAPPED,
+  HIP_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+  HIP_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+  HIP_POINTER_ATTRIBUTE_ACCESS_FLAGS,
+  HIP_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+} hipPointer_attribute;
+
 /* ---- structs (HIP's layouts) -------------------------------------------- */
 typedef struct hipUUID_t {
   char bytes[16];
@@ -489,6 +518,20 @@ hipError_t hipMemset(void* dst, int value, size_t sizeBytes);
 hipError_t hipMemsetAsync(void* dst, int value, size_t sizeBytes, hipStream_t stream);
 hipError_t hipMemGetInfo(size_t* free, size_t* total);
 hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attributes, const void* ptr);
+hipError_t hipPointerGetAttribute(void* data, hipPointer_attribute attribute, hipDeviceptr_t ptr);
+hipError_t hipMemGetAddressRange(hipDeviceptr_t* pbase, size_t* psize, hipDeviceptr_t dptr);
+hipError_t hipMemsetD8(hipDeviceptr_t dest, unsigned char value, size_t count);
+hipError_t hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count, hipStream_t stream __dparm(0));
+hipError_t hipMemsetD16(hipDeviceptr_t dest, unsigned short value, size_t count);
+hipError_t hipMemsetD16Async(hipDeviceptr_t dest, unsigned short value, size_t count, hipStream_t stream __dparm(0));
+hipError_t hipMemsetD32(hipDeviceptr_t dest, int value, size_t count);
+hipError_t hipMemsetD32Async(hipDeviceptr_t dst, int value, size_t count, hipStream_t stream __dparm(0));
+hipError_t hipMemcpyHtoD(hipDeviceptr_t dst, void* src, size_t sizeBytes);
+hipError_t hipMemcpyDtoH(void* dst, hipDeviceptr_t src, size_t sizeBytes);
+hipError_t hipMemcpyDtoD(hipDeviceptr_t dst, hipDeviceptr_t src, size_t sizeBytes);
+hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t sizeBytes, hipStream_t stream);
+hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, size_t sizeBytes, hipStream_t stream);
+hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t src, size_t sizeBytes, hipStream_t stream);
 
 /* ---- page-locked host memory -------------------------------------------- */
 #ifdef __cplusplus

@@ -25,6 +25,7 @@ pub mod managed;
 pub mod pinned;
 pub mod pools;
 pub mod runtime_api;
+pub mod typed;
 pub mod types;
 pub mod vmm;
 
@@ -39,6 +40,7 @@ pub use managed::*;
 pub use pinned::*;
 pub use pools::*;
 pub use runtime_api::*;
+pub use typed::*;
 pub use types::*;
 pub use vmm::*;
 

@@ -1,11 +1,39 @@
-/* hip/hip_runtime_api.h for libhipmem: exactly the functions libhipmem
- * exports, with HIP's types, enum values and struct layouts (ROCm's, which
- * differ from CUDA's). */
+/* hip/hip_runtime_api.h for libhipmem: HIP 6's runtime API as libhipmem
+ * implements it, with HIP's signatures (C++ default arguments and template
+ * overloads included), types, enum values and struct layouts (ROCm's, which
+ * differ from CUDA's). docs/hip-api-facts.txt holds the facts of ROCm 6.2's
+ * hip_runtime_api.h that crates/hipmem-capi/tests/header_fidelity.rs checks
+ * these declarations against.
+ *
+ * Under nvcc (__CUDACC__) the kernel-side functions (symbols, occupancy,
+ * hipLaunchKernel) are inline functions over the CUDA runtime that compiles
+ * the kernels, and hipStream_t is the CUstream; everything else is
+ * libhipmem's. */
 #ifndef HIPMEM_HIP_RUNTIME_API_H
 #define HIPMEM_HIP_RUNTIME_API_H
 
+/* What ROCm's hip_runtime_api.h includes. */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#ifndef __cplusplus
+#include <stdbool.h>
+#endif
+
+#include "hip_version.h"
+
+/* The platform macros HIP's hip_common.h sets. */
+#if defined(__NVCC__) || defined(__CUDACC__)
+#ifndef __HIP_PLATFORM_NVIDIA__
+#define __HIP_PLATFORM_NVIDIA__
+#endif
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+#define __HIPCC__
+#endif
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 0 && !defined(__HIP_DEVICE_COMPILE__)
+#define __HIP_DEVICE_COMPILE__ 1
+#endif
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
@@ -32,20 +60,78 @@ typedef enum hipError_t {
   hipErrorMemoryAllocation = 2,
   hipErrorNotInitialized = 3,
   hipErrorInitializationError = 3,
+  hipErrorDeinitialized = 4,
+  hipErrorProfilerDisabled = 5,
+  hipErrorProfilerNotInitialized = 6,
+  hipErrorProfilerAlreadyStarted = 7,
+  hipErrorProfilerAlreadyStopped = 8,
+  hipErrorInvalidConfiguration = 9,
   hipErrorInvalidPitchValue = 12,
   hipErrorInvalidSymbol = 13,
   hipErrorInvalidDevicePointer = 17,
   hipErrorInvalidMemcpyDirection = 21,
+  hipErrorInsufficientDriver = 35,
+  hipErrorMissingConfiguration = 52,
+  hipErrorPriorLaunchFailure = 53,
+  hipErrorInvalidDeviceFunction = 98,
+  hipErrorNoDevice = 100,
   hipErrorInvalidDevice = 101,
+  hipErrorInvalidImage = 200,
+  hipErrorInvalidContext = 201,
+  hipErrorContextAlreadyCurrent = 202,
+  hipErrorMapFailed = 205,
+  hipErrorMapBufferObjectFailed = 205,
+  hipErrorUnmapFailed = 206,
+  hipErrorArrayIsMapped = 207,
+  hipErrorAlreadyMapped = 208,
+  hipErrorNoBinaryForGpu = 209,
+  hipErrorAlreadyAcquired = 210,
+  hipErrorNotMapped = 211,
+  hipErrorNotMappedAsArray = 212,
+  hipErrorNotMappedAsPointer = 213,
+  hipErrorECCNotCorrectable = 214,
+  hipErrorUnsupportedLimit = 215,
+  hipErrorContextAlreadyInUse = 216,
+  hipErrorPeerAccessUnsupported = 217,
+  hipErrorInvalidKernelFile = 218,
+  hipErrorInvalidGraphicsContext = 219,
+  hipErrorInvalidSource = 300,
+  hipErrorFileNotFound = 301,
+  hipErrorSharedObjectSymbolNotFound = 302,
+  hipErrorSharedObjectInitFailed = 303,
+  hipErrorOperatingSystem = 304,
   hipErrorInvalidHandle = 400,
   hipErrorInvalidResourceHandle = 400,
+  hipErrorIllegalState = 401,
   hipErrorNotFound = 500,
   hipErrorNotReady = 600,
+  hipErrorIllegalAddress = 700,
+  hipErrorLaunchOutOfResources = 701,
+  hipErrorLaunchTimeOut = 702,
   hipErrorPeerAccessAlreadyEnabled = 704,
   hipErrorPeerAccessNotEnabled = 705,
+  hipErrorSetOnActiveProcess = 708,
   hipErrorContextIsDestroyed = 709,
+  hipErrorAssert = 710,
+  hipErrorHostMemoryAlreadyRegistered = 712,
+  hipErrorHostMemoryNotRegistered = 713,
+  hipErrorLaunchFailure = 719,
+  hipErrorCooperativeLaunchTooLarge = 720,
   hipErrorNotSupported = 801,
-  hipErrorUnknown = 999
+  hipErrorStreamCaptureUnsupported = 900,
+  hipErrorStreamCaptureInvalidated = 901,
+  hipErrorStreamCaptureMerge = 902,
+  hipErrorStreamCaptureUnmatched = 903,
+  hipErrorStreamCaptureUnjoined = 904,
+  hipErrorStreamCaptureIsolation = 905,
+  hipErrorStreamCaptureImplicit = 906,
+  hipErrorCapturedEvent = 907,
+  hipErrorStreamCaptureWrongThread = 908,
+  hipErrorGraphExecUpdateFailure = 910,
+  hipErrorUnknown = 999,
+  hipErrorRuntimeMemory = 1052,
+  hipErrorRuntimeOther = 1053,
+  hipErrorTbd = 1054
 } hipError_t;
 
 /* ---- handles ----------------------------------------------------------- */
@@ -60,6 +146,7 @@ typedef struct ihipEvent_t* hipEvent_t;
 typedef struct ihipMemPoolHandle_t* hipMemPool_t;
 typedef struct ihipMemGenericAllocationHandle* hipMemGenericAllocationHandle_t;
 typedef void (*hipHostFn_t)(void* userData);
+typedef void (*hipStreamCallback_t)(hipStream_t stream, hipError_t status, void* userData);
 
 #define hipStreamLegacy ((hipStream_t)1)
 #define hipStreamPerThread ((hipStream_t)2)
@@ -112,7 +199,9 @@ typedef enum hipMemoryType {
   hipMemoryTypeUnregistered = 0,
   hipMemoryTypeHost = 1,
   hipMemoryTypeDevice = 2,
-  hipMemoryTypeManaged = 3
+  hipMemoryTypeManaged = 3,
+  hipMemoryTypeArray = 10,
+  hipMemoryTypeUnified = 11
 } hipMemoryType;
 
 typedef enum hipDeviceAttribute_t {
@@ -323,6 +412,17 @@ typedef enum hipPointer_attribute {
 } hipPointer_attribute;
 
 /* ---- structs (HIP's layouts) -------------------------------------------- */
+#ifndef __CUDACC__
+typedef struct dim3 {
+  uint32_t x;
+  uint32_t y;
+  uint32_t z;
+#ifdef __cplusplus
+  constexpr dim3(uint32_t _x = 1, uint32_t _y = 1, uint32_t _z = 1) : x(_x), y(_y), z(_z) {}
+#endif
+} dim3;
+#endif
+
 typedef struct hipUUID_t {
   char bytes[16];
 } hipUUID;
@@ -513,9 +613,11 @@ typedef struct hipPointerAttribute_t {
 hipError_t hipMalloc(void** ptr, size_t size);
 hipError_t hipFree(void* ptr);
 hipError_t hipMemcpy(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind);
-hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind, hipStream_t stream);
+hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind,
+                          hipStream_t stream __dparm(0));
+hipError_t hipMemcpyWithStream(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind, hipStream_t stream);
 hipError_t hipMemset(void* dst, int value, size_t sizeBytes);
-hipError_t hipMemsetAsync(void* dst, int value, size_t sizeBytes, hipStream_t stream);
+hipError_t hipMemsetAsync(void* dst, int value, size_t sizeBytes, hipStream_t stream __dparm(0));
 hipError_t hipMemGetInfo(size_t* free, size_t* total);
 hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attributes, const void* ptr);
 hipError_t hipPointerGetAttribute(void* data, hipPointer_attribute attribute, hipDeviceptr_t ptr);
@@ -533,35 +635,36 @@ hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t sizeBytes, h
 hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, size_t sizeBytes, hipStream_t stream);
 hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t src, size_t sizeBytes, hipStream_t stream);
 
+/* ---- pitched (2D) memory ------------------------------------------------ */
+hipError_t hipMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height);
+hipError_t hipMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                       hipMemcpyKind kind);
+hipError_t hipMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                            hipMemcpyKind kind, hipStream_t stream __dparm(0));
+hipError_t hipMemset2D(void* dst, size_t pitch, int value, size_t width, size_t height);
+hipError_t hipMemset2DAsync(void* dst, size_t pitch, int value, size_t width, size_t height,
+                            hipStream_t stream __dparm(0));
+
 /* ---- page-locked host memory -------------------------------------------- */
-#ifdef __cplusplus
-hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags = hipHostMallocDefault);
-#else
 hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags);
-#endif
 hipError_t hipHostFree(void* ptr);
+hipError_t hipHostAlloc(void** ptr, size_t size, unsigned int flags); /* HIP: deprecated, = hipHostMalloc */
+hipError_t hipMallocHost(void** ptr, size_t size);                     /* HIP: deprecated, = hipHostMalloc */
+hipError_t hipFreeHost(void* ptr);                                     /* HIP: deprecated, = hipHostFree */
 hipError_t hipHostRegister(void* hostPtr, size_t sizeBytes, unsigned int flags);
 hipError_t hipHostUnregister(void* hostPtr);
 hipError_t hipHostGetDevicePointer(void** devPtr, void* hostPtr, unsigned int flags);
 
 /* ---- managed (unified) memory -------------------------------------------- */
-#ifdef __cplusplus
-hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags = hipMemAttachGlobal);
-#else
-hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags);
-#endif
-hipError_t hipMemPrefetchAsync(const void* dev_ptr, size_t count, int device, hipStream_t stream);
+hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags __dparm(hipMemAttachGlobal));
+hipError_t hipMemPrefetchAsync(const void* dev_ptr, size_t count, int device, hipStream_t stream __dparm(0));
 hipError_t hipMemAdvise(const void* dev_ptr, size_t count, hipMemoryAdvise advice, int device);
 hipError_t hipMemRangeGetAttribute(void* data, size_t data_size, hipMemRangeAttribute attribute, const void* dev_ptr,
                                    size_t count);
 hipError_t hipMemRangeGetAttributes(void** data, size_t* data_sizes, hipMemRangeAttribute* attributes,
                                     size_t num_attributes, const void* dev_ptr, size_t count);
-#ifdef __cplusplus
-hipError_t hipStreamAttachMemAsync(hipStream_t stream, void* dev_ptr, size_t length = 0,
-                                   unsigned int flags = hipMemAttachSingle);
-#else
-hipError_t hipStreamAttachMemAsync(hipStream_t stream, void* dev_ptr, size_t length, unsigned int flags);
-#endif
+hipError_t hipStreamAttachMemAsync(hipStream_t stream, void* dev_ptr, size_t length __dparm(0),
+                                   unsigned int flags __dparm(hipMemAttachSingle));
 
 /* ---- stream-ordered allocation and memory pools -------------------------- */
 hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream);
@@ -608,13 +711,14 @@ hipError_t hipMemExportToShareableHandle(void* shareableHandle, hipMemGenericAll
 hipError_t hipMemImportFromShareableHandle(hipMemGenericAllocationHandle_t* handle, void* osHandle,
                                            hipMemAllocationHandleType shHandleType);
 
-/* ---- devices, streams, events, errors ----------------------------------- */
+/* ---- devices ------------------------------------------------------------- */
 hipError_t hipInit(unsigned int flags);
 hipError_t hipGetDeviceCount(int* count);
 hipError_t hipSetDevice(int deviceId);
 hipError_t hipGetDevice(int* deviceId);
 hipError_t hipDeviceGetAttribute(int* pi, hipDeviceAttribute_t attr, int deviceId);
 hipError_t hipDeviceSynchronize(void);
+hipError_t hipDeviceReset(void);
 hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int deviceId);
 hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device);
 hipError_t hipDeviceGet(hipDevice_t* device, int ordinal);
@@ -623,54 +727,70 @@ hipError_t hipDeviceComputeCapability(int* major, int* minor, hipDevice_t device
 hipError_t hipDriverGetVersion(int* driverVersion);
 hipError_t hipRuntimeGetVersion(int* runtimeVersion);
 hipError_t hipDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority);
+
+/* ---- peer access between devices ------------------------------------------ */
+hipError_t hipDeviceCanAccessPeer(int* canAccessPeer, int deviceId, int peerDeviceId);
+hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags);
+hipError_t hipDeviceDisablePeerAccess(int peerDeviceId);
+hipError_t hipMemcpyPeer(void* dst, int dstDeviceId, const void* src, int srcDeviceId, size_t sizeBytes);
+hipError_t hipMemcpyPeerAsync(void* dst, int dstDeviceId, const void* src, int srcDevice, size_t sizeBytes,
+                              hipStream_t stream __dparm(0));
+
+/* ---- streams and events -------------------------------------------------- */
 hipError_t hipStreamCreate(hipStream_t* stream);
 hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags);
+hipError_t hipStreamCreateWithPriority(hipStream_t* stream, unsigned int flags, int priority);
 hipError_t hipStreamDestroy(hipStream_t stream);
 hipError_t hipStreamSynchronize(hipStream_t stream);
 hipError_t hipStreamQuery(hipStream_t stream);
-hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags);
+hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags __dparm(0));
+hipError_t hipStreamGetFlags(hipStream_t stream, unsigned int* flags);
+hipError_t hipStreamGetPriority(hipStream_t stream, int* priority);
+hipError_t hipStreamAddCallback(hipStream_t stream, hipStreamCallback_t callback, void* userData, unsigned int flags);
 hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void* userData);
 hipError_t hipEventCreate(hipEvent_t* event);
-hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned int flags);
-hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream);
+hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned flags);
+hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream __dparm(NULL));
 hipError_t hipEventQuery(hipEvent_t event);
 hipError_t hipEventSynchronize(hipEvent_t event);
 hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop);
 hipError_t hipEventDestroy(hipEvent_t event);
+
+/* ---- errors ---------------------------------------------------------------- */
+#ifndef __CUDACC__
 hipError_t hipGetLastError(void);
 hipError_t hipPeekAtLastError(void);
+#endif
 const char* hipGetErrorName(hipError_t hip_error);
 const char* hipGetErrorString(hipError_t hipError);
 
+/* ---- device code: symbols, occupancy, launches ------------------------------
+ * libhipmem runs no kernels of its own making: under nvcc these are inline
+ * functions over the CUDA runtime (below); a build without nvcc links
+ * libhipmem's, which return hipErrorNotSupported. */
+#ifndef __CUDACC__
+hipError_t hipGetSymbolAddress(void** devPtr, const void* symbol);
+hipError_t hipGetSymbolSize(size_t* size, const void* symbol);
+hipError_t hipMemcpyToSymbol(const void* symbol, const void* src, size_t sizeBytes, size_t offset __dparm(0),
+                             hipMemcpyKind kind __dparm(hipMemcpyHostToDevice));
+hipError_t hipMemcpyToSymbolAsync(const void* symbol, const void* src, size_t sizeBytes, size_t offset,
+                                  hipMemcpyKind kind, hipStream_t stream __dparm(0));
+hipError_t hipMemcpyFromSymbol(void* dst, const void* symbol, size_t sizeBytes, size_t offset __dparm(0),
+                               hipMemcpyKind kind __dparm(hipMemcpyDeviceToHost));
+hipError_t hipMemcpyFromSymbolAsync(void* dst, const void* symbol, size_t sizeBytes, size_t offset,
+                                    hipMemcpyKind kind, hipStream_t stream __dparm(0));
+hipError_t hipOccupancyMaxPotentialBlockSize(int* gridSize, int* blockSize, const void* f, size_t dynSharedMemPerBlk,
+                                             int blockSizeLimit);
+hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void* f, int blockSize,
+                                                        size_t dynSharedMemPerBlk);
+hipError_t hipLaunchKernel(const void* function_address, dim3 numBlocks, dim3 dimBlocks, void** args,
+                           size_t sharedMemBytes __dparm(0), hipStream_t stream __dparm(0));
+#endif
+
 #ifdef __cplusplus
 } /* extern "C" */
-
-/* HIP's typed conveniences (inline, over the exports above). */
-template <class T>
-static inline hipError_t hipMalloc(T** ptr, size_t size) {
-  return hipMalloc((void**)ptr, size);
-}
-template <class T>
-static inline hipError_t hipHostMalloc(T** ptr, size_t size, unsigned int flags = hipHostMallocDefault) {
-  return hipHostMalloc((void**)ptr, size, flags);
-}
-template <class T>
-static inline hipError_t hipMallocManaged(T** dev_ptr, size_t size, unsigned int flags = hipMemAttachGlobal) {
-  return hipMallocManaged((void**)dev_ptr, size, flags);
-}
-template <class T>
-static inline hipError_t hipMallocAsync(T** dev_ptr, size_t size, hipStream_t stream) {
-  return hipMallocAsync((void**)dev_ptr, size, stream);
-}
-template <class T>
-static inline hipError_t hipMallocAsync(T** dev_ptr, size_t size, hipMemPool_t mem_pool, hipStream_t stream) {
-  return hipMallocFromPoolAsync((void**)dev_ptr, size, mem_pool, stream);
-}
-template <class T>
-static inline hipError_t hipMallocFromPoolAsync(T** dev_ptr, size_t size, hipMemPool_t mem_pool,
-                                                hipStream_t stream) {
-  return hipMallocFromPoolAsync((void**)dev_ptr, size, mem_pool, stream);
-}
 #endif
+
+#include "hipmem_inline.h"
 
 #endif /* HIPMEM_HIP_RUNTIME_API_H */

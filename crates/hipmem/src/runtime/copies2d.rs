@@ -35,6 +35,16 @@ impl Runtime {
         if width == 0 || height == 0 {
             return Ok((DevicePtr::NULL, 0));
         }
+        // Rows are padded to at least this much on every backend: a width or
+        // size that overflows even then is InvalidValue before any backend
+        // sees it.
+        let min_pitch =
+            width.checked_next_multiple_of(crate::backend::copy2d::PITCH_ALIGNMENT).ok_or_else(|| {
+                Error::InvalidValue(format!("hipMallocPitch: a row of {width} bytes cannot be padded"))
+            })?;
+        min_pitch.checked_mul(height).ok_or_else(|| {
+            Error::InvalidValue(format!("hipMallocPitch: {height} rows of {min_pitch} bytes overflow"))
+        })?;
         let (ptr, pitch) = self.backend().mem_alloc_pitch(device, width, height)?;
         let size = pitch.checked_mul(height).ok_or_else(|| {
             Error::InvalidValue(format!("hipMallocPitch: {height} rows of {pitch} bytes overflow"))

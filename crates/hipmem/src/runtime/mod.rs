@@ -14,6 +14,7 @@ pub mod memory_ext;
 pub mod ordering;
 pub mod peer;
 pub mod registry;
+pub mod reset;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -192,7 +192,8 @@ typedef enum hipMemcpyKind {
   hipMemcpyHostToDevice = 1,
   hipMemcpyDeviceToHost = 2,
   hipMemcpyDeviceToDevice = 3,
-  hipMemcpyDefault = 4
+  hipMemcpyDefault = 4,
+  hipMemcpyDeviceToDeviceNoCU = 1024 /* AMD: a device-to-device copy */
 } hipMemcpyKind;
 
 typedef enum hipMemoryType {

@@ -54,6 +54,9 @@ impl MemcpyKind {
             2 => MemcpyKind::DeviceToHost,
             3 => MemcpyKind::DeviceToDevice,
             4 => MemcpyKind::Default,
+            // AMD's hipMemcpyDeviceToDeviceNoCU: a device-to-device copy
+            // (without compute units there; every copy here is one).
+            1024 => MemcpyKind::DeviceToDevice,
             other => {
                 return Err(Error::InvalidMemcpyDirection(format!(
                     "{other} is not a hipMemcpyKind (0 to 4)"

@@ -46,4 +46,16 @@ pub trait PeerAccess: Send + Sync {
         size: u64,
         stream: RawStream,
     ) -> Result<()>;
+
+    /// Copies `size` bytes between two devices' memory and returns when it
+    /// is done (`cuMemcpyPeer`: the driver's own synchronous peer copy,
+    /// ordered after the legacy null streams' work).
+    fn copy_peer(
+        &self,
+        dst: DevicePtr,
+        dst_device: usize,
+        src: DevicePtr,
+        src_device: usize,
+        size: u64,
+    ) -> Result<()>;
 }

@@ -37,7 +37,16 @@ type MemcpyPeerAsync = unsafe extern "C" fn(
     stream: CUstream,
 ) -> CUresult;
 
+type MemcpyPeer = unsafe extern "C" fn(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    bytes: usize,
+) -> CUresult;
+
 struct Entries {
+    copy: MemcpyPeer,
     can_access: DeviceCanAccessPeer,
     enable: CtxEnablePeerAccess,
     disable: CtxDisablePeerAccess,
@@ -50,6 +59,7 @@ fn entries() -> Result<&'static Entries> {
         // SAFETY: each type above is the signature cuda.h gives for the symbol.
         unsafe {
             Ok(Entries {
+                copy: driver::symbol("cuMemcpyPeer")?,
                 can_access: driver::symbol("cuDeviceCanAccessPeer")?,
                 enable: driver::symbol("cuCtxEnablePeerAccess")?,
                 disable: driver::symbol("cuCtxDisablePeerAccess")?,
@@ -178,6 +188,31 @@ impl PeerAccess for CudaBackend {
             format!(
                 "cuMemcpyPeerAsync({dst} on device {dst_device} <- {src} on device {src_device}, {size} bytes) on stream {:#x}",
                 stream.handle
+            )
+        })
+    }
+
+    fn copy_peer(
+        &self,
+        dst: DevicePtr,
+        dst_device: usize,
+        src: DevicePtr,
+        src_device: usize,
+        size: u64,
+    ) -> Result<()> {
+        let e = entries()?;
+        let (dst_ctx, src_ctx) = (self.device(dst_device)?.ctx.0, self.device(src_device)?.ctx.0);
+        if size == 0 {
+            return Ok(());
+        }
+        let bytes = Self::to_usize(size, "copy size")?;
+        self.bound(dst_device)?;
+        // SAFETY: device addresses only (validated by the driver); both
+        // contexts are retained by this backend.
+        let r = unsafe { (e.copy)(dst.0, dst_ctx, src.0, src_ctx, bytes) };
+        self.check(r, || {
+            format!(
+                "cuMemcpyPeer({dst} on device {dst_device} <- {src} on device {src_device}, {size} bytes)"
             )
         })
     }

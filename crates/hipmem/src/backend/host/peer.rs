@@ -84,4 +84,20 @@ impl PeerAccess for HostBackend {
         }
         self.copy_device_to_device_async(dst, src, size, stream)
     }
+
+    fn copy_peer(
+        &self,
+        dst: DevicePtr,
+        dst_device: usize,
+        src: DevicePtr,
+        src_device: usize,
+        size: u64,
+    ) -> Result<()> {
+        self.device(dst_device)?;
+        self.device(src_device)?;
+        if size == 0 {
+            return Ok(());
+        }
+        self.copy_device_to_device(dst, src, size)
+    }
 }

@@ -42,9 +42,15 @@ impl Runtime {
             width.checked_next_multiple_of(crate::backend::copy2d::PITCH_ALIGNMENT).ok_or_else(|| {
                 Error::InvalidValue(format!("hipMallocPitch: a row of {width} bytes cannot be padded"))
             })?;
-        min_pitch.checked_mul(height).ok_or_else(|| {
+        let least = min_pitch.checked_mul(height).ok_or_else(|| {
             Error::InvalidValue(format!("hipMallocPitch: {height} rows of {min_pitch} bytes overflow"))
         })?;
+        let total = self.device_properties(device)?.total_memory;
+        if least > total {
+            return Err(Error::OutOfMemory(format!(
+                "hipMallocPitch: {height} rows of at least {min_pitch} bytes can never fit device {device} ({total} bytes)"
+            )));
+        }
         let (ptr, pitch) = self.backend().mem_alloc_pitch(device, width, height)?;
         let size = pitch.checked_mul(height).ok_or_else(|| {
             Error::InvalidValue(format!("hipMallocPitch: {height} rows of {pitch} bytes overflow"))

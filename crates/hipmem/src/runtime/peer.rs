@@ -216,7 +216,12 @@ impl Runtime {
     ) -> Result<()> {
         let last = DevicePtr(ptr.0 + len.max(1) - 1);
         for at in [ptr, last] {
-            if self.pointer_access(device, a, at)? == AccessFlags::None {
+            // Mappings: the runtime's own table (no driver call per launch).
+            let reached = match a.kind {
+                MemoryKind::VmmMapping => self.vmm_accessible_by(at, device).unwrap_or(false),
+                _ => self.pointer_access(device, a, at)? != AccessFlags::None,
+            };
+            if !reached {
                 let how = match a.kind {
                     MemoryKind::Device => {
                         format!("hipDeviceEnablePeerAccess({}) on device {device}", a.device)

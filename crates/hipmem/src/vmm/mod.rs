@@ -214,6 +214,13 @@ impl Runtime {
         Ok(())
     }
 
+    /// Whether `device` has some access (read or read-write) to the mapping
+    /// at `ptr`, from the runtime's own table (`None`: not mapped).
+    pub(crate) fn vmm_accessible_by(&self, ptr: DevicePtr, device: usize) -> Option<bool> {
+        let state = self.inner.vmm.lock();
+        state.mapping_at(ptr).map(|(_, m)| m.accessible & (1u64 << (device % 64)) != 0)
+    }
+
     fn vm(&self) -> Result<&dyn VirtualMemory> {
         self.inner.backend.virtual_memory().ok_or_else(|| {
             Error::NotSupported(format!(

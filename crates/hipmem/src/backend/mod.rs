@@ -15,13 +15,16 @@
 //! memory outlives the stream work that uses it. `unsafe` code lives only in
 //! this module tree (and in the C ABI crate).
 
+pub mod copy2d;
 pub mod cuda;
+pub mod device_info;
 pub mod host;
 pub mod host_memory;
 pub mod lend;
 pub mod managed_memory;
 mod page_locked_ranges;
 pub mod parallel_memcpy;
+pub mod peer;
 pub mod virtual_memory;
 
 use std::fmt;
@@ -451,6 +454,79 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Managed (unified) memory (`hipMallocManaged`, prefetch, advice, ...).
     fn managed_memory(&self) -> Option<&dyn managed_memory::ManagedMemory> {
         None
+    }
+
+    // capability: peer access between devices (issue 15)
+    /// Peer access between devices, where the backend has more than one.
+    fn peer_access(&self) -> Option<&dyn peer::PeerAccess> {
+        None
+    }
+
+    // ---- device details, stream priorities, pitched memory (issue 15) ------------
+    // Defaults in device_info.rs and copy2d.rs; backends override what they
+    // can answer or do natively.
+
+    /// One attribute of `device` (`hipDeviceGetAttribute`). The default
+    /// answers what [`DeviceProperties`] holds; others are NotSupported.
+    fn device_attribute(&self, device: usize, attribute: device_info::DeviceAttribute) -> Result<i64> {
+        device_info::attribute_from_properties(self, device, attribute)
+    }
+
+    /// The device's UUID (`hipDeviceProp_t::uuid`).
+    fn device_uuid(&self, device: usize) -> Result<[u8; 16]> {
+        Err(not_supported(self.kind(), device, "device UUIDs"))
+    }
+
+    /// The driver's version (`hipDriverGetVersion`).
+    fn driver_version(&self) -> Result<i32> {
+        Err(Error::NotSupported(format!("the {} backend reports no driver version", self.kind())))
+    }
+
+    /// The stream priorities `device` accepts (`hipDeviceGetStreamPriorityRange`);
+    /// the default has none: `(0, 0)`.
+    fn stream_priority_range(&self, device: usize) -> Result<device_info::PriorityRange> {
+        self.device_properties(device).map(|_| device_info::PriorityRange::NONE)
+    }
+
+    /// Creates a stream with a priority already clamped into
+    /// [`Backend::stream_priority_range`] (`hipStreamCreateWithPriority`).
+    fn stream_create_with_priority(
+        &self,
+        device: usize,
+        flags: StreamFlags,
+        priority: i32,
+    ) -> Result<RawStream> {
+        let _ = priority;
+        self.stream_create(device, flags)
+    }
+
+    /// A stream's priority (`hipStreamGetPriority`); the default: 0.
+    fn stream_priority(&self, stream: RawStream) -> Result<i32> {
+        self.device_properties(stream.device).map(|_| 0)
+    }
+
+    /// Allocates `height` rows of `width` bytes with padded rows; returns
+    /// the memory and the pitch (`hipMallocPitch`). `width`, `height` > 0.
+    fn mem_alloc_pitch(&self, device: usize, width: u64, height: u64) -> Result<(DevicePtr, u64)> {
+        copy2d::mem_alloc_pitch_padded(self, device, width, height)
+    }
+
+    /// Enqueues a 2D copy on `stream` (`hipMemcpy2DAsync`).
+    fn copy_2d_async(&self, copy: &copy2d::Copy2D, stream: RawStream) -> Result<()> {
+        copy2d::copy_2d_by_rows(self, copy, stream)
+    }
+
+    /// Enqueues a 2D memset of bytes on `stream` (`hipMemset2DAsync`).
+    fn memset_2d_async(
+        &self,
+        dst: DevicePtr,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        copy2d::memset_2d_by_rows(self, dst, pitch, value, width, height, stream)
     }
 
     // ---- the driver's own memory pools (optional) ---------------------------------

@@ -19,11 +19,15 @@
 //! every function while each lives in its layer.
 #![forbid(unsafe_code)]
 
+mod copies2d;
 mod device;
+mod device_info;
 mod events;
 mod hooks;
 mod memory;
+mod memory_ext;
 pub mod ordering;
+mod peer;
 pub mod registry;
 mod slice;
 mod stream;
@@ -31,7 +35,9 @@ mod stream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+pub use copies2d::Resolved2D;
 pub use device::Device;
+pub use device_info::HIP_RUNTIME_VERSION;
 pub use hooks::{CoreHooks, ExtensionKey};
 pub use memory::{MemcpyKind, MemoryType, PointerAttributes, ResolvedCopy};
 pub use registry::{Allocation, AllocationRegistry, MemoryKind};

@@ -32,6 +32,7 @@ mod explicit_memory;
 mod kernels;
 mod managed;
 mod memset;
+mod peer;
 mod pinned;
 mod pointer_attributes;
 mod pool_reuse;

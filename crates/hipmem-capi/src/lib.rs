@@ -15,11 +15,13 @@
 //! The exports are grouped as `hip-memory-api.md` groups them:
 //! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
 //! [`runtime_api`] (devices, streams, events, errors); pool IPC is in
-//! [`pools`].
+//! [`pools`]. [`hip_backend_exports`] holds hipmem's own extension for the
+//! hip backend's loopback (`hipmemSetInnerBackend`).
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
 
 pub mod explicit;
 pub mod handles;
+pub mod hip_backend_exports;
 pub mod managed;
 pub mod pinned;
 pub mod pools;
@@ -33,6 +35,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use hipmem_rs::{Error, Result, Runtime};
 
 pub use explicit::*;
+pub use hip_backend_exports::*;
 pub use managed::*;
 pub use pinned::*;
 pub use pools::*;

@@ -328,6 +328,14 @@ impl Runtime {
         GLOBAL.get_or_init(Runtime::from_env).clone()
     }
 
+    /// The process-wide runtime: the one already open, or the one `open`
+    /// makes now (instead of reading the environment) if none is. What
+    /// libhipmem's `hipmemSetInnerBackend` uses to pick its backend before
+    /// first use.
+    pub fn global_or_open_with(open: impl FnOnce() -> Result<Runtime>) -> Result<Runtime> {
+        GLOBAL.get_or_init(open).clone()
+    }
+
     /// Whether `self` and `other` are handles of the same runtime.
     pub fn ptr_eq(&self, other: &Runtime) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

@@ -93,7 +93,9 @@ impl ManagedMemory for HipBackend {
         let count = to_usize(len, "hipMemAdvise size")?;
         // SAFETY: plain values; the runtime validates the range.
         let r = unsafe { (m.hipMemAdvise)(ptr(p), count, advice.raw(), device_id(to)) };
-        self.check(r, || format!("hipMemAdvise({p}, {len} bytes, advice {}, {to:?})", advice.raw()))
+        self.check(r, || {
+            format!("hipMemAdvise({p}, {len} bytes, advice {} ({advice:?}), {to:?})", advice.raw())
+        })
     }
 
     fn range_attribute(

@@ -545,6 +545,16 @@ unsafe extern "C" fn host_func_trampoline(user_data: *mut c_void) {
     }
 }
 
+/// `hipStreamAddCallback`'s form of [`host_func_trampoline`].
+unsafe extern "C" fn stream_callback_trampoline(
+    _stream: hipStream_t,
+    _status: sys::hipError_t,
+    user_data: *mut c_void,
+) {
+    // SAFETY: the same contract as `host_func_trampoline`.
+    unsafe { host_func_trampoline(user_data) }
+}
+
 impl Backend for HipBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Hip
@@ -1078,7 +1088,12 @@ impl HipBackend {
         let user_data = Box::into_raw(Box::new(callback)).cast::<c_void>();
         // SAFETY: a live stream; the trampoline takes back ownership of
         // `user_data` when the runtime runs it, exactly once.
-        let r = unsafe { (self.api.core.hipLaunchHostFunc)(t.raw, Some(host_func_trampoline), user_data) };
+        let r = unsafe {
+            match self.api.core.host_func {
+                sys::HostFunc::Launch(f) => f(t.raw, Some(host_func_trampoline), user_data),
+                sys::HostFunc::AddCallback(f) => f(t.raw, Some(stream_callback_trampoline), user_data, 0),
+            }
+        };
         if r != sys::hipSuccess {
             // The runtime did not take the callback: free it here.
             // SAFETY: `user_data` came from Box::into_raw above and was not handed over.

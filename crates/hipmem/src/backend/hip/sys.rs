@@ -519,8 +519,8 @@ pub struct Core {
     pub hipStreamQuery: unsafe extern "C" fn(stream: hipStream_t) -> hipError_t,
     pub hipStreamWaitEvent:
         unsafe extern "C" fn(stream: hipStream_t, event: hipEvent_t, flags: c_uint) -> hipError_t,
-    pub hipLaunchHostFunc:
-        unsafe extern "C" fn(stream: hipStream_t, f: hipHostFn_t, user_data: *mut c_void) -> hipError_t,
+    /// `hipLaunchHostFunc`, else `hipStreamAddCallback` (ROCm 5.2 has only that one).
+    pub host_func: HostFunc,
     pub hipEventCreateWithFlags: unsafe extern "C" fn(event: *mut hipEvent_t, flags: c_uint) -> hipError_t,
     pub hipEventDestroy: unsafe extern "C" fn(event: hipEvent_t) -> hipError_t,
     pub hipEventRecord: unsafe extern "C" fn(event: hipEvent_t, stream: hipStream_t) -> hipError_t,
@@ -534,6 +534,27 @@ pub struct Core {
     pub hipHostFree: unsafe extern "C" fn(ptr: *mut c_void) -> hipError_t,
     pub hipHostGetDevicePointer:
         unsafe extern "C" fn(dev: *mut *mut c_void, host: *mut c_void, flags: c_uint) -> hipError_t,
+}
+
+/// `hipStreamCallback_t`: what `hipStreamAddCallback` runs.
+pub type hipStreamCallback_t =
+    Option<unsafe extern "C" fn(stream: hipStream_t, status: hipError_t, user_data: *mut c_void)>;
+
+/// How host functions are queued on a stream.
+#[derive(Copy, Clone, Debug)]
+pub enum HostFunc {
+    /// `hipLaunchHostFunc(stream, fn, userData)` (ROCm 5.3+).
+    Launch(unsafe extern "C" fn(stream: hipStream_t, f: hipHostFn_t, user_data: *mut c_void) -> hipError_t),
+    /// `hipStreamAddCallback(stream, callback, userData, 0)`: the same
+    /// stream-ordered host call, with the stream and its status as arguments.
+    AddCallback(
+        unsafe extern "C" fn(
+            stream: hipStream_t,
+            callback: hipStreamCallback_t,
+            user_data: *mut c_void,
+            flags: c_uint,
+        ) -> hipError_t,
+    ),
 }
 
 /// Entry points that only describe (each may be missing).
@@ -785,7 +806,10 @@ pub(super) fn load(names: &[&str]) -> std::result::Result<(Library, Api), Error>
                 let api = resolve(&lib, name)?;
                 return Ok((lib, api));
             }
-            Err(e) => failures.push(format!("{name}: {e}")),
+            Err(e) => match std::error::Error::source(&e) {
+                Some(why) => failures.push(format!("{name}: {why}")),
+                None => failures.push(format!("{name}: {e}")),
+            },
         }
     }
     Err(Error::NotInitialized(format!(
@@ -836,6 +860,15 @@ fn resolve(lib: &Library, name: &str) -> Result<Api> {
     // SAFETY: hipHostFree and hipFreeHost are both (void*).
     let host_free = unsafe { sym(lib, "hipHostFree").or_else(|_| sym(lib, "hipFreeHost")) }
         .map_err(|_| missing("hipHostFree (or hipFreeHost)".into()))?;
+    // SAFETY: each is declared with the signature hip_runtime_api.h gives it.
+    let host_func = match unsafe { sym(lib, "hipLaunchHostFunc") } {
+        Ok(f) => HostFunc::Launch(f),
+        // SAFETY: as above.
+        Err(_) => HostFunc::AddCallback(
+            unsafe { sym(lib, "hipStreamAddCallback") }
+                .map_err(|_| missing("hipLaunchHostFunc (or hipStreamAddCallback)".into()))?,
+        ),
+    };
     let core = Core {
         hipGetErrorName: req!("hipGetErrorName"),
         hipGetErrorString: req!("hipGetErrorString"),
@@ -858,7 +891,7 @@ fn resolve(lib: &Library, name: &str) -> Result<Api> {
         hipStreamSynchronize: req!("hipStreamSynchronize"),
         hipStreamQuery: req!("hipStreamQuery"),
         hipStreamWaitEvent: req!("hipStreamWaitEvent"),
-        hipLaunchHostFunc: req!("hipLaunchHostFunc"),
+        host_func,
         hipEventCreateWithFlags: req!("hipEventCreateWithFlags"),
         hipEventDestroy: req!("hipEventDestroy"),
         hipEventRecord: req!("hipEventRecord"),

@@ -1,12 +1,19 @@
 //! hipmem: HIP's GPU memory-management model in Rust.
 //!
-//! Layers, bottom up:
+//! Layers, bottom up (imports only point down):
 //! - [`backend`]: one trait of raw operations with no policy, and its
 //!   implementations (`host`, a CPU emulation; `cuda`, the CUDA driver).
-//! - [`runtime`]: registries (devices, every live allocation) and the checks
-//!   HIP's API makes, on top of a backend.
-//! - the safe API ([`Device`], [`Stream`], [`Event`], [`DeviceBuffer`]) that
-//!   Rust users write against.
+//!   All `unsafe` code of the library lives here.
+//! - [`runtime`]: the core: devices, the registry of every live
+//!   allocation, streams' ordering clocks, marker events, HIP's explicit
+//!   memory and copies with HIP's argument rules; hooks and per-runtime
+//!   state for the subsystems, which it does not know.
+//! - the subsystems: [`pool`] (stream-ordered allocation), [`vmm`] (virtual
+//!   memory), [`pinned`] (page-locked host memory), [`managed`] (managed
+//!   memory), [`ipc`] (interprocess sharing of pools and memory).
+//! - [`api`]: the safe API ([`Device`]'s streams and buffers, [`Stream`],
+//!   [`Event`], [`DeviceBuffer`]) and the functions that span subsystems
+//!   (`hipFree`, `hipFreeAsync` of any pointer).
 //!
 //! ```no_run
 //! # fn main() -> hipmem::Result<()> {
@@ -20,37 +27,30 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod backend;
-pub mod buffer;
-pub mod device;
 pub mod error;
-pub mod event;
 pub mod ipc;
 pub mod managed;
 pub mod pinned;
 pub mod pool;
 pub mod runtime;
-pub mod stream;
 pub mod vmm;
 
+pub use api::{AsyncScope, DeviceBuffer, Event, FillElement, Stream};
 pub use backend::{
     BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
     HostSpan, MemInfo, StreamFlags,
 };
-pub use buffer::{DeviceBuffer, DeviceSlice};
 pub use bytemuck;
-pub use device::Device;
 pub use error::{Error, Result};
-pub use event::Event;
-pub use ipc::{IpcListener, IpcStream, PeerCredentials, PeerPolicy};
+pub use ipc::{ImportedBuffer, IpcListener, IpcStream, PeerCredentials, PeerPolicy};
 pub use managed::{Advice, AttachFlags, Location, ManagedBuffer, ManagedStatistics, RangeAttribute};
 pub use pinned::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer, PinnedPool, PinnedPoolStats};
 pub use pool::{
-    AccessFlags, ImportedBuffer, MemPool, PoolAttribute, PoolBacking, PoolBuffer, PoolProps, PoolStats,
-    PtrExportData,
+    AccessFlags, MemPool, PoolAttribute, PoolBacking, PoolBuffer, PoolProps, PoolStats, PtrExportData,
 };
-pub use runtime::{MemcpyKind, MemoryType, PointerAttributes, Runtime};
-pub use stream::{AsyncScope, FillElement, Stream};
+pub use runtime::{CoreStream, Device, DeviceSlice, MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use vmm::{
     AccessDesc, AddressReservation, AllocationProp, GrowableBuffer, MappedView, Mapping, MemLocation,
     PhysicalAllocation,

@@ -22,8 +22,8 @@
 
 use std::time::Instant;
 
-use hipmem::backend::parallel_memcpy::{Stores, copy_parallel};
-use hipmem::pinned::StagedOptions;
+use hipmem::backend::parallel_memcpy::Stores;
+use hipmem::pinned::{StagedOptions, copy_parallel};
 use hipmem::{DeviceBuffer, PinnedBuffer, PinnedPool, Result, Runtime, Stream};
 
 use super::{Progress, Report, Rng, median_p99, ns};

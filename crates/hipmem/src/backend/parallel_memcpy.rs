@@ -120,8 +120,26 @@ impl Team {
     }
 }
 
-/// The team, started on first use ([`threads`] less the caller).
-fn team() -> &'static Team {
+/// How many threads one copy may use and the smallest part one of them
+/// takes. The caller passes it in (the page-locked layer reads its settings
+/// once); the team is sized by the first copy's `threads`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TeamConfig {
+    /// The most threads, the caller included, that copy one job.
+    pub threads: usize,
+    /// The smallest piece of a copy one thread takes (rounded up to 4 KiB).
+    pub min_part: usize,
+}
+
+impl Default for TeamConfig {
+    /// Every processor, 64 KiB parts.
+    fn default() -> TeamConfig {
+        TeamConfig { threads: usize::MAX, min_part: 64 << 10 }
+    }
+}
+
+/// The team, started on first use (`threads` less the caller).
+fn team(threads: usize) -> &'static Team {
     static TEAM: OnceLock<&'static Team> = OnceLock::new();
     TEAM.get_or_init(|| {
         let team: &'static Team = Box::leak(Box::new(Team {
@@ -131,7 +149,7 @@ fn team() -> &'static Team {
             sleepers: AtomicUsize::new(0),
             workers: AtomicUsize::new(0),
         }));
-        for k in 0..threads().saturating_sub(1) {
+        for k in 0..threads.saturating_sub(1) {
             let spawned =
                 std::thread::Builder::new().name(format!("hipmem-memcpy-{k}")).spawn(move || team.work());
             if spawned.is_ok() {
@@ -142,27 +160,27 @@ fn team() -> &'static Team {
     })
 }
 
-/// The number of threads (the caller included) a copy may use.
-pub fn threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, crate::pinned::StagingConfig::get().threads)
+/// The number of threads (the caller included) a copy may use: the
+/// processors of this machine, at most `limit`.
+pub fn threads(limit: usize) -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, limit.max(1))
 }
 
-/// Copies `src` into `dst` (same length) with up to [`threads`] threads.
+/// Copies `src` into `dst` (same length) with up to `config.threads`
+/// threads (the team's size is fixed by the first call).
 ///
 /// # Panics
 /// If the lengths differ (as `copy_from_slice`).
-pub fn copy_parallel(dst: &mut [u8], src: &[u8], stores: Stores) {
+pub fn copy_parallel(dst: &mut [u8], src: &[u8], stores: Stores, config: TeamConfig) {
     assert_eq!(dst.len(), src.len(), "copy_parallel: lengths differ");
     let len = dst.len();
-    let config = crate::pinned::StagingConfig::get();
-    let team = team();
+    let team = team(threads(config.threads));
     let threads = team.workers.load(Ordering::Relaxed) + 1;
     // About four parts per thread, so that threads that start late or run
     // slow even out, each part long enough to stream.
-    let part = (len / (threads * 4)).clamp(config.min_part, 4 << 20).next_multiple_of(4096);
+    let part = (len / (threads * 4))
+        .clamp(config.min_part.next_multiple_of(4096).min(4 << 20), 4 << 20)
+        .next_multiple_of(4096);
     let parts = len.div_ceil(part);
     if threads == 1 || parts <= 1 {
         // SAFETY: two live slices of the same length; a `&mut` and a `&` cannot overlap.
@@ -263,12 +281,12 @@ mod tests {
 
     #[test]
     fn copies_exactly_at_every_size_with_both_stores() {
-        const MIN_PART: usize = crate::pinned::MEMCPY_MIN_PART;
+        const MIN_PART: usize = 64 << 10;
         for stores in [Stores::Cached, Stores::Streaming] {
             for len in [0usize, 1, 4095, MIN_PART, 3 * MIN_PART + 17, 9 * MIN_PART + 1, 200 * MIN_PART + 5] {
                 let src = pattern(len, 0);
                 let mut dst = vec![0u8; len];
-                copy_parallel(&mut dst, &src, stores);
+                copy_parallel(&mut dst, &src, stores, TeamConfig::default());
                 assert!(dst == src, "{len} bytes, {stores:?}");
             }
         }
@@ -286,7 +304,7 @@ mod tests {
                         let src = pattern(len, t * 31 + round);
                         let mut dst = vec![0u8; len];
                         let stores = if t % 2 == 0 { Stores::Cached } else { Stores::Streaming };
-                        copy_parallel(&mut dst, &src, stores);
+                        copy_parallel(&mut dst, &src, stores, TeamConfig::default());
                         assert!(dst == src, "thread {t}, round {round}");
                     }
                 });

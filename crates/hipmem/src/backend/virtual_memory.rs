@@ -11,10 +11,44 @@
 //! flags, granularity multiples) are the runtime's.
 
 use super::DevicePtr;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// `hipMemAllocationHandleType` bit: a POSIX file descriptor.
 pub const HANDLE_TYPE_POSIX_FD: u32 = 1;
+
+/// `hipMemAccessFlags`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AccessFlags {
+    /// `hipMemAccessFlagsProtNone` (0).
+    None,
+    /// `hipMemAccessFlagsProtRead` (1).
+    Read,
+    /// `hipMemAccessFlagsProtReadWrite` (3).
+    ReadWrite,
+}
+
+impl AccessFlags {
+    /// Parses the numeric flags; anything else is InvalidValue.
+    pub fn from_raw(raw: u32) -> Result<AccessFlags> {
+        match raw {
+            0 => Ok(AccessFlags::None),
+            1 => Ok(AccessFlags::Read),
+            3 => Ok(AccessFlags::ReadWrite),
+            other => {
+                Err(Error::InvalidValue(format!("{other} is not a hipMemAccessFlags value (0, 1 or 3)")))
+            }
+        }
+    }
+
+    /// The numeric value.
+    pub fn raw(&self) -> u32 {
+        match self {
+            AccessFlags::None => 0,
+            AccessFlags::Read => 1,
+            AccessFlags::ReadWrite => 3,
+        }
+    }
+}
 
 /// What a physical allocation is (from its handle).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,18 @@
 //!
 //! The sockets are `SOCK_SEQPACKET`: every message arrives whole, with its
 //! descriptors. All of it is safe Rust (rustix).
+//!
+//! The same transport carries hipmem's own pools between processes
+//! (`pool_share.rs`: the exporter's serving thread and the importer, which
+//! maps the exporter's chunks) and gives the pool API its sharing methods
+//! (`mem_pool.rs`). The `ipc` subsystem sits on the pools and virtual
+//! memory; neither of them knows it.
 #![forbid(unsafe_code)]
+
+mod mem_pool;
+pub(crate) mod pool_share;
+
+pub use mem_pool::ImportedBuffer;
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;

@@ -6,10 +6,10 @@ use bytemuck::Pod;
 
 use super::{Advice, AttachFlags, INVALID_DEVICE_ID, Location, ManagedBlock, RangeAttribute};
 use crate::backend::DevicePtr;
-use crate::buffer::DeviceSlice;
 use crate::error::{Error, Result};
+use crate::runtime::CoreStream;
+use crate::runtime::DeviceSlice;
 use crate::runtime::Runtime;
-use crate::stream::Stream;
 
 /// Managed (unified) memory for `len` elements of a plain-data type `T`
 /// (`hipMallocManaged`), freed when dropped.
@@ -155,7 +155,7 @@ impl<T: Pod> ManagedBuffer<T> {
 
     /// Queues a prefetch of the whole buffer to `location` on `stream`
     /// (`hipMemPrefetchAsync`).
-    pub fn prefetch(&self, location: Location, stream: &Stream) -> Result<()> {
+    pub fn prefetch(&self, location: Location, stream: &CoreStream) -> Result<()> {
         self.rt.mem_prefetch_async(self.ptr(), self.size_bytes(), location.raw(), stream.raw())
     }
 
@@ -199,7 +199,7 @@ impl<T: Pod> ManagedBuffer<T> {
 
     /// Attaches the buffer to `stream` with `flags`, in stream order
     /// (`hipStreamAttachMemAsync` over the whole allocation).
-    pub fn attach(&self, stream: &Stream, flags: AttachFlags) -> Result<()> {
+    pub fn attach(&self, stream: &CoreStream, flags: AttachFlags) -> Result<()> {
         self.rt.stream_attach_mem_async(stream.raw(), self.ptr(), 0, flags.bits())
     }
 }
@@ -226,7 +226,7 @@ impl<T: Pod> Drop for ManagedBuffer<T> {
     }
 }
 
-impl crate::Device {
+impl crate::runtime::Device {
     /// Managed memory for `len` elements for this device, attached Global
     /// (`hipMallocManaged`), zeroed.
     pub fn alloc_managed<T: Pod>(&self, len: usize) -> Result<ManagedBuffer<T>> {

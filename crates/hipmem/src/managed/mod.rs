@@ -17,7 +17,7 @@
 mod buffer;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use crate::backend::managed_memory::{
     Advice, AttachFlags, CPU_DEVICE_ID, INVALID_DEVICE_ID, Location, ManagedBlock, ManagedStatistics,
@@ -28,13 +28,20 @@ pub use buffer::ManagedBuffer;
 use crate::backend::managed_memory::ManagedMemory;
 use crate::backend::{DevicePtr, RawStream};
 use crate::error::{Error, Result};
-use crate::runtime::{Allocation, MemoryKind, Runtime};
+use crate::runtime::{Allocation, ExtensionKey, MemoryKind, Runtime};
 
 /// The runtime's managed state: raw allocations (made through
 /// `hipMallocManaged`, owned here until `hipFree`).
 #[derive(Default)]
-pub(crate) struct ManagedState {
+struct ManagedState {
     raw: Mutex<HashMap<u64, ManagedBlock>>,
+}
+
+/// The managed-memory subsystem's state in a runtime.
+static MANAGED: ExtensionKey<ManagedState> = ExtensionKey::new("managed memory");
+
+fn state(rt: &Runtime) -> &ManagedState {
+    rt.extension(&MANAGED, |_| Arc::new(ManagedState::default()))
 }
 
 impl Runtime {
@@ -53,7 +60,7 @@ impl Runtime {
     ) -> Result<ManagedBlock> {
         self.check_device(device)?;
         let block = ManagedBlock::allocate(self.backend(), device, size, attach)?;
-        self.inner.allocations.insert(Allocation {
+        self.allocations().insert(Allocation {
             base: block.ptr(),
             size,
             kind: MemoryKind::Managed { flags: attach.bits() },
@@ -65,7 +72,7 @@ impl Runtime {
     /// Removes a block from the registry, waits for every device (HIP's
     /// `hipFree` rule) and frees it.
     pub(crate) fn release_managed(&self, block: ManagedBlock) -> Result<()> {
-        self.inner.allocations.remove_if(block.ptr(), |a| a.kind.is_managed());
+        self.allocations().remove_if(block.ptr(), |a| a.kind.is_managed());
         for d in 0..self.device_count() {
             self.device_synchronize(d)?;
         }
@@ -91,7 +98,7 @@ impl Runtime {
         }
         let block = self.allocate_managed(device, size, attach)?;
         let ptr = block.ptr();
-        self.inner.managed.raw.lock().unwrap_or_else(|p| p.into_inner()).insert(ptr.0, block);
+        state(self).raw.lock().unwrap_or_else(|p| p.into_inner()).insert(ptr.0, block);
         Ok(ptr)
     }
 
@@ -110,7 +117,7 @@ impl Runtime {
 
     /// `hipFree` of managed memory (called by [`Runtime::free`]).
     pub(crate) fn free_managed(&self, ptr: DevicePtr) -> Result<()> {
-        let block = self.inner.managed.raw.lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr.0);
+        let block = state(self).raw.lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr.0);
         match block {
             Some(block) => self.release_managed(block),
             None => Err(Error::InvalidValue(format!(
@@ -133,10 +140,10 @@ impl Runtime {
             .0
             .checked_add(count)
             .ok_or_else(|| Error::InvalidValue(format!("{what}: {ptr} + {count} bytes overflows")))?;
-        let a =
-            self.inner.allocations.find(ptr.0).ok_or_else(|| {
-                Error::InvalidValue(format!("{what}: {ptr} is not a live hipmem allocation"))
-            })?;
+        let a = self
+            .allocations()
+            .find(ptr.0)
+            .ok_or_else(|| Error::InvalidValue(format!("{what}: {ptr} is not a live hipmem allocation")))?;
         if !a.kind.is_managed() {
             return Err(Error::InvalidValue(format!(
                 "{what}: {ptr} is {:?} memory, not managed memory",
@@ -342,8 +349,7 @@ impl Runtime {
             )));
         }
         let a = self
-            .inner
-            .allocations
+            .allocations()
             .find(ptr.0)
             .filter(|a| a.kind.is_managed())
             .ok_or_else(|| Error::InvalidValue(format!("{what}: {ptr} is not managed memory")))?;

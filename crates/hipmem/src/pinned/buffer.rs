@@ -10,10 +10,10 @@ use super::HostMallocFlags;
 use super::pool::PoolShared;
 use crate::backend::DevicePtr;
 use crate::backend::host_memory::{PageLockedBlock, RegisterSpan};
-use crate::buffer::DeviceSlice;
 use crate::error::{Error, Result};
+use crate::runtime::CoreStream;
+use crate::runtime::DeviceSlice;
 use crate::runtime::Runtime;
-use crate::stream::Stream;
 
 /// Work queued on a stream that used a piece of page-locked memory: the
 /// stream and the point in its order right after that work. Queuing the work
@@ -23,7 +23,7 @@ use crate::stream::Stream;
 /// work and therefore safe.
 #[derive(Clone)]
 pub(crate) struct Use {
-    stream: Stream,
+    stream: CoreStream,
     tag: u64,
 }
 
@@ -37,8 +37,8 @@ impl Use {
         if self.known_complete() {
             return true;
         }
-        let rt = &self.stream.inner.rt.inner;
-        rt.recycle_events(self.stream.device(), self.stream.clock().refresh(rt.backend.as_ref()));
+        let rt = self.stream.runtime();
+        rt.refresh_clock(self.stream.device(), self.stream.clock());
         self.known_complete() || self.stream.query().unwrap_or(false)
     }
 
@@ -47,22 +47,22 @@ impl Use {
         if self.is_complete() {
             return Ok(());
         }
-        let rt = &self.stream.inner.rt.inner;
+        let rt = self.stream.runtime();
         let (tag, event) = rt.record_marker(self.stream.clock(), self.stream.raw())?;
-        rt.backend.event_synchronize(event)?;
+        rt.backend().event_synchronize(event)?;
         self.stream.clock().mark_completed(tag);
-        rt.recycle_events(self.stream.device(), self.stream.clock().retire_completed_markers());
+        rt.retire_completed_markers(self.stream.device(), self.stream.clock());
         Ok(())
     }
 
     /// Makes later work on `other` wait for this work.
-    fn order_before(&self, other: &Stream) -> Result<()> {
+    fn order_before(&self, other: &CoreStream) -> Result<()> {
         if other.raw() == self.stream.raw() || self.known_complete() {
             return Ok(());
         }
-        let rt = &self.stream.inner.rt.inner;
+        let rt = self.stream.runtime();
         let (tag, event) = rt.record_marker(self.stream.clock(), self.stream.raw())?;
-        rt.backend.stream_wait_event(other.raw(), event)?;
+        rt.backend().stream_wait_event(other.raw(), event)?;
         other.clock().learn(&crate::runtime::ordering::OrderPoint {
             clock: std::sync::Arc::clone(self.stream.clock()),
             tag,
@@ -89,7 +89,7 @@ impl InFlight {
     }
 
     /// Records that work was just queued on `stream`.
-    pub(crate) fn record(&self, stream: &Stream) -> Result<()> {
+    pub(crate) fn record(&self, stream: &CoreStream) -> Result<()> {
         let tag = stream.clock().advance();
         let mut uses = self.lock();
         uses.retain(|u| !u.known_complete());
@@ -121,7 +121,7 @@ impl InFlight {
     }
 
     /// Makes `stream` wait for the work of other streams.
-    fn order_before(&self, stream: &Stream) -> Result<()> {
+    fn order_before(&self, stream: &CoreStream) -> Result<()> {
         for u in self.pending(|u| u.stream.raw() == stream.raw() || u.known_complete()).unwrap_or_default() {
             u.order_before(stream)?;
         }
@@ -326,7 +326,7 @@ impl<T: Pod> PinnedBuffer<T> {
     /// The buffer as device memory (mapped buffers only) for kernels queued
     /// on `stream`: when the returned view is dropped, the buffer records
     /// that work, so host access waits for it.
-    pub fn mapped<'a>(&'a mut self, stream: &'a Stream) -> Result<MappedSlice<'a, T>> {
+    pub fn mapped<'a>(&'a mut self, stream: &'a CoreStream) -> Result<MappedSlice<'a, T>> {
         let ptr = self.device_ptr().ok_or_else(|| {
             Error::InvalidValue(
                 "the pinned buffer is not mapped (allocate it with hipHostMallocMapped)".into(),
@@ -373,7 +373,7 @@ impl<T: Pod> Drop for PinnedBuffer<T> {
 /// A mapped [`PinnedBuffer`] seen as device memory by kernels on one stream.
 pub struct MappedSlice<'a, T: Pod> {
     buffer: &'a mut PinnedBuffer<T>,
-    stream: &'a Stream,
+    stream: &'a CoreStream,
     ptr: DevicePtr,
 }
 
@@ -515,7 +515,7 @@ fn check_lengths(src: usize, dst: usize) -> Result<()> {
     Ok(())
 }
 
-impl Stream {
+impl CoreStream {
     /// Queues a copy of page-locked `src` into device memory `dst` (same
     /// length) and returns at once: a real asynchronous copy (DMA), which may
     /// still be queued behind earlier work when this returns. `src` records

@@ -5,7 +5,7 @@
 //! - [`PinnedBuffer<T>`]: page-locked memory with HIP's flags, viewed as
 //!   `&[T]` / `&mut [T]` only once the copies that use it have completed
 //!   (each copy records an event on the buffer); truly asynchronous copies
-//!   ([`crate::Stream::copy_to_device_from_pinned`] and back) return while
+//!   ([`CoreStream::copy_to_device_from_pinned`](crate::CoreStream::copy_to_device_from_pinned) and back) return while
 //!   queued.
 //! - [`HostRegistration<T>`]: existing host memory (a `Vec<T>`), registered
 //!   while the guard lives.
@@ -27,19 +27,20 @@ mod pool;
 mod staged;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use buffer::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer};
 pub use pool::{PinnedPool, PinnedPoolStats};
 pub use staged::{
     MEMCPY_MIN_PART, STAGED_MIN_BYTES_FROM_DEVICE, STAGED_MIN_BYTES_TO_DEVICE, STAGING_CHUNK,
     STAGING_FIRST_CHUNK, STAGING_MIN_CHUNK, STAGING_RING, STAGING_THREADS, StagedOptions, StagingConfig,
+    copy_parallel,
 };
 
 use crate::backend::host_memory::{PageLockedBlock, PageLockedFlags, RegisterFlags, RegisterSpan};
 use crate::backend::{DevicePtr, RawStream};
 use crate::error::{Error, Result};
-use crate::runtime::{Allocation, MemoryKind, Runtime};
+use crate::runtime::{Allocation, ExtensionKey, MemoryKind, Runtime};
 
 /// `hipHostMalloc` flag bits.
 pub mod host_malloc_flags {
@@ -132,9 +133,16 @@ fn register_flags(bits: u32) -> Result<RegisterFlags> {
 /// The runtime's page-locked state: raw allocations (made through
 /// `hipHostMalloc`, owned here until `hipHostFree`) and the staging pool.
 #[derive(Default)]
-pub(crate) struct PinnedState {
+struct PinnedState {
     raw: Mutex<HashMap<u64, PageLockedBlock>>,
     staging: OnceLock<PinnedPool>,
+}
+
+/// The page-locked subsystem's state in a runtime.
+static PINNED: ExtensionKey<PinnedState> = ExtensionKey::new("page-locked memory");
+
+fn state(rt: &Runtime) -> &PinnedState {
+    rt.extension(&PINNED, |_| Arc::new(PinnedState::default()))
 }
 
 impl Runtime {
@@ -147,7 +155,7 @@ impl Runtime {
     /// Allocates a page-locked block and records it in the registry.
     pub(crate) fn allocate_page_locked(&self, size: u64, flags: HostMallocFlags) -> Result<PageLockedBlock> {
         let block = PageLockedBlock::allocate(self.backend(), size, flags.to_backend())?;
-        self.inner.allocations.insert(Allocation {
+        self.allocations().insert(Allocation {
             base: DevicePtr(block.host()),
             size,
             kind: MemoryKind::PinnedHost { flags: flags.bits() },
@@ -158,7 +166,7 @@ impl Runtime {
 
     /// Removes a block from the registry and frees it.
     pub(crate) fn release_page_locked(&self, block: PageLockedBlock) -> Result<()> {
-        self.inner.allocations.remove_if(DevicePtr(block.host()), |a| a.kind.is_page_locked());
+        self.allocations().remove_if(DevicePtr(block.host()), |a| a.kind.is_page_locked());
         block.release()
     }
 
@@ -172,7 +180,7 @@ impl Runtime {
         }
         let block = self.allocate_page_locked(size, flags)?;
         let host = block.host();
-        self.inner.pinned.raw.lock().unwrap_or_else(|p| p.into_inner()).insert(host, block);
+        state(self).raw.lock().unwrap_or_else(|p| p.into_inner()).insert(host, block);
         Ok(host)
     }
 
@@ -191,10 +199,10 @@ impl Runtime {
         if ptr == 0 {
             return Ok(());
         }
-        let block = self.inner.pinned.raw.lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
+        let block = state(self).raw.lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
         match block {
             Some(block) => self.release_page_locked(block),
-            None => Err(match self.inner.allocations.find(ptr) {
+            None => Err(match self.allocations().find(ptr) {
                 Some(a) if a.base.0 != ptr => Error::InvalidValue(format!(
                     "hipHostFree: {ptr:#x} points {} bytes into the allocation at {}, not to its start",
                     ptr - a.base.0,
@@ -232,7 +240,7 @@ impl Runtime {
             .checked_add(span.len())
             .ok_or_else(|| Error::InvalidValue("hipHostRegister: the range overflows".into()))?;
         let pl = self.page_locked_backend()?;
-        if let Some(a) = self.inner.allocations.overlapping(span.addr(), end) {
+        if let Some(a) = self.allocations().overlapping(span.addr(), end) {
             return Err(Error::InvalidValue(format!(
                 "hipHostRegister: {} bytes at {:#x} overlap {:?} memory at {} (already registered?)",
                 span.len(),
@@ -242,7 +250,7 @@ impl Runtime {
             )));
         }
         pl.register(span, parsed)?;
-        self.inner.allocations.insert(Allocation {
+        self.allocations().insert(Allocation {
             base: DevicePtr(span.addr()),
             size: span.len(),
             kind: MemoryKind::RegisteredHost { flags },
@@ -259,15 +267,14 @@ impl Runtime {
         }
         let pl = self.page_locked_backend()?;
         let a = self
-            .inner
-            .allocations
+            .allocations()
             .remove_if(DevicePtr(ptr), |a| matches!(a.kind, MemoryKind::RegisteredHost { .. }))
             .ok_or_else(|| {
                 Error::InvalidValue(format!(
                     "hipHostUnregister: {ptr:#x} is not the start of a registered range"
                 ))
             })?;
-        pl.unregister(ptr).inspect_err(|_| self.inner.allocations.insert(a))
+        pl.unregister(ptr).inspect_err(|_| self.allocations().insert(a))
     }
 
     /// `hipHostGetDevicePointer`: the device address of mapped page-locked
@@ -281,7 +288,7 @@ impl Runtime {
         if host == 0 {
             return Err(Error::InvalidValue("hipHostGetDevicePointer of a null pointer".into()));
         }
-        let a = self.inner.allocations.find(host).filter(|a| a.kind.is_page_locked()).ok_or_else(|| {
+        let a = self.allocations().find(host).filter(|a| a.kind.is_page_locked()).ok_or_else(|| {
             Error::InvalidValue(format!("hipHostGetDevicePointer: {host:#x} is not page-locked memory"))
         })?;
         if !a.kind.is_mapped_host() {
@@ -305,20 +312,11 @@ impl Runtime {
         Ok(())
     }
 
-    /// The device pointer of mapped page-locked memory at `ptr`, if any.
-    pub(crate) fn page_locked_device_pointer(&self, ptr: u64) -> Option<DevicePtr> {
-        let a = self.inner.allocations.find(ptr)?;
-        if !a.kind.is_mapped_host() {
-            return None;
-        }
-        self.backend().page_locked_memory()?.device_pointer(ptr).ok()
-    }
-
     /// The registry entry of page-locked memory that holds `[ptr, ptr + len)`,
     /// if it is page-locked (allocated or registered); copies from and to it
     /// can go straight to the device (no staging).
     pub fn page_locked_range(&self, ptr: u64, len: u64) -> Option<Allocation> {
-        let a = self.inner.allocations.find(ptr)?;
+        let a = self.allocations().find(ptr)?;
         (a.kind.is_page_locked() && ptr.checked_add(len).is_some_and(|end| end <= a.end())).then_some(a)
     }
 
@@ -395,7 +393,7 @@ impl Runtime {
 
     /// The runtime's pool of staging buffers (created on first use).
     pub fn staging_pool(&self) -> &PinnedPool {
-        self.inner.pinned.staging.get_or_init(|| {
+        state(self).staging.get_or_init(|| {
             let pool = PinnedPool::new(self, host_malloc_flags::DEFAULT).expect("default flags are valid");
             pool.set_limit(pool::DEFAULT_STAGING_LIMIT);
             pool

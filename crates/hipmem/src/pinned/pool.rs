@@ -14,7 +14,7 @@
 //!   demand.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use bytemuck::Pod;
 
@@ -23,7 +23,7 @@ use super::buffer::PinnedBuffer;
 use super::buffer::Use;
 use crate::backend::host_memory::PageLockedBlock;
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, RuntimeInner};
+use crate::runtime::{Runtime, WeakRuntime};
 
 /// The default cap of cached bytes of the runtime's staging pool.
 pub(crate) const DEFAULT_STAGING_LIMIT: u64 = 512 << 20;
@@ -99,7 +99,7 @@ impl State {
 }
 
 pub(crate) struct PoolShared {
-    rt: Weak<RuntimeInner>,
+    rt: WeakRuntime,
     flags: HostMallocFlags,
     state: Mutex<State>,
 }
@@ -111,7 +111,7 @@ impl PoolShared {
 
     fn release(&self, block: PageLockedBlock) {
         let result = match self.rt.upgrade() {
-            Some(inner) => Runtime { inner }.release_page_locked(block),
+            Some(rt) => rt.release_page_locked(block),
             None => block.release(),
         };
         if let Err(e) = result {
@@ -187,7 +187,7 @@ impl PinnedPool {
         let flags = HostMallocFlags::from_bits(flags)?;
         Ok(PinnedPool {
             shared: Arc::new(PoolShared {
-                rt: Arc::downgrade(&rt.inner),
+                rt: rt.downgrade(),
                 flags,
                 state: Mutex::new(State {
                     free: BTreeMap::new(),
@@ -200,11 +200,7 @@ impl PinnedPool {
     }
 
     fn runtime(&self) -> Result<Runtime> {
-        self.shared
-            .rt
-            .upgrade()
-            .map(|inner| Runtime { inner })
-            .ok_or_else(|| Error::ContextIsDestroyed("the pinned pool's runtime is gone".into()))
+        self.shared.rt.get("the pinned pool")
     }
 
     /// A buffer of `len` elements: a cached block when one fits and no copy

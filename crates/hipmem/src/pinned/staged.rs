@@ -16,11 +16,11 @@
 //! the driver's own pageable copy is used, so hipmem is never slower than it.
 
 use super::PinnedBuffer;
-use crate::backend::parallel_memcpy::{Stores, copy_parallel};
+use crate::backend::parallel_memcpy::{self, Stores, TeamConfig};
 use crate::backend::{BackendKind, DevicePtr, RawEvent};
 use crate::error::Result;
+use crate::runtime::CoreStream;
 use crate::runtime::Runtime;
-use crate::stream::Stream;
 
 /// Host-to-device copies of at least this many bytes are staged (on
 /// backends with DMA); `HIPMEM_STAGED_MIN` overrides it (both directions).
@@ -128,6 +128,11 @@ impl StagingConfig {
         }
     }
 
+    /// The copy team's share of these settings.
+    pub fn team(&self) -> TeamConfig {
+        TeamConfig { threads: self.threads, min_part: self.min_part }
+    }
+
     /// Read once per process.
     pub fn get() -> StagingConfig {
         static CONFIG: std::sync::OnceLock<StagingConfig> = std::sync::OnceLock::new();
@@ -160,6 +165,15 @@ impl StagingConfig {
             }
         })
     }
+}
+
+/// A host memcpy shared by the staging copy team
+/// (`backend::parallel_memcpy`), sized by the staging settings.
+///
+/// # Panics
+/// If the lengths differ (as `copy_from_slice`).
+pub fn copy_parallel(dst: &mut [u8], src: &[u8], stores: Stores) {
+    parallel_memcpy::copy_parallel(dst, src, stores, StagingConfig::get().team())
 }
 
 /// The size of the largest cache of cpu0 (`/sys/devices/system/cpu/cpu0/cache`).
@@ -300,7 +314,7 @@ impl Runtime {
             return Ok(());
         }
         let a = self.check_device_range(dst, src.len() as u64, "copy destination")?;
-        let stream = self.device(a.device)?.null_stream();
+        let stream = self.null_stream(a.device)?;
         let plan = Plan::new(src.len(), options);
         let mut ring = self.staging_ring(&plan)?;
         run_pipeline(self, &stream, &plan, &mut ring, dst, HostSide::ToDevice(src))
@@ -318,7 +332,7 @@ impl Runtime {
             return Ok(());
         }
         let a = self.check_device_range(src, dst.len() as u64, "copy source")?;
-        let stream = self.device(a.device)?.null_stream();
+        let stream = self.null_stream(a.device)?;
         let plan = Plan::new(dst.len(), options);
         let mut ring = self.staging_ring(&plan)?;
         run_pipeline(self, &stream, &plan, &mut ring, src, HostSide::FromDevice(dst))
@@ -332,7 +346,7 @@ impl Runtime {
 
 fn run_pipeline(
     rt: &Runtime,
-    stream: &Stream,
+    stream: &CoreStream,
     plan: &Plan,
     ring: &mut [PinnedBuffer<u8>],
     device: DevicePtr,
@@ -340,7 +354,7 @@ fn run_pipeline(
 ) -> Result<()> {
     // One event per ring slot, from the runtime's pool of events.
     let events: Vec<RawEvent> =
-        (0..plan.ring).map(|_| rt.inner.pooled_event(stream.device())).collect::<Result<_>>()?;
+        (0..plan.ring).map(|_| rt.pooled_event(stream.device())).collect::<Result<_>>()?;
     let result = pipeline(rt, stream, plan, ring, device, host, &events);
     // Whatever happened, no DMA may still use a staging buffer when the ring
     // goes back to the pool.
@@ -350,7 +364,7 @@ fn run_pipeline(
             waited = Err(e);
         }
     }
-    rt.inner.recycle_events(stream.device(), events);
+    rt.recycle_events(stream.device(), events);
     result.and(waited)
 }
 
@@ -359,7 +373,7 @@ fn run_pipeline(
 /// takes the typed copies' path (only the backend's own checks).
 fn pipeline(
     rt: &Runtime,
-    stream: &Stream,
+    stream: &CoreStream,
     plan: &Plan,
     ring: &mut [PinnedBuffer<u8>],
     device: DevicePtr,

@@ -8,12 +8,11 @@
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
 
 use super::{AccessFlags, PoolAttribute, PoolProps, PoolStats};
 use crate::backend::{DevicePtr, RawPool, RawStream};
 use crate::error::{Error, Result};
-use crate::runtime::{Allocation, MemoryKind, RuntimeInner};
+use crate::runtime::{Allocation, MemoryKind, Runtime, WeakRuntime};
 
 /// A driver pool.
 pub(crate) struct DriverPool {
@@ -22,7 +21,7 @@ pub(crate) struct DriverPool {
     pub(crate) props: PoolProps,
     /// Whether hipmem created it (and may destroy it).
     pub(crate) owned: bool,
-    rt: Weak<RuntimeInner>,
+    rt: WeakRuntime,
     destroyed: AtomicBool,
     /// Imported from another process (`cuMemPoolImportFromShareableHandle`): cannot allocate.
     imported: AtomicBool,
@@ -35,19 +34,13 @@ impl std::fmt::Debug for DriverPool {
 }
 
 impl DriverPool {
-    pub(crate) fn new(
-        rt: &Arc<RuntimeInner>,
-        id: u64,
-        raw: RawPool,
-        props: PoolProps,
-        owned: bool,
-    ) -> DriverPool {
+    pub(crate) fn new(rt: &Runtime, id: u64, raw: RawPool, props: PoolProps, owned: bool) -> DriverPool {
         DriverPool {
             id,
             raw,
             props,
             owned,
-            rt: Arc::downgrade(rt),
+            rt: rt.downgrade(),
             destroyed: AtomicBool::new(false),
             imported: AtomicBool::new(false),
         }
@@ -65,7 +58,7 @@ impl DriverPool {
     /// so that frees and copies know it.
     pub(crate) fn register_import(&self, ptr: DevicePtr, size: u64) -> Result<()> {
         let rt = self.runtime()?;
-        rt.allocations.insert(Allocation {
+        rt.allocations().insert(Allocation {
             base: ptr,
             size,
             kind: MemoryKind::DriverPool(self.id),
@@ -74,8 +67,8 @@ impl DriverPool {
         Ok(())
     }
 
-    fn runtime(&self) -> Result<Arc<RuntimeInner>> {
-        self.rt.upgrade().ok_or_else(|| Error::ContextIsDestroyed("the runtime of this pool is gone".into()))
+    pub(crate) fn runtime(&self) -> Result<Runtime> {
+        self.rt.get("this pool")
     }
 
     pub(crate) fn is_destroyed(&self) -> bool {
@@ -91,8 +84,8 @@ impl DriverPool {
             return Err(Error::InvalidValue("an imported memory pool cannot allocate".into()));
         }
         let rt = self.runtime()?;
-        let ptr = rt.backend.driver_pool_alloc_async(self.raw, size, stream)?;
-        rt.allocations.insert(Allocation {
+        let ptr = rt.backend().driver_pool_alloc_async(self.raw, size, stream)?;
+        rt.allocations().insert(Allocation {
             base: ptr,
             size,
             kind: MemoryKind::DriverPool(self.id),
@@ -104,14 +97,14 @@ impl DriverPool {
     /// `cuMemFreeAsync` of a live allocation of this pool.
     pub(crate) fn free(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
         let rt = self.runtime()?;
-        let a = rt.allocations.remove_if(ptr, |a| a.kind == MemoryKind::DriverPool(self.id)).ok_or_else(
+        let a = rt.allocations().remove_if(ptr, |a| a.kind == MemoryKind::DriverPool(self.id)).ok_or_else(
             || Error::InvalidValue(format!("{ptr} is not a live allocation of driver pool {:#x}", self.id)),
         )?;
-        rt.backend.driver_free_async(ptr, stream).inspect_err(|_| rt.allocations.insert(a))
+        rt.backend().driver_free_async(ptr, stream).inspect_err(|_| rt.allocations().insert(a))
     }
 
     pub(crate) fn get_attribute(&self, attr: PoolAttribute) -> Result<u64> {
-        self.runtime()?.backend.driver_pool_get_attribute(self.raw, attr.raw())
+        self.runtime()?.backend().driver_pool_get_attribute(self.raw, attr.raw())
     }
 
     pub(crate) fn set_attribute(&self, attr: PoolAttribute, value: u64) -> Result<()> {
@@ -126,7 +119,7 @@ impl DriverPool {
             }
             _ => {}
         }
-        self.runtime()?.backend.driver_pool_set_attribute(self.raw, attr.raw(), value)
+        self.runtime()?.backend().driver_pool_set_attribute(self.raw, attr.raw(), value)
     }
 
     pub(crate) fn stats(&self) -> Result<PoolStats> {
@@ -139,15 +132,15 @@ impl DriverPool {
     }
 
     pub(crate) fn trim_to(&self, keep: u64) -> Result<()> {
-        self.runtime()?.backend.driver_pool_trim_to(self.raw, keep)
+        self.runtime()?.backend().driver_pool_trim_to(self.raw, keep)
     }
 
     pub(crate) fn set_access(&self, device: usize, flags: AccessFlags) -> Result<()> {
-        self.runtime()?.backend.driver_pool_set_access(self.raw, device, flags.raw())
+        self.runtime()?.backend().driver_pool_set_access(self.raw, device, flags.raw())
     }
 
     pub(crate) fn access(&self, device: usize) -> Result<AccessFlags> {
-        AccessFlags::from_raw(self.runtime()?.backend.driver_pool_get_access(self.raw, device)?)
+        AccessFlags::from_raw(self.runtime()?.backend().driver_pool_get_access(self.raw, device)?)
     }
 
     /// `cuMemPoolDestroy`: the driver releases the memory once the live
@@ -157,7 +150,7 @@ impl DriverPool {
             return Err(Error::InvalidValue(format!("memory pool {:#x} was already destroyed", self.id)));
         }
         if self.owned {
-            self.runtime()?.backend.driver_pool_destroy(self.raw)?;
+            self.runtime()?.backend().driver_pool_destroy(self.raw)?;
         }
         Ok(())
     }

@@ -1,128 +1,50 @@
-//! The runtime layer: a backend plus hipmem's registries and HIP's checks.
+//! The runtime core: a backend plus what every layer above shares.
 //!
-//! [`Runtime`] owns the backend, the device registry (properties read once),
-//! the registry of every live allocation and the log of errors raised in
-//! `Drop`. Its methods are HIP's functions with HIP's argument rules (size 0,
-//! null pointers, ranges past an allocation's end, unknown copy kinds), on
-//! typed arguments: device memory as [`DevicePtr`], host memory as slices or
-//! [`HostSpan`]s. The safe API and the C ABI are built on it.
+//! [`Runtime`] owns the backend, the device registry (properties read
+//! once), the registry of every live allocation (`registry.rs`), the
+//! streams' ordering clocks (`ordering.rs`) and the table of owned streams
+//! (`stream.rs`), the pool of marker events (`events.rs`) and the log of
+//! errors raised in `Drop`. Its methods here are HIP's core functions with
+//! HIP's argument rules (explicit memory, copies, memsets, synchronization,
+//! pointer attributes: `memory.rs`), on typed arguments: device memory as
+//! [`DevicePtr`](crate::DevicePtr), host memory as slices or
+//! [`HostSpan`](crate::HostSpan)s.
+//!
+//! The core knows nothing of pools, virtual memory, page-locked or managed
+//! memory or IPC. Those subsystems sit above it: each keeps its state in the
+//! runtime under an [`ExtensionKey`] of its own and hears of core events
+//! (synchronizations, a stream retiring, a range check in memory it owns)
+//! through the [`CoreHooks`] it registers (`hooks.rs`). They add their HIP
+//! functions to `Runtime` in their own modules, so the one handle carries
+//! every function while each lives in its layer.
 #![forbid(unsafe_code)]
 
+mod device;
+mod events;
+mod hooks;
+mod memory;
 pub mod ordering;
 pub mod registry;
+mod slice;
+mod stream;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
+
+pub use device::Device;
+pub use hooks::{CoreHooks, ExtensionKey};
+pub use memory::{MemcpyKind, MemoryType, PointerAttributes, ResolvedCopy};
+pub use registry::{Allocation, AllocationRegistry, MemoryKind};
+pub use slice::DeviceSlice;
+pub use stream::CoreStream;
 
 use crate::backend::host::HostConfig;
-use crate::backend::{
-    self, Backend, BackendChoice, BackendKind, CopyDirection, DeviceProperties, DevicePtr, EventFlags,
-    FillValue, HostSpan, MemInfo, RawEvent, RawStream,
-};
+use crate::backend::{self, Backend, BackendChoice, BackendKind, DeviceProperties};
 use crate::error::{DropErrors, Error, Result};
-use crate::pool::PoolTable;
+use events::EventPool;
+use hooks::{Extensions, Hooks};
 use ordering::StreamClock;
-pub use registry::{Allocation, AllocationRegistry, MemoryKind};
-
-/// `hipMemcpyKind`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum MemcpyKind {
-    /// `hipMemcpyHostToHost` (0).
-    HostToHost,
-    /// `hipMemcpyHostToDevice` (1).
-    HostToDevice,
-    /// `hipMemcpyDeviceToHost` (2).
-    DeviceToHost,
-    /// `hipMemcpyDeviceToDevice` (3).
-    DeviceToDevice,
-    /// `hipMemcpyDefault` (4): inferred from the pointers.
-    Default,
-}
-
-impl MemcpyKind {
-    /// Parses the numeric kind; anything else is InvalidMemcpyDirection.
-    pub fn from_raw(kind: i32) -> Result<MemcpyKind> {
-        Ok(match kind {
-            0 => MemcpyKind::HostToHost,
-            1 => MemcpyKind::HostToDevice,
-            2 => MemcpyKind::DeviceToHost,
-            3 => MemcpyKind::DeviceToDevice,
-            4 => MemcpyKind::Default,
-            other => {
-                return Err(Error::InvalidMemcpyDirection(format!(
-                    "{other} is not a hipMemcpyKind (0 to 4)"
-                )));
-            }
-        })
-    }
-
-    /// The numeric value.
-    pub fn raw(&self) -> i32 {
-        match self {
-            MemcpyKind::HostToHost => 0,
-            MemcpyKind::HostToDevice => 1,
-            MemcpyKind::DeviceToHost => 2,
-            MemcpyKind::DeviceToDevice => 3,
-            MemcpyKind::Default => 4,
-        }
-    }
-}
-
-/// Where a copy's two sides live, as classified by the registry.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum ResolvedCopy {
-    /// Zero bytes: nothing to do (checked before anything else).
-    Nothing,
-    /// Both sides are host memory hipmem does not manage: a plain memcpy.
-    HostToHost,
-    /// A backend copy in this direction.
-    Backend(CopyDirection),
-}
-
-/// `hipMemoryType` as `hipPointerGetAttributes` reports it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum MemoryType {
-    /// `hipMemoryTypeUnregistered` (0): memory hipmem knows nothing about.
-    Unregistered,
-    /// `hipMemoryTypeHost` (1): page-locked host memory.
-    Host,
-    /// `hipMemoryTypeDevice` (2): device memory.
-    Device,
-    /// `hipMemoryTypeManaged` (3): managed memory.
-    Managed,
-}
-
-impl MemoryType {
-    /// The numeric `hipMemoryType` value.
-    pub fn raw(&self) -> i32 {
-        match self {
-            MemoryType::Unregistered => 0,
-            MemoryType::Host => 1,
-            MemoryType::Device => 2,
-            MemoryType::Managed => 3,
-        }
-    }
-}
-
-/// What `hipPointerGetAttributes` says of a pointer.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct PointerAttributes {
-    /// Kind of memory.
-    pub memory_type: MemoryType,
-    /// Device ordinal (-2, `hipInvalidDeviceId`, for unregistered memory).
-    pub device: i32,
-    /// The device-side address (null for unregistered memory).
-    pub device_pointer: DevicePtr,
-    /// The host-side address, where the host can address the memory.
-    pub host_pointer: Option<u64>,
-    /// Whether it is managed memory.
-    pub is_managed: bool,
-    /// Flags the memory was allocated with.
-    pub allocation_flags: u32,
-    /// The allocation that contains the pointer, if hipmem made it.
-    pub allocation: Option<Allocation>,
-}
+use stream::StreamTable;
 
 /// The state shared by every handle of one runtime.
 pub(crate) struct RuntimeInner {
@@ -130,99 +52,42 @@ pub(crate) struct RuntimeInner {
     pub(crate) devices: Vec<DeviceProperties>,
     pub(crate) allocations: AllocationRegistry,
     pub(crate) drop_errors: DropErrors,
-    pub(crate) streams: Mutex<HashMap<u64, Weak<crate::stream::StreamInner>>>,
-    pub(crate) pools: PoolTable,
+    /// Owned streams by backend handle.
+    pub(crate) streams: StreamTable,
     /// The clock of each device's legacy null stream.
     pub(crate) null_clocks: Vec<Arc<StreamClock>>,
     /// Events hipmem records for itself (markers), per device, for reuse.
-    pub(crate) event_pool: Vec<Mutex<Vec<RawEvent>>>,
-    /// Page-locked memory: raw allocations, the staging pool.
-    pub(crate) pinned: crate::pinned::PinnedState,
-    /// Handles, reservations and mappings of virtual memory management.
-    pub(crate) vmm: crate::vmm::VmmTable,
-    /// Managed memory: raw allocations (`hipMallocManaged`).
-    pub(crate) managed: crate::managed::ManagedState,
-}
-
-impl RuntimeInner {
-    /// Records a marker event (from the event pool) at the current end of a
-    /// stream; returns the point's tag and the event.
-    pub(crate) fn record_marker(&self, clock: &Arc<StreamClock>, raw: RawStream) -> Result<(u64, RawEvent)> {
-        let event = self.pooled_event(raw.device)?;
-        let tag = clock.advance();
-        if let Err(e) = self.backend.event_record(event, raw) {
-            self.recycle_events(raw.device, vec![event]);
-            return Err(e);
-        }
-        clock.add_marker(tag, event);
-        Ok((tag, event))
-    }
-
-    /// An event from the event pool (timing disabled), or a new one.
-    pub(crate) fn pooled_event(&self, device: usize) -> Result<RawEvent> {
-        let pooled =
-            self.event_pool.get(device).and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).pop());
-        match pooled {
-            Some(e) => Ok(e),
-            None => {
-                self.backend.event_create(device, EventFlags { disable_timing: true, ..Default::default() })
-            }
-        }
-    }
-
-    /// Returns marker events to the event pool.
-    pub(crate) fn recycle_events(&self, device: usize, events: Vec<RawEvent>) {
-        if events.is_empty() {
-            return;
-        }
-        if let Some(pool) = self.event_pool.get(device) {
-            pool.lock().unwrap_or_else(|e| e.into_inner()).extend(events);
-        }
-    }
-
-    /// Every live stream clock of `device`, the null stream's included.
-    pub(crate) fn clocks_of(&self, device: usize) -> Vec<(Arc<StreamClock>, RawStream)> {
-        let mut clocks = vec![(Arc::clone(&self.null_clocks[device]), RawStream::null(device))];
-        // Upgrade under the lock, but let the upgraded handles go only after
-        // it is released: dropping the last one destroys the stream, and
-        // that takes the same lock.
-        let live: Vec<Arc<crate::stream::StreamInner>> = {
-            let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-            streams.values().filter_map(|w| w.upgrade()).collect()
-        };
-        for s in &live {
-            if s.raw.device == device {
-                clocks.push((Arc::clone(&s.clock), s.raw));
-            }
-        }
-        drop(live);
-        clocks
-    }
-
-    /// After a stream synchronization: its frees are complete.
-    pub(crate) fn after_stream_synchronized(&self, device: usize, stream: u64) {
-        for pool in self.pools.hipmem_pools_of(device) {
-            pool.on_stream_synchronized(self, stream);
-        }
-    }
-
-    /// After a device synchronization: every free on the device is complete.
-    pub(crate) fn after_device_synchronized(&self, device: usize) {
-        for pool in self.pools.hipmem_pools_of(device) {
-            pool.on_device_synchronized(self);
-        }
-    }
+    pub(crate) events: EventPool,
+    /// What the subsystems asked to hear.
+    pub(crate) hooks: Hooks,
+    /// The subsystems' states.
+    pub(crate) extensions: Extensions,
 }
 
 impl Drop for RuntimeInner {
     fn drop(&mut self) {
-        for (device, pool) in self.event_pool.iter().enumerate() {
-            for event in pool.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-                if let Err(e) = self.backend.event_destroy(event) {
-                    tracing::debug!(target: "hipmem", "destroying a pooled event of device {device}: {e}");
-                }
-            }
-        }
+        let backend = Arc::clone(&self.backend);
+        self.events.destroy_all(backend.as_ref());
+    }
+}
+
+/// A runtime handle that does not keep the runtime alive (for state the
+/// runtime itself holds, such as a pool, which would otherwise hold its
+/// owner).
+#[derive(Clone, Debug, Default)]
+pub struct WeakRuntime {
+    inner: std::sync::Weak<RuntimeInner>,
+}
+
+impl WeakRuntime {
+    /// The runtime, if it is still alive.
+    pub fn upgrade(&self) -> Option<Runtime> {
+        self.inner.upgrade().map(|inner| Runtime { inner })
+    }
+
+    /// The runtime, or ContextIsDestroyed naming `what` if it is gone.
+    pub fn get(&self, what: &str) -> Result<Runtime> {
+        self.upgrade().ok_or_else(|| Error::ContextIsDestroyed(format!("the runtime of {what} is gone")))
     }
 }
 
@@ -336,6 +201,11 @@ impl Runtime {
         GLOBAL.get_or_init(open).clone()
     }
 
+    /// A handle that does not keep the runtime alive.
+    pub fn downgrade(&self) -> WeakRuntime {
+        WeakRuntime { inner: Arc::downgrade(&self.inner) }
+    }
+
     /// Whether `self` and `other` are handles of the same runtime.
     pub fn ptr_eq(&self, other: &Runtime) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -348,17 +218,15 @@ impl Runtime {
         let null_clocks = (0..devices.len()).map(|_| Arc::new(StreamClock::new(next_process_id()))).collect();
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
-                pools: PoolTable::new(devices.len()),
-                event_pool: (0..devices.len()).map(|_| Mutex::new(Vec::new())).collect(),
+                events: EventPool::new(devices.len()),
                 backend,
                 devices,
                 allocations: AllocationRegistry::default(),
                 drop_errors: DropErrors::default(),
-                streams: Mutex::new(HashMap::new()),
+                streams: StreamTable::default(),
                 null_clocks,
-                pinned: Default::default(),
-                vmm: crate::vmm::VmmTable::default(),
-                managed: Default::default(),
+                hooks: Hooks::default(),
+                extensions: Extensions::default(),
             }),
         })
     }
@@ -394,12 +262,6 @@ impl Runtime {
         self.device_properties(device).map(|_| ())
     }
 
-    /// The device handle for `ordinal`.
-    pub fn device(&self, ordinal: usize) -> Result<crate::Device> {
-        self.check_device(ordinal)?;
-        Ok(crate::Device { rt: self.clone(), ordinal })
-    }
-
     /// The allocation registry.
     pub fn allocations(&self) -> &AllocationRegistry {
         &self.inner.allocations
@@ -411,344 +273,12 @@ impl Runtime {
     }
 
     /// Records an error from a destructor (logged, never panicked).
-    pub(crate) fn record_drop_error(&self, what: &str, error: Error) {
+    pub fn record_drop_error(&self, what: &str, error: Error) {
         self.inner.drop_errors.record(what, error);
     }
 
     /// A fresh id, unique in the process (never reused, also across runtimes).
-    pub(crate) fn next_id(&self) -> u64 {
+    pub fn next_id(&self) -> u64 {
         next_process_id()
-    }
-
-    // ---- explicit memory --------------------------------------------------------
-
-    /// `hipMalloc`: size 0 gives the null pointer; an impossible size is OutOfMemory.
-    pub fn malloc(&self, device: usize, size: u64) -> Result<DevicePtr> {
-        self.check_device(device)?;
-        if size == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        let ptr = self.inner.backend.mem_alloc(device, size)?;
-        self.inner.allocations.insert(Allocation { base: ptr, size, kind: MemoryKind::Device, device });
-        Ok(ptr)
-    }
-
-    /// `hipFree`: null is fine; anything but the start of a live allocation is
-    /// InvalidValue. Synchronizes the device first (HIP's slow path).
-    pub fn free(&self, ptr: DevicePtr) -> Result<()> {
-        if ptr.is_null() {
-            return Ok(());
-        }
-        if let Some(a) = self.inner.allocations.find(ptr.0) {
-            match a.kind {
-                MemoryKind::PoolSegment(pool) => {
-                    return self.free_pool_pointer_synchronously(ptr, pool, a.device);
-                }
-                MemoryKind::DriverPool(pool) if a.base == ptr => {
-                    let driver = self.inner.pools.get_driver(pool).ok_or_else(|| {
-                        Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
-                    })?;
-                    self.device_synchronize(a.device)?;
-                    driver.free(ptr, RawStream::null(a.device))?;
-                    return self.device_synchronize(a.device);
-                }
-                MemoryKind::Managed { .. } if a.base == ptr => return self.free_managed(ptr),
-                MemoryKind::VmmMapping => {
-                    if let Some(r) = self.free_if_imported(ptr) {
-                        return r;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let a = self
-            .inner
-            .allocations
-            .remove_if(ptr, |a| a.kind == MemoryKind::Device)
-            .ok_or_else(|| self.not_freeable(ptr))?;
-        // HIP's rule: hipFree waits for the device first.
-        if let Err(e) = self.device_synchronize(a.device) {
-            self.inner.allocations.insert(a);
-            return Err(e);
-        }
-        self.inner.backend.mem_free(a.device, a.base).inspect_err(|_| {
-            // The backend refused: the allocation is still live.
-            self.inner.allocations.insert(a);
-        })
-    }
-
-    /// `hipFree` of a pool pointer: waits for the device, then returns the
-    /// block to its pool as a completed free.
-    fn free_pool_pointer_synchronously(&self, ptr: DevicePtr, pool: u64, device: usize) -> Result<()> {
-        let core =
-            self.inner.pools.get(pool).ok_or_else(|| {
-                Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
-            })?;
-        self.device_synchronize(device)?;
-        let null = crate::pool::core::StreamRef {
-            clock: &self.inner.null_clocks[device],
-            raw: RawStream::null(device),
-            primary: None,
-        };
-        if !core.free(ptr, &null) {
-            return Err(Error::InvalidValue(format!(
-                "{ptr} is not a live allocation of its pool (double free, or an interior pointer)"
-            )));
-        }
-        self.device_synchronize(device)
-    }
-
-    fn not_freeable(&self, ptr: DevicePtr) -> Error {
-        match self.inner.allocations.find(ptr.0) {
-            Some(a) if a.base != ptr => Error::InvalidValue(format!(
-                "{ptr} points {} bytes into the allocation at {}, not to its start",
-                ptr.0 - a.base.0,
-                a.base
-            )),
-            Some(a) => Error::InvalidValue(format!("{ptr} is {:?} memory, not freed by hipFree", a.kind)),
-            None => Error::InvalidValue(format!(
-                "{ptr} is not a live hipmem allocation (never allocated, already freed, or host memory)"
-            )),
-        }
-    }
-
-    /// `hipMemGetInfo`.
-    pub fn mem_get_info(&self, device: usize) -> Result<MemInfo> {
-        self.check_device(device)?;
-        self.inner.backend.mem_get_info(device)
-    }
-
-    /// `hipDeviceSynchronize`: waits for every stream of the device; every
-    /// free made before it is then complete, and the pools apply their
-    /// release thresholds.
-    pub fn device_synchronize(&self, device: usize) -> Result<()> {
-        self.check_device(device)?;
-        let points: Vec<_> =
-            self.inner.clocks_of(device).into_iter().map(|(c, _)| (c.advance(), c)).collect();
-        self.inner.backend.device_synchronize(device)?;
-        for (tag, clock) in points {
-            clock.mark_completed(tag);
-            self.inner.recycle_events(device, clock.retire_completed_markers());
-        }
-        self.inner.after_device_synchronized(device);
-        Ok(())
-    }
-
-    /// `hipPointerGetAttributes`: memory hipmem does not know reads as
-    /// `Unregistered` (CUDA 11's rule), not as an error; null is InvalidValue.
-    pub fn pointer_attributes(&self, ptr: u64) -> Result<PointerAttributes> {
-        if ptr == 0 {
-            return Err(Error::InvalidValue("hipPointerGetAttributes of a null pointer".into()));
-        }
-        Ok(match self.inner.allocations.find(ptr) {
-            Some(a) => PointerAttributes {
-                memory_type: match a.kind {
-                    MemoryKind::Device
-                    | MemoryKind::PoolSegment(_)
-                    | MemoryKind::DriverPool(_)
-                    | MemoryKind::VmmMapping => MemoryType::Device,
-                    MemoryKind::PinnedHost { .. } | MemoryKind::RegisteredHost { .. } => MemoryType::Host,
-                    MemoryKind::Managed { .. } => MemoryType::Managed,
-                },
-                device: a.device as i32,
-                device_pointer: if a.kind.is_page_locked() {
-                    self.page_locked_device_pointer(ptr).unwrap_or(DevicePtr::NULL)
-                } else {
-                    DevicePtr(ptr)
-                },
-                host_pointer: (a.kind.is_page_locked() || a.kind.is_managed()).then_some(ptr),
-                is_managed: a.kind.is_managed(),
-                allocation_flags: match a.kind {
-                    MemoryKind::PinnedHost { flags }
-                    | MemoryKind::RegisteredHost { flags }
-                    | MemoryKind::Managed { flags } => flags,
-                    _ => 0,
-                },
-                allocation: Some(a),
-            },
-            None => PointerAttributes {
-                memory_type: MemoryType::Unregistered,
-                device: -2,
-                device_pointer: DevicePtr::NULL,
-                host_pointer: Some(ptr),
-                is_managed: false,
-                allocation_flags: 0,
-                allocation: None,
-            },
-        })
-    }
-
-    /// Decides how to carry out a `hipMemcpy` of `size` bytes from `src` to
-    /// `dst` with `kind`, checking both ranges: a device side must lie inside
-    /// one live allocation, and an explicit kind must match the pointers.
-    pub fn resolve_copy(&self, dst: u64, src: u64, size: u64, kind: MemcpyKind) -> Result<ResolvedCopy> {
-        if size == 0 {
-            return Ok(ResolvedCopy::Nothing);
-        }
-        if dst == 0 || src == 0 {
-            return Err(Error::InvalidValue(format!(
-                "hipMemcpy: null {} pointer",
-                if dst == 0 { "destination" } else { "source" }
-            )));
-        }
-        let dst_dev = self.inner.allocations.find(dst).filter(|a| a.kind.is_device_accessible());
-        let src_dev = self.inner.allocations.find(src).filter(|a| a.kind.is_device_accessible());
-        let direction = match (kind, dst_dev.is_some(), src_dev.is_some()) {
-            (MemcpyKind::Default, false, false) | (MemcpyKind::HostToHost, false, false) => {
-                return Ok(ResolvedCopy::HostToHost);
-            }
-            (MemcpyKind::Default | MemcpyKind::HostToDevice, true, false) => CopyDirection::HostToDevice,
-            (MemcpyKind::Default | MemcpyKind::DeviceToHost, false, true) => CopyDirection::DeviceToHost,
-            (MemcpyKind::Default | MemcpyKind::DeviceToDevice, true, true) => CopyDirection::DeviceToDevice,
-            (kind, d, s) => {
-                let side = |dev: bool| if dev { "device" } else { "host" };
-                return Err(Error::InvalidValue(format!(
-                    "hipMemcpy kind {kind:?} does not match the pointers: destination is {} memory, source is {} memory",
-                    side(d),
-                    side(s)
-                )));
-            }
-        };
-        if dst_dev.is_some() {
-            self.check_device_range(DevicePtr(dst), size, "hipMemcpy destination")?;
-        }
-        if src_dev.is_some() {
-            self.check_device_range(DevicePtr(src), size, "hipMemcpy source")?;
-        }
-        Ok(ResolvedCopy::Backend(direction))
-    }
-
-    /// Synchronous copy from a host slice to device memory.
-    pub fn copy_host_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.check_device_range(dst, src.len() as u64, "copy destination")?;
-        self.inner.backend.copy_host_to_device(dst, src)
-    }
-
-    /// Synchronous copy from device memory to a host slice.
-    pub fn copy_device_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.check_device_range(src, dst.len() as u64, "copy source")?;
-        self.inner.backend.copy_device_to_host(dst, src)
-    }
-
-    /// Synchronous copy between device allocations.
-    pub fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()> {
-        if size == 0 {
-            return Ok(());
-        }
-        self.check_device_range(dst, size, "copy destination")?;
-        self.check_device_range(src, size, "copy source")?;
-        self.inner.backend.copy_device_to_device(dst, src, size)
-    }
-
-    /// Asynchronous copy from lent host memory to device memory on `stream`.
-    pub fn copy_host_to_device_async(&self, dst: DevicePtr, src: HostSpan, stream: RawStream) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.check_device_range(dst, src.len(), "copy destination")?;
-        self.inner.backend.copy_host_to_device_async(dst, src, stream)
-    }
-
-    /// Asynchronous copy from device memory to lent host memory on `stream`.
-    pub fn copy_device_to_host_async(&self, dst: HostSpan, src: DevicePtr, stream: RawStream) -> Result<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.check_device_range(src, dst.len(), "copy source")?;
-        self.inner.backend.copy_device_to_host_async(dst, src, stream)
-    }
-
-    /// Asynchronous copy between device allocations on `stream`.
-    pub fn copy_device_to_device_async(
-        &self,
-        dst: DevicePtr,
-        src: DevicePtr,
-        size: u64,
-        stream: RawStream,
-    ) -> Result<()> {
-        if size == 0 {
-            return Ok(());
-        }
-        self.check_device_range(dst, size, "copy destination")?;
-        self.check_device_range(src, size, "copy source")?;
-        self.inner.backend.copy_device_to_device_async(dst, src, size, stream)
-    }
-
-    /// `hipMemsetAsync` generalized to 8-, 16- and 32-bit elements: `count`
-    /// elements of `value` at `dst`. Size 0 succeeds; null, host memory or a
-    /// range past the end is InvalidValue.
-    pub fn memset_async(
-        &self,
-        dst: DevicePtr,
-        value: FillValue,
-        count: u64,
-        stream: RawStream,
-    ) -> Result<()> {
-        if count == 0 {
-            return Ok(());
-        }
-        let bytes = count
-            .checked_mul(value.element_size())
-            .ok_or_else(|| Error::InvalidValue(format!("hipMemset: {count} elements overflow")))?;
-        self.check_device_range(dst, bytes, "hipMemset destination")?;
-        self.inner.backend.memset_async(dst, value, count, stream)
-    }
-
-    /// `hipMemset`: `memset_async` on the null stream, then waits for it.
-    pub fn memset(&self, dst: DevicePtr, value: FillValue, count: u64) -> Result<()> {
-        if count == 0 {
-            return Ok(());
-        }
-        let device = self
-            .inner
-            .allocations
-            .find(dst.0)
-            .map(|a| a.device)
-            .ok_or_else(|| Error::InvalidValue(format!("hipMemset: {dst} is not device memory")))?;
-        let null = RawStream::null(device);
-        self.memset_async(dst, value, count, null)?;
-        self.inner.backend.stream_synchronize(null)
-    }
-
-    /// Checks that `[ptr, ptr + len)` lies in one live allocation: a plain
-    /// allocation, or one block of a pool.
-    pub fn check_device_range(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Allocation> {
-        let a = self.inner.allocations.check_range(ptr, len, what)?;
-        if a.kind == MemoryKind::VmmMapping {
-            self.check_vmm_access(ptr, len, what)?;
-        }
-        if let MemoryKind::PoolSegment(pool) = a.kind {
-            let core = self.inner.pools.get(pool);
-            let block = core.and_then(|c| c.block_containing(ptr.0)).ok_or_else(|| {
-                Error::InvalidValue(format!("{what} {ptr} is pool memory that is not allocated"))
-            })?;
-            let end = ptr.0.saturating_add(len);
-            if end > block.0 + block.1 {
-                return Err(Error::InvalidValue(format!(
-                    "{what}: {len} bytes at {ptr} run {} bytes past the end of the {}-byte pool block at {:#x}",
-                    end - (block.0 + block.1),
-                    block.1,
-                    block.0
-                )));
-            }
-            return Ok(Allocation {
-                base: DevicePtr(block.0),
-                size: block.1,
-                kind: a.kind,
-                device: a.device,
-            });
-        }
-        Ok(a)
-    }
-
-    /// Checks a kernel's output range (for the built-in kernels).
-    pub(crate) fn check_kernel_range(&self, ptr: DevicePtr, bytes: u64, kernel: &str) -> Result<()> {
-        self.check_device_range(ptr, bytes, kernel).map(|_| ())
     }
 }

@@ -15,9 +15,9 @@ use bytemuck::Pod;
 
 use super::{AccessFlags, AddressReservation, Mapping, PhysicalAllocation};
 use crate::backend::DevicePtr;
-use crate::buffer::DeviceSlice;
-use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::runtime::Device;
+use crate::runtime::DeviceSlice;
 use crate::runtime::Runtime;
 
 /// The largest default reservation (a quarter of device memory, at most this).

@@ -21,17 +21,16 @@ mod growable;
 mod safe;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use growable::{DEFAULT_MAX_RESERVATION, GrowableBuffer};
 pub use safe::{AddressReservation, MappedView, Mapping, PhysicalAllocation};
 
 use crate::backend::DevicePtr;
 use crate::backend::virtual_memory::VirtualMemory;
-pub use crate::backend::virtual_memory::{HANDLE_TYPE_POSIX_FD, PhysicalProperties};
+pub use crate::backend::virtual_memory::{AccessFlags, HANDLE_TYPE_POSIX_FD, PhysicalProperties};
 use crate::error::{Error, Result};
-pub use crate::pool::AccessFlags;
-use crate::runtime::{Allocation, MemoryKind, Runtime};
+use crate::runtime::{Allocation, CoreHooks, ExtensionKey, MemoryKind, Runtime};
 
 /// `hipMemAllocationTypePinned`.
 pub const ALLOCATION_TYPE_PINNED: u32 = 1;
@@ -146,6 +145,53 @@ impl VmmTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Device work on mapped memory needs access set first: every mapping
+    /// in `[ptr, ptr + len)` must be accessible to some device (else the
+    /// work would fault on the device instead of failing here).
+    fn check_access(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
+        let state = self.lock();
+        let end = ptr.0.saturating_add(len);
+        let mut at = ptr.0;
+        while at < end {
+            let Some((base, m)) = state.mapping_at(DevicePtr(at)) else {
+                return Err(invalid(format!("{what}: {at:#x} is not mapped")));
+            };
+            if m.accessible == 0 {
+                return Err(invalid(format!(
+                    "{what}: the mapping at {base:#x} has no access for any device (hipMemSetAccess first)"
+                )));
+            }
+            at = base + m.size;
+        }
+        Ok(())
+    }
+}
+
+/// The virtual-memory subsystem's state in a runtime.
+static VMM: ExtensionKey<VmmTable> = ExtensionKey::new("virtual memory");
+
+/// The runtime's VMM table, made (and its range check registered) on first use.
+fn table(rt: &Runtime) -> &VmmTable {
+    rt.extension(&VMM, |rt| {
+        let table = Arc::new(VmmTable::default());
+        rt.add_hooks(Arc::clone(&table) as Arc<dyn CoreHooks>);
+        table
+    })
+}
+
+/// Copies and kernels on mapped memory: the mapping must give some device access.
+impl CoreHooks for VmmTable {
+    fn check_range(
+        &self,
+        _rt: &Runtime,
+        a: &Allocation,
+        ptr: DevicePtr,
+        len: u64,
+        what: &str,
+    ) -> Option<Result<Allocation>> {
+        (a.kind == MemoryKind::VmmMapping).then(|| self.check_access(ptr, len, what).map(|()| *a))
+    }
 }
 
 impl State {
@@ -193,29 +239,8 @@ fn invalid(msg: impl Into<String>) -> Error {
 }
 
 impl Runtime {
-    /// Device work on mapped memory needs access set first: every mapping
-    /// in `[ptr, ptr + len)` must be accessible to some device (else the
-    /// work would fault on the device instead of failing here).
-    pub(crate) fn check_vmm_access(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
-        let state = self.inner.vmm.lock();
-        let end = ptr.0.saturating_add(len);
-        let mut at = ptr.0;
-        while at < end {
-            let Some((base, m)) = state.mapping_at(DevicePtr(at)) else {
-                return Err(invalid(format!("{what}: {at:#x} is not mapped")));
-            };
-            if m.accessible == 0 {
-                return Err(invalid(format!(
-                    "{what}: the mapping at {base:#x} has no access for any device (hipMemSetAccess first)"
-                )));
-            }
-            at = base + m.size;
-        }
-        Ok(())
-    }
-
     fn vm(&self) -> Result<&dyn VirtualMemory> {
-        self.inner.backend.virtual_memory().ok_or_else(|| {
+        self.backend().virtual_memory().ok_or_else(|| {
             Error::NotSupported(format!(
                 "the {} backend has no virtual memory management",
                 self.backend_kind()
@@ -295,7 +320,7 @@ impl Runtime {
         }
         let handle = vm.mem_create(device, size, prop.requested_handle_types)?;
         let props = PhysicalProperties { device, size, handle_types: prop.requested_handle_types };
-        self.inner.vmm.lock().handles.insert(handle, HandleInfo { props, refs: 1 });
+        table(self).lock().handles.insert(handle, HandleInfo { props, refs: 1 });
         Ok(handle)
     }
 
@@ -305,7 +330,7 @@ impl Runtime {
         if handle == 0 {
             return Err(invalid("hipMemRelease of a null handle"));
         }
-        let mut state = self.inner.vmm.lock();
+        let mut state = table(self).lock();
         let live = state.handles.get(&handle).is_some_and(|h| h.refs > 0);
         if !live {
             return Err(invalid(format!(
@@ -346,7 +371,7 @@ impl Runtime {
             )));
         }
         let ptr = self.vm()?.address_reserve(size, alignment, hint)?;
-        self.inner.vmm.lock().reservations.insert(ptr.0, size);
+        table(self).lock().reservations.insert(ptr.0, size);
         Ok(ptr)
     }
 
@@ -356,7 +381,7 @@ impl Runtime {
         if ptr.is_null() {
             return Err(invalid("hipMemAddressFree of a null pointer"));
         }
-        let mut state = self.inner.vmm.lock();
+        let mut state = table(self).lock();
         match state.reservations.get(&ptr.0) {
             Some(&s) if s == size => {}
             Some(&s) => {
@@ -396,7 +421,7 @@ impl Runtime {
         if flags != 0 {
             return Err(invalid(format!("hipMemMap: flags must be 0, not {flags:#x}")));
         }
-        let mut state = self.inner.vmm.lock();
+        let mut state = table(self).lock();
         let props = state
             .handles
             .get(&handle)
@@ -429,7 +454,7 @@ impl Runtime {
         }
         vm.mem_map(ptr, size, offset, handle)?;
         state.mappings.insert(ptr.0, MapInfo { size, handle, props, accessible: 0 });
-        self.inner.allocations.insert(Allocation {
+        self.allocations().insert(Allocation {
             base: ptr,
             size,
             kind: MemoryKind::VmmMapping,
@@ -448,20 +473,20 @@ impl Runtime {
         if size == 0 {
             return Err(invalid("hipMemUnmap: size 0"));
         }
-        let mut state = self.inner.vmm.lock();
+        let mut state = table(self).lock();
         let covered = state.covering(ptr, size, "hipMemUnmap")?;
         // Out of the registry first: no new work can name the range.
         let mut removed = Vec::new();
         for (base, _) in &covered {
             if let Some(a) =
-                self.inner.allocations.remove_if(DevicePtr(*base), |a| a.kind == MemoryKind::VmmMapping)
+                self.allocations().remove_if(DevicePtr(*base), |a| a.kind == MemoryKind::VmmMapping)
             {
                 removed.push(a);
             }
         }
         if let Err(e) = vm.mem_unmap(ptr, size) {
             for a in removed {
-                self.inner.allocations.insert(a);
+                self.allocations().insert(a);
             }
             return Err(e);
         }
@@ -490,7 +515,7 @@ impl Runtime {
             let flags = AccessFlags::from_raw(d.flags)?;
             parsed.push((device, flags));
         }
-        let mut state = self.inner.vmm.lock();
+        let mut state = table(self).lock();
         let covered = state.covering(ptr, size, "hipMemSetAccess")?;
         for (device, flags) in parsed {
             vm.mem_set_access(ptr, size, device, flags.raw())?;
@@ -511,7 +536,7 @@ impl Runtime {
             return Err(invalid("hipMemGetAccess of a null pointer"));
         }
         let device = self.location_device(location, "hipMemGetAccess")?;
-        if self.inner.vmm.lock().mapping_at(ptr).is_none() {
+        if table(self).lock().mapping_at(ptr).is_none() {
             return Err(invalid(format!("hipMemGetAccess: {ptr} is not a mapped address")));
         }
         AccessFlags::from_raw(vm.mem_get_access(ptr, device)?)
@@ -524,7 +549,7 @@ impl Runtime {
         if ptr.is_null() {
             return Err(invalid("hipMemRetainAllocationHandle of a null pointer"));
         }
-        let mut state = self.inner.vmm.lock();
+        let mut state = table(self).lock();
         let Some((_, mapping)) = state.mapping_at(ptr) else {
             return Err(invalid(format!(
                 "hipMemRetainAllocationHandle: {ptr} is not a mapped address (reserved but unmapped, or unknown)"
@@ -546,7 +571,7 @@ impl Runtime {
     /// `hipMemGetAllocationPropertiesFromHandle`.
     pub fn allocation_properties(&self, handle: u64) -> Result<AllocationProp> {
         self.vm()?;
-        let state = self.inner.vmm.lock();
+        let state = table(self).lock();
         let h = state.handles.get(&handle).filter(|h| h.refs > 0).ok_or_else(|| {
             invalid(format!(
                 "hipMemGetAllocationPropertiesFromHandle: {handle:#x} is not a live allocation handle"
@@ -570,7 +595,7 @@ impl Runtime {
         if flags != 0 {
             return Err(invalid(format!("hipMemExportToShareableHandle: flags must be 0, not {flags:#x}")));
         }
-        let state = self.inner.vmm.lock();
+        let state = table(self).lock();
         let h = state.handles.get(&handle).filter(|h| h.refs > 0).ok_or_else(|| {
             invalid(format!("hipMemExportToShareableHandle: {handle:#x} is not a live allocation handle"))
         })?;
@@ -593,7 +618,7 @@ impl Runtime {
         }
         let handle = vm.import_from_fd(fd)?;
         let props = vm.allocation_properties(handle)?;
-        let mut state = self.inner.vmm.lock();
+        let mut state = table(self).lock();
         match state.handles.get_mut(&handle) {
             Some(h) => h.refs += 1,
             None => {

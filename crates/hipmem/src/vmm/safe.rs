@@ -10,9 +10,9 @@ use bytemuck::Pod;
 
 use super::{AccessDesc, AccessFlags, AllocationProp, GranularityOption, MemLocation};
 use crate::backend::DevicePtr;
-use crate::buffer::DeviceSlice;
-use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::runtime::Device;
+use crate::runtime::DeviceSlice;
 use crate::runtime::Runtime;
 
 struct PhysicalInner {

@@ -23,22 +23,28 @@
 //! (without going through hipmem) is not noticed.
 
 pub mod driver;
+mod driver_pools;
+mod handles;
+mod kernels;
 mod managed;
 mod page_locked;
 mod pool_ipc;
 pub mod result;
 mod virtual_memory;
 
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, c_void};
+use std::ffi::c_void;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use driver::{CUcontext, CUdevice, CUfunction, CUstream, Driver};
+use driver::Driver;
+use handles::{
+    CONTEXT_GENERATION, Device, EventEntry, Handle, StreamEntry, Target, bind_context, destroy_entry, lock,
+};
+pub use kernels::{KERNEL_NAMES, KERNELS_PTX};
 
 use super::{
     Backend, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
@@ -46,176 +52,9 @@ use super::{
 };
 use crate::error::{Error, Result};
 
-/// The PTX text of the built-in kernels (see `kernels.ptx`).
-pub const KERNELS_PTX: &str = include_str!("kernels.ptx");
-
-/// Entry names in [`KERNELS_PTX`].
-pub const KERNEL_NAMES: [&str; 5] =
-    ["hipmem_fill_u8", "hipmem_fill_u16", "hipmem_fill_u32", "hipmem_iota_i32", "hipmem_delay"];
-
-/// Threads per block of the element kernels.
-const BLOCK: u32 = 256;
-/// At most this many blocks per multiprocessor (the kernels loop over the rest).
-const BLOCKS_PER_SM: u64 = 32;
-
 /// Loads libcuda.so.1, initializes the driver and returns the backend.
 pub fn open() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(CudaBackend::new()?))
-}
-
-/// A driver handle (context, stream, event, module or function) that may be
-/// shared between threads.
-struct Handle<T>(*mut T);
-
-// Written out: derives would require `T: Copy` of the opaque driver types.
-impl<T> Clone for Handle<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Handle<T> {}
-
-// SAFETY: CUDA driver handles are opaque tokens; the driver API is
-// thread-safe and accepts them from any thread.
-unsafe impl<T> Send for Handle<T> {}
-// SAFETY: as above; a shared `Handle` only hands out the pointer value.
-unsafe impl<T> Sync for Handle<T> {}
-
-impl<T> fmt::Debug for Handle<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:p}", self.0)
-    }
-}
-
-// ---- the current context, per thread --------------------------------------------------
-
-/// Bumped whenever a backend releases its contexts, which invalidates every
-/// thread's cache (a new backend may get the same context pointers back).
-static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// (context pointer, generation) last made current on this thread by hipmem.
-    static CURRENT_CONTEXT: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
-}
-
-/// Makes `ctx` current on the calling thread unless the cache says it is.
-fn bind_context(d: &Driver, ctx: CUcontext) -> Result<()> {
-    let key = (ctx as usize, CONTEXT_GENERATION.load(Ordering::Acquire));
-    if CURRENT_CONTEXT.try_with(|c| c.get() == key).unwrap_or(false) {
-        return Ok(());
-    }
-    // SAFETY: `ctx` is a primary context retained by a live backend.
-    unsafe { result::ctx_set_current(d, ctx) }?;
-    let _ = CURRENT_CONTEXT.try_with(|c| c.set(key));
-    Ok(())
-}
-
-// ---- devices, streams, events ---------------------------------------------------------
-
-/// The functions of `kernels.ptx`, loaded into one device's primary context.
-#[derive(Debug)]
-struct Kernels {
-    module: Handle<driver::CUmod_st>,
-    fill_u8: Handle<driver::CUfunc_st>,
-    fill_u16: Handle<driver::CUfunc_st>,
-    fill_u32: Handle<driver::CUfunc_st>,
-    iota_i32: Handle<driver::CUfunc_st>,
-    delay: Handle<driver::CUfunc_st>,
-}
-
-#[derive(Debug)]
-struct Device {
-    ordinal: usize,
-    cu: CUdevice,
-    ctx: Handle<driver::CUctx_st>,
-    multiprocessors: u32,
-    kernels: OnceLock<Kernels>,
-    kernels_init: Mutex<()>,
-}
-
-/// A stream the backend created. Destroyed with the driver when the last
-/// reference goes (normally at once in `stream_destroy`; later if another
-/// thread is using it at that moment).
-#[derive(Debug)]
-struct StreamEntry {
-    driver: &'static Driver,
-    device: usize,
-    ctx: Handle<driver::CUctx_st>,
-    raw: Handle<driver::CUstream_st>,
-}
-
-impl StreamEntry {
-    fn destroy_now(&self) -> Result<()> {
-        bind_context(self.driver, self.ctx.0)?;
-        // SAFETY: `raw` was created by cuStreamCreate and is destroyed only here,
-        // once, when the last reference to the entry goes.
-        let r = unsafe { (self.driver.cuStreamDestroy_v2)(self.raw.0) };
-        result::check(self.driver, r, || format!("cuStreamDestroy_v2({:p})", self.raw.0))
-    }
-}
-
-impl Drop for StreamEntry {
-    fn drop(&mut self) {
-        if let Err(e) = self.destroy_now() {
-            tracing::warn!(target: "hipmem", "destroying a CUDA stream failed in Drop: {e}");
-        }
-    }
-}
-
-/// An event the backend created; destroyed like [`StreamEntry`].
-#[derive(Debug)]
-struct EventEntry {
-    driver: &'static Driver,
-    device: usize,
-    ctx: Handle<driver::CUctx_st>,
-    raw: Handle<driver::CUevent_st>,
-}
-
-impl EventEntry {
-    fn destroy_now(&self) -> Result<()> {
-        bind_context(self.driver, self.ctx.0)?;
-        // SAFETY: `raw` was created by cuEventCreate and is destroyed only here, once.
-        let r = unsafe { (self.driver.cuEventDestroy_v2)(self.raw.0) };
-        result::check(self.driver, r, || format!("cuEventDestroy_v2({:p})", self.raw.0))
-    }
-}
-
-impl Drop for EventEntry {
-    fn drop(&mut self) {
-        if let Err(e) = self.destroy_now() {
-            tracing::warn!(target: "hipmem", "destroying a CUDA event failed in Drop: {e}");
-        }
-    }
-}
-
-/// Removes `entry`'s handle and destroys it now if nobody else holds it.
-fn destroy_entry<T>(entry: Arc<T>, destroy_now: impl FnOnce(&T) -> Result<()>) -> Result<()> {
-    match Arc::try_unwrap(entry) {
-        Ok(entry) => {
-            let r = destroy_now(&entry);
-            // The driver object is gone (or the error says why not); don't
-            // destroy it a second time in Drop.
-            std::mem::forget(entry);
-            r
-        }
-        // Another thread is in a call with it: its Drop destroys it after.
-        Err(shared) => {
-            drop(shared);
-            Ok(())
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A stream resolved for one call: its device and driver handle, kept alive
-/// until the call returns.
-struct Target<'a> {
-    dev: &'a Device,
-    raw: CUstream,
-    _entry: Option<Arc<StreamEntry>>,
 }
 
 /// The CUDA driver backend.
@@ -226,7 +65,7 @@ pub struct CudaBackend {
     streams: Mutex<HashMap<u64, Arc<StreamEntry>>>,
     events: Mutex<HashMap<u64, Arc<EventEntry>>>,
     /// Driver pools handed out (created ones and devices' default pools).
-    driver_pools: Mutex<std::collections::HashSet<u64>>,
+    driver_pools: driver_pools::PoolSet,
     /// hipmem's physical allocations (lists of driver allocations) and mappings.
     vmm: virtual_memory::CudaVmm,
 }
@@ -359,7 +198,7 @@ impl CudaBackend {
         // cuPointerGetAttribute wants some context current on the thread: keep
         // one of ours that already is, else make device 0's current.
         let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
-        let (current, cached_generation) = CURRENT_CONTEXT.try_with(|c| c.get()).unwrap_or((0, 0));
+        let (current, cached_generation) = handles::current_context();
         let ours =
             cached_generation == generation && self.devices.iter().any(|d| d.ctx.0 as usize == current);
         if !ours {
@@ -396,84 +235,6 @@ impl CudaBackend {
                 format!("cuCtxSynchronize on device {}", dev.ordinal)
             })
         }
-    }
-
-    fn kernels<'a>(&self, dev: &'a Device) -> Result<&'a Kernels> {
-        if let Some(k) = dev.kernels.get() {
-            return Ok(k);
-        }
-        let _guard = lock(&dev.kernels_init);
-        if let Some(k) = dev.kernels.get() {
-            return Ok(k);
-        }
-        let d = self.driver;
-        bind_context(d, dev.ctx.0)?;
-        let ptx = CString::new(KERNELS_PTX)
-            .map_err(|_| Error::Unknown("kernels.ptx contains a NUL byte".into()))?;
-        let module = result::module_load_ptx(d, &ptx, || {
-            format!("cuModuleLoadData(kernels.ptx) on device {}", dev.ordinal)
-        })?;
-        let function = |name: &CStr| -> Result<Handle<driver::CUfunc_st>> {
-            // SAFETY: `module` was just loaded and is not unloaded while in use.
-            unsafe { result::module_get_function(d, module, name) }.map(Handle)
-        };
-        let loaded = (|| {
-            Ok(Kernels {
-                module: Handle(module),
-                fill_u8: function(c"hipmem_fill_u8")?,
-                fill_u16: function(c"hipmem_fill_u16")?,
-                fill_u32: function(c"hipmem_fill_u32")?,
-                iota_i32: function(c"hipmem_iota_i32")?,
-                delay: function(c"hipmem_delay")?,
-            })
-        })();
-        match loaded {
-            Ok(k) => Ok(dev.kernels.get_or_init(|| k)),
-            Err(e) => {
-                // SAFETY: no function of the module was handed out.
-                let _ = unsafe { (d.cuModuleUnload)(module) };
-                Err(e)
-            }
-        }
-    }
-
-    /// Launches `f` with `grid` blocks of `block` threads on `target`.
-    fn launch(
-        &self,
-        target: &Target<'_>,
-        f: CUfunction,
-        grid: u32,
-        block: u32,
-        params: &mut [*mut c_void],
-        what: impl FnOnce() -> String,
-    ) -> Result<()> {
-        // SAFETY: `f` is a live function of a module loaded in the target
-        // device's context (current on this thread), `target.raw` a live stream
-        // of that context (or null), and `params` holds one pointer per kernel
-        // parameter, each to a value of the parameter's PTX type; the driver
-        // copies the values before returning.
-        let r = unsafe {
-            (self.driver.cuLaunchKernel)(
-                f,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                target.raw,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        self.check(r, what)
-    }
-
-    fn grid_for(dev: &Device, count: u64) -> u32 {
-        let wanted = count.div_ceil(u64::from(BLOCK));
-        let cap = BLOCKS_PER_SM * u64::from(dev.multiprocessors.max(1));
-        wanted.min(cap).max(1) as u32
     }
 
     fn to_usize(value: u64, what: &str) -> Result<usize> {
@@ -901,59 +662,11 @@ impl Backend for CudaBackend {
     }
 
     fn launch_fill(&self, dst: DevicePtr, value: FillValue, count: u64, stream: RawStream) -> Result<()> {
-        let t = self.target(stream)?;
-        count
-            .checked_mul(value.element_size())
-            .ok_or_else(|| Error::InvalidValue(format!("fill kernel: {count} elements overflow")))?;
-        if count == 0 {
-            return Ok(());
-        }
-        if dst.is_null() {
-            return Err(Error::InvalidValue("fill kernel: null destination".into()));
-        }
-        let k = self.kernels(t.dev)?;
-        let (f, name, mut v) = match value {
-            FillValue::U8(v) => (k.fill_u8, "hipmem_fill_u8", u32::from(v)),
-            FillValue::U16(v) => (k.fill_u16, "hipmem_fill_u16", u32::from(v)),
-            FillValue::U32(v) => (k.fill_u32, "hipmem_fill_u32", v),
-        };
-        let (mut p, mut n) = (dst.0, count);
-        let mut params = [
-            (&mut p as *mut u64).cast::<c_void>(),
-            (&mut v as *mut u32).cast::<c_void>(),
-            (&mut n as *mut u64).cast::<c_void>(),
-        ];
-        let grid = Self::grid_for(t.dev, count);
-        self.launch(&t, f.0, grid, BLOCK, &mut params, || {
-            format!("cuLaunchKernel({name}, {dst}, {count} elements) on device {}", t.dev.ordinal)
-        })
+        self.fill_kernel(dst, value, count, stream)
     }
 
     fn launch_iota(&self, dst: DevicePtr, count: u64, k: i32, stream: RawStream) -> Result<()> {
-        let t = self.target(stream)?;
-        count
-            .checked_mul(4)
-            .ok_or_else(|| Error::InvalidValue(format!("iota kernel: {count} elements overflow")))?;
-        if count == 0 {
-            return Ok(());
-        }
-        if dst.is_null() {
-            return Err(Error::InvalidValue("iota kernel: null destination".into()));
-        }
-        let kernels = self.kernels(t.dev)?;
-        let (mut p, mut n, mut factor) = (dst.0, count, k);
-        let mut params = [
-            (&mut p as *mut u64).cast::<c_void>(),
-            (&mut n as *mut u64).cast::<c_void>(),
-            (&mut factor as *mut i32).cast::<c_void>(),
-        ];
-        let grid = Self::grid_for(t.dev, count);
-        self.launch(&t, kernels.iota_i32.0, grid, BLOCK, &mut params, || {
-            format!(
-                "cuLaunchKernel(hipmem_iota_i32, {dst}, {count} elements, k {k}) on device {}",
-                t.dev.ordinal
-            )
-        })
+        self.iota_kernel(dst, count, k, stream)
     }
 
     fn launch_delay(
@@ -963,24 +676,9 @@ impl Backend for CudaBackend {
         flag_value: u32,
         stream: RawStream,
     ) -> Result<()> {
-        let t = self.target(stream)?;
-        if flag.is_null() {
-            return Err(Error::InvalidValue("delay kernel: null flag address".into()));
-        }
-        let kernels = self.kernels(t.dev)?;
-        let mut ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        let (mut p, mut v) = (flag.0, flag_value);
-        let mut params = [
-            (&mut ns as *mut u64).cast::<c_void>(),
-            (&mut p as *mut u64).cast::<c_void>(),
-            (&mut v as *mut u32).cast::<c_void>(),
-        ];
-        self.launch(&t, kernels.delay.0, 1, 1, &mut params, || {
-            format!("cuLaunchKernel(hipmem_delay, {duration:?}, flag {flag}) on device {}", t.dev.ordinal)
-        })
+        self.delay_kernel(duration, flag, flag_value, stream)
     }
 
-    // capability: virtual memory management (issue 4)
     fn virtual_memory(&self) -> Option<&dyn super::virtual_memory::VirtualMemory> {
         Some(self)
     }
@@ -993,198 +691,66 @@ impl Backend for CudaBackend {
         Some(self)
     }
 
+    // ---- the driver's own pools (driver_pools.rs) ---------------------------------------
+
     fn driver_pool_default(&self, device: usize) -> Result<RawPool> {
-        let dev = self.bound(device)?;
-        let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; `dev.cu` is a device of this driver.
-        let r = unsafe { (self.driver.cuDeviceGetDefaultMemPool)(&mut pool, dev.cu) };
-        self.check(r, || format!("cuDeviceGetDefaultMemPool(device {device})"))?;
-        lock(&self.driver_pools).insert(pool as u64);
-        Ok(RawPool { device, handle: pool as u64 })
+        self.pool_default(device)
     }
 
     fn driver_pool_create(&self, device: usize, handle_types: u32, max_size: u64) -> Result<RawPool> {
-        let dev = self.bound(device)?;
-        let props = driver::CUmemPoolProps {
-            allocType: driver::CU_MEM_ALLOCATION_TYPE_PINNED,
-            handleTypes: handle_types,
-            location: driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu },
-            win32SecurityAttributes: std::ptr::null_mut(),
-            maxSize: Self::to_usize(max_size, "pool maxSize")?,
-            reserved: [0; 56],
-        };
-        let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: valid out-pointer and a fully initialized properties struct.
-        let r = unsafe { (self.driver.cuMemPoolCreate)(&mut pool, &props) };
-        self.check(r, || format!("cuMemPoolCreate(device {device}, handle types {handle_types:#x})"))?;
-        lock(&self.driver_pools).insert(pool as u64);
-        Ok(RawPool { device, handle: pool as u64 })
+        self.pool_create(device, handle_types, max_size)
     }
 
     fn driver_pool_destroy(&self, pool: RawPool) -> Result<()> {
-        let p = self.driver_pool(pool)?;
-        // SAFETY: a pool this backend created (checked above).
-        let r = unsafe { (self.driver.cuMemPoolDestroy)(p) };
-        self.check(r, || format!("cuMemPoolDestroy({:#x})", pool.handle))?;
-        lock(&self.driver_pools).remove(&pool.handle);
-        Ok(())
+        self.pool_destroy(pool)
     }
 
     fn driver_pool_alloc_async(&self, pool: RawPool, size: u64, stream: RawStream) -> Result<DevicePtr> {
-        let p = self.driver_pool(pool)?;
-        let t = self.target(stream)?;
-        let bytes = Self::to_usize(size, "allocation size")?;
-        let mut ptr: driver::CUdeviceptr = 0;
-        // SAFETY: valid out-pointer, a live pool and a live stream.
-        let r = unsafe { (self.driver.cuMemAllocFromPoolAsync)(&mut ptr, bytes, p, t.raw) };
-        self.check(r, || format!("cuMemAllocFromPoolAsync({size} bytes, pool {:#x})", pool.handle))?;
-        Ok(DevicePtr(ptr))
+        self.pool_alloc_async(pool, size, stream)
     }
 
     fn driver_free_async(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
-        let t = self.target(stream)?;
-        // SAFETY: a live stream; the driver validates the pointer.
-        let r = unsafe { (self.driver.cuMemFreeAsync)(ptr.0, t.raw) };
-        self.check(r, || format!("cuMemFreeAsync({ptr})"))
+        self.pool_free_async(ptr, stream)
     }
 
     fn driver_pool_set_attribute(&self, pool: RawPool, attr: i32, value: u64) -> Result<()> {
-        let p = self.driver_pool(pool)?;
-        let r = if (1..=3).contains(&attr) {
-            let mut v: i32 = (value != 0) as i32;
-            // SAFETY: the reuse attributes take an int.
-            unsafe { (self.driver.cuMemPoolSetAttribute)(p, attr as u32, (&mut v as *mut i32).cast()) }
-        } else {
-            let mut v: u64 = value;
-            // SAFETY: the other attributes take a cuuint64_t.
-            unsafe { (self.driver.cuMemPoolSetAttribute)(p, attr as u32, (&mut v as *mut u64).cast()) }
-        };
-        self.check(r, || format!("cuMemPoolSetAttribute(pool {:#x}, attribute {attr}, {value})", pool.handle))
+        self.pool_set_attribute(pool, attr, value)
     }
 
     fn driver_pool_get_attribute(&self, pool: RawPool, attr: i32) -> Result<u64> {
-        let p = self.driver_pool(pool)?;
-        if (1..=3).contains(&attr) {
-            let mut v: i32 = 0;
-            // SAFETY: the reuse attributes return an int.
-            let r =
-                unsafe { (self.driver.cuMemPoolGetAttribute)(p, attr as u32, (&mut v as *mut i32).cast()) };
-            self.check(r, || format!("cuMemPoolGetAttribute(pool {:#x}, attribute {attr})", pool.handle))?;
-            Ok(v as u64)
-        } else {
-            let mut v: u64 = 0;
-            // SAFETY: the other attributes return a cuuint64_t.
-            let r =
-                unsafe { (self.driver.cuMemPoolGetAttribute)(p, attr as u32, (&mut v as *mut u64).cast()) };
-            self.check(r, || format!("cuMemPoolGetAttribute(pool {:#x}, attribute {attr})", pool.handle))?;
-            Ok(v)
-        }
+        self.pool_get_attribute(pool, attr)
     }
 
     fn driver_pool_trim_to(&self, pool: RawPool, keep: u64) -> Result<()> {
-        let p = self.driver_pool(pool)?;
-        let keep_bytes = Self::to_usize(keep, "bytes to keep")?;
-        // SAFETY: a live pool.
-        let r = unsafe { (self.driver.cuMemPoolTrimTo)(p, keep_bytes) };
-        self.check(r, || format!("cuMemPoolTrimTo(pool {:#x}, {keep})", pool.handle))
+        self.pool_trim_to(pool, keep)
     }
 
     fn driver_pool_set_access(&self, pool: RawPool, device: usize, flags: u32) -> Result<()> {
-        let p = self.driver_pool(pool)?;
-        let dev = self.device(device)?;
-        let desc = driver::CUmemAccessDesc {
-            location: driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu },
-            flags,
-        };
-        // SAFETY: a live pool and one valid descriptor.
-        let r = unsafe { (self.driver.cuMemPoolSetAccess)(p, &desc, 1) };
-        self.check(r, || format!("cuMemPoolSetAccess(pool {:#x}, device {device}, {flags})", pool.handle))
+        self.pool_set_access(pool, device, flags)
     }
 
     fn driver_pool_get_access(&self, pool: RawPool, device: usize) -> Result<u32> {
-        let p = self.driver_pool(pool)?;
-        let dev = self.device(device)?;
-        let mut location = driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu };
-        let mut flags: u32 = 0;
-        // SAFETY: a live pool and valid pointers.
-        let r = unsafe { (self.driver.cuMemPoolGetAccess)(&mut flags, p, &mut location) };
-        self.check(r, || format!("cuMemPoolGetAccess(pool {:#x}, device {device})", pool.handle))?;
-        Ok(flags)
+        self.pool_get_access(pool, device)
     }
 
     fn driver_pool_export_fd(&self, pool: RawPool) -> Result<std::os::fd::OwnedFd> {
-        let e = pool_ipc::entries()?;
-        let p = self.driver_pool(pool)?;
-        let mut fd: std::ffi::c_int = -1;
-        // SAFETY: a live pool; for the POSIX descriptor type the out-pointer is an int.
-        let r = unsafe {
-            (e.export_pool)((&mut fd as *mut std::ffi::c_int).cast(), p, pool_ipc::HANDLE_TYPE_POSIX_FD, 0)
-        };
-        self.check(r, || format!("cuMemPoolExportToShareableHandle(pool {:#x})", pool.handle))?;
-        if fd < 0 {
-            return Err(Error::Unknown("cuMemPoolExportToShareableHandle gave no descriptor".into()));
-        }
-        // SAFETY: the driver just created this descriptor for the caller, who owns it.
-        Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+        self.pool_export_fd(pool)
     }
 
     fn driver_pool_import_fd(&self, fd: std::os::fd::BorrowedFd<'_>) -> Result<RawPool> {
-        let e = pool_ipc::entries()?;
-        self.bound(0)?;
-        let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
-        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-        // SAFETY: valid out-pointer; for the POSIX descriptor type the handle
-        // argument is the descriptor's value, which the caller keeps open.
-        let r = unsafe {
-            (e.import_pool)(
-                &mut pool,
-                raw as isize as *mut std::ffi::c_void,
-                pool_ipc::HANDLE_TYPE_POSIX_FD,
-                0,
-            )
-        };
-        self.check(r, || "cuMemPoolImportFromShareableHandle".to_string())?;
-        lock(&self.driver_pools).insert(pool as u64);
-        // The pool's device is the one with read-write access to it.
-        let mut device = 0;
-        for d in 0..self.devices.len() {
-            if self.driver_pool_get_access(RawPool { device: d, handle: pool as u64 }, d).ok() == Some(3) {
-                device = d;
-                break;
-            }
-        }
-        Ok(RawPool { device, handle: pool as u64 })
+        self.pool_import_fd(fd)
     }
 
     fn driver_pool_export_pointer(&self, ptr: DevicePtr) -> Result<[u8; 64]> {
-        let e = pool_ipc::entries()?;
-        self.bound(0)?;
-        let mut data = pool_ipc::CUmemPoolPtrExportData { reserved: [0; 64] };
-        // SAFETY: valid out-pointer; the driver validates the pointer.
-        let r = unsafe { (e.export_pointer)(&mut data, ptr.0) };
-        self.check(r, || format!("cuMemPoolExportPointer({ptr})"))?;
-        Ok(data.reserved)
+        self.pool_export_pointer(ptr)
     }
 
     fn driver_pool_import_pointer(&self, pool: RawPool, data: &[u8; 64]) -> Result<DevicePtr> {
-        let e = pool_ipc::entries()?;
-        let p = self.driver_pool(pool)?;
-        let mut share = pool_ipc::CUmemPoolPtrExportData { reserved: *data };
-        let mut ptr: driver::CUdeviceptr = 0;
-        // SAFETY: valid pointers and a live (imported) pool; the driver validates the data.
-        let r = unsafe { (e.import_pointer)(&mut ptr, p, &mut share) };
-        self.check(r, || format!("cuMemPoolImportPointer(pool {:#x})", pool.handle))?;
-        Ok(DevicePtr(ptr))
+        self.pool_import_pointer(pool, data)
     }
 
     fn driver_pointer_range(&self, ptr: DevicePtr) -> Result<u64> {
-        let e = pool_ipc::entries()?;
-        self.bound(0)?;
-        let (mut base, mut size): (driver::CUdeviceptr, usize) = (0, 0);
-        // SAFETY: valid out-pointers; the driver validates the pointer.
-        let r = unsafe { (e.address_range)(&mut base, &mut size, ptr.0) };
-        self.check(r, || format!("cuMemGetAddressRange({ptr})"))?;
-        Ok((base + size as u64).saturating_sub(ptr.0))
+        self.pool_pointer_range(ptr)
     }
 }
 
@@ -1254,31 +820,6 @@ mod tests {
             "cuMemAlloc_v2(1099511627776 bytes) on device 0: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
         );
         assert_eq!(result::error_message("cuInit(0)", 77, None, None), "cuInit(0): CUresult 77");
-    }
-
-    #[test]
-    fn the_ptx_has_every_kernel() {
-        assert!(KERNELS_PTX.contains(".address_size 64"));
-        assert!(!KERNELS_PTX.contains('\0'));
-        for name in KERNEL_NAMES {
-            assert!(KERNELS_PTX.contains(&format!(".visible .entry {name}(")), "{name} missing");
-        }
-    }
-
-    #[test]
-    fn grids_are_bounded_and_never_empty() {
-        let dev = Device {
-            ordinal: 0,
-            cu: 0,
-            ctx: Handle(std::ptr::null_mut()),
-            multiprocessors: 132,
-            kernels: OnceLock::new(),
-            kernels_init: Mutex::new(()),
-        };
-        assert_eq!(CudaBackend::grid_for(&dev, 0), 1);
-        assert_eq!(CudaBackend::grid_for(&dev, 1), 1);
-        assert_eq!(CudaBackend::grid_for(&dev, 257), 2);
-        assert_eq!(CudaBackend::grid_for(&dev, u64::MAX), 32 * 132);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `DeviceBuffer<T>`: typed device memory from `hipMalloc`, freed in `Drop`.
+//! `DeviceBuffer<T>`: typed device memory from `hipMalloc`, freed in `Drop`
+//! (the device's work is waited for first, as `hipFree` does).
 #![forbid(unsafe_code)]
 
 use std::marker::PhantomData;
@@ -6,64 +7,8 @@ use std::marker::PhantomData;
 use bytemuck::Pod;
 
 use crate::backend::{DevicePtr, FillValue};
-use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
-
-/// Typed device memory of any origin (`hipMalloc`, a pool, ...): what kernels
-/// and copies need to know about it.
-pub trait DeviceSlice<T: Pod> {
-    /// The device address of the first element (null when empty).
-    fn device_ptr(&self) -> DevicePtr;
-
-    /// Number of elements.
-    fn len(&self) -> usize;
-
-    /// The runtime the memory belongs to.
-    fn runtime(&self) -> &Runtime;
-
-    /// Whether there is no element.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Size in bytes.
-    fn size_bytes(&self) -> u64 {
-        self.len() as u64 * std::mem::size_of::<T>() as u64
-    }
-
-    /// Copies the contents into `dst` (same length); returns when done
-    /// (ordered after earlier work on the null stream and blocking streams).
-    fn read_into(&self, dst: &mut [T]) -> Result<()> {
-        if dst.len() != self.len() {
-            return Err(Error::InvalidValue(format!(
-                "host slice has {} elements, the device memory {}",
-                dst.len(),
-                self.len()
-            )));
-        }
-        self.runtime().copy_device_to_host(bytemuck::cast_slice_mut(dst), self.device_ptr())
-    }
-
-    /// The contents as a vector.
-    fn read_to_vec(&self) -> Result<Vec<T>> {
-        let mut v = vec![T::zeroed(); self.len()];
-        self.read_into(&mut v)?;
-        Ok(v)
-    }
-
-    /// Copies `src` (same length) in; returns when done.
-    fn write_from(&self, src: &[T]) -> Result<()> {
-        if src.len() != self.len() {
-            return Err(Error::InvalidValue(format!(
-                "host slice has {} elements, the device memory {}",
-                src.len(),
-                self.len()
-            )));
-        }
-        self.runtime().copy_host_to_device(self.device_ptr(), bytemuck::cast_slice(src))
-    }
-}
+use crate::runtime::{Device, DeviceSlice, Runtime};
 
 impl<T: Pod> DeviceSlice<T> for DeviceBuffer<T> {
     fn device_ptr(&self) -> DevicePtr {
@@ -186,7 +131,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
 impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        if let Err(e) = self.rt.free(self.ptr) {
+        if let Err(e) = self.rt.free_device_memory(self.ptr) {
             self.rt.record_drop_error("hipFree of a DeviceBuffer", e);
         }
     }

@@ -5,9 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{EventFlags, RawEvent};
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use crate::runtime::ordering::OrderPoint;
-use crate::stream::Stream;
+use crate::runtime::{CoreStream, Runtime};
 
 pub(crate) struct EventInner {
     pub(crate) rt: Runtime,
@@ -49,16 +48,13 @@ impl Event {
     }
 
     /// The point of the latest record, if any.
-    pub(crate) fn point(&self) -> Option<OrderPoint> {
+    pub fn point(&self) -> Option<OrderPoint> {
         self.inner.point.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn completed(&self) {
         if let Some(point) = self.point() {
-            point.clock.mark_completed(point.tag);
-            let rt = &self.inner.rt.inner;
-            rt.recycle_events(self.device(), point.clock.retire_completed_markers());
-            rt.after_stream_synchronized(self.device(), point.clock.stream_id);
+            self.inner.rt.point_completed(&point, self.device());
         }
     }
 
@@ -78,8 +74,8 @@ impl Event {
     }
 
     /// Records the event at the current end of `stream` (`hipEventRecord`).
-    pub fn record(&self, stream: &Stream) -> Result<()> {
-        let point = stream.clock().point();
+    pub fn record(&self, stream: &CoreStream) -> Result<()> {
+        let point = stream.point();
         self.inner.rt.backend().event_record(self.inner.raw, stream.raw())?;
         *self.inner.point.lock().unwrap_or_else(|p| p.into_inner()) = Some(point);
         Ok(())

@@ -24,32 +24,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::core::PoolCore;
-use super::{AccessFlags, PoolProps, handle_type};
+use super::{recv_msg, send_msg, seqpacket_pair, set_recv_timeout};
 use crate::backend::DevicePtr;
 use crate::error::{Error, Result};
-use crate::ipc::{recv_msg, send_msg, seqpacket_pair, set_recv_timeout};
+use crate::pool::core::PoolCore;
+use crate::pool::imported::ImportedPool;
+use crate::pool::{AccessFlags, PoolProps, PtrExportData, handle_type};
 use crate::runtime::Runtime;
 use crate::vmm::AccessDesc;
-
-/// `hipMemPoolPtrExportData`: 64 opaque bytes that name a pointer of an
-/// exported pool.
-#[derive(Copy, Clone, PartialEq, Eq)]
-#[repr(C)]
-pub struct PtrExportData {
-    /// The bytes.
-    pub reserved: [u8; 64],
-}
-
-impl std::fmt::Debug for PtrExportData {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PtrExportData(")?;
-        for b in &self.reserved[..16] {
-            write!(f, "{b:02x}")?;
-        }
-        write!(f, "..)")
-    }
-}
 
 const PTR_MAGIC: [u8; 8] = *b"HIPMEMP\x01";
 const PROTO_MAGIC: u32 = 0x4950_4d48; // "HMPI"
@@ -205,7 +187,7 @@ fn error_reply(op: u32, e: &Error) -> Vec<u8> {
 
 /// Exports a hipmem pool: the descriptor an importer connects through.
 pub(crate) fn export_pool(core: &Arc<PoolCore>) -> Result<OwnedFd> {
-    core.ipc_info()?;
+    core.ipc_info(random_uid)?;
     let (ours, theirs) = seqpacket_pair()?;
     let pool = Arc::downgrade(core);
     std::thread::Builder::new()
@@ -263,7 +245,7 @@ fn answer(bytes: &[u8], pool: &Weak<PoolCore>) -> Answer {
         .ok_or_else(|| (op, Error::InvalidValue("the exported pool was destroyed".into())))?;
     match op {
         OP_INFO => {
-            let info = core.ipc_info().map_err(|e| (op, e))?;
+            let info = core.ipc_info(random_uid).map_err(|e| (op, e))?;
             let mut w = Writer::new(op);
             w.u32(0).bytes(&info.uid).u64(info.device as u64).u64(info.size).u64(info.granularity);
             Ok((w.0, Vec::new()))
@@ -311,7 +293,7 @@ struct ImportState {
 
 /// A pool imported from another process (or this one): it maps the
 /// exporter's memory and cannot allocate.
-pub(crate) struct ImportedPool {
+pub(crate) struct PoolImport {
     pub(crate) id: u64,
     pub(crate) device: usize,
     pub(crate) props: PoolProps,
@@ -321,7 +303,7 @@ pub(crate) struct ImportedPool {
     destroyed: AtomicBool,
 }
 
-impl std::fmt::Debug for ImportedPool {
+impl std::fmt::Debug for PoolImport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ImportedPool").field("id", &self.id).field("device", &self.device).finish()
     }
@@ -352,9 +334,9 @@ fn request(conn: BorrowedFd<'_>, msg: &[u8], op: u32) -> Result<(Vec<u8>, Vec<Ow
     Ok((bytes[pos..].to_vec(), fds))
 }
 
-impl ImportedPool {
+impl PoolImport {
     /// Connects to the exporter through `fd` and reserves addresses for its pool.
-    pub(crate) fn import(rt: &Runtime, id: u64, fd: BorrowedFd<'_>) -> Result<ImportedPool> {
+    pub(crate) fn import(rt: &Runtime, id: u64, fd: BorrowedFd<'_>) -> Result<PoolImport> {
         let (mine, theirs) = seqpacket_pair()?;
         let mut hello = Writer::new(OP_HELLO);
         hello.u64(0);
@@ -377,7 +359,7 @@ impl ImportedPool {
         let base = rt.address_reserve(size, granularity, DevicePtr::NULL, 0)?;
         let mut access = vec![AccessFlags::None; rt.device_count()];
         access[device] = AccessFlags::ReadWrite;
-        Ok(ImportedPool {
+        Ok(PoolImport {
             id,
             device,
             props: PoolProps { device, handle_types: handle_type::POSIX_FILE_DESCRIPTOR, max_size: 0 },
@@ -594,7 +576,7 @@ impl ImportedPool {
     }
 }
 
-impl Drop for ImportedPool {
+impl Drop for PoolImport {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         if !st.chunks.is_empty() {
@@ -609,5 +591,44 @@ impl Drop for ImportedPool {
         if let Err(e) = self.rt.address_free(DevicePtr(st.base), st.size) {
             tracing::debug!(target: "hipmem", "freeing an imported pool's reservation: {e}");
         }
+    }
+}
+
+impl ImportedPool for PoolImport {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn device(&self) -> usize {
+        self.device
+    }
+    fn props(&self) -> PoolProps {
+        self.props
+    }
+    fn is_destroyed(&self) -> bool {
+        PoolImport::is_destroyed(self)
+    }
+    fn destroy(&self) {
+        PoolImport::destroy(self)
+    }
+    fn contains(&self, ptr: DevicePtr) -> bool {
+        PoolImport::contains(self, ptr)
+    }
+    fn import_pointer(&self, data: &PtrExportData) -> Result<(DevicePtr, u64)> {
+        PoolImport::import_pointer(self, data)
+    }
+    fn free_pointer(&self, ptr: DevicePtr) -> Result<()> {
+        PoolImport::free_pointer(self, ptr)
+    }
+    fn mapped_bytes(&self) -> u64 {
+        PoolImport::mapped_bytes(self)
+    }
+    fn imported_bytes(&self) -> u64 {
+        PoolImport::imported_bytes(self)
+    }
+    fn set_access(&self, device: usize, flags: AccessFlags) -> Result<()> {
+        PoolImport::set_access(self, device, flags)
+    }
+    fn access(&self, device: usize) -> Result<AccessFlags> {
+        PoolImport::access(self, device)
     }
 }

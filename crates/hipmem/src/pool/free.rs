@@ -1,0 +1,92 @@
+//! Freeing pool memory by raw pointer (`hipFreeAsync`, and `hipFree` of a
+//! pool pointer), for memory of any pool of the runtime.
+#![forbid(unsafe_code)]
+
+use super::core::StreamRef;
+use super::stream_cache::{self, FastFree};
+use super::table::table;
+use crate::backend::{DevicePtr, RawStream};
+use crate::error::{Error, Result};
+use crate::runtime::{Allocation, CoreStream, MemoryKind, Runtime};
+
+impl Runtime {
+    /// `hipFreeAsync` of pool memory in `stream`'s order: Some(result) if
+    /// `ptr` lies in memory of a pool (hipmem's or the driver's) of this
+    /// runtime, None if it is no pool's.
+    pub(crate) fn free_pool_memory_async(&self, ptr: DevicePtr, stream: &CoreStream) -> Option<Result<()>> {
+        // Fast path: the slot this thread used last on this stream; only
+        // that stream's own lock is taken. (Memory that is not a pool block,
+        // such as a mapping of an imported pool, is never in a slot.)
+        let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
+            (slot.pool_id, slot.free_fast(ptr.0), slot.pool_alive())
+        });
+        match fast {
+            Some((_, FastFree::Done, true)) => return Some(Ok(())),
+            None | Some((_, FastFree::NotHere, _)) => {}
+            Some((pool, done, _)) => {
+                let evicted = match done {
+                    FastFree::Evicted(b) => Some(b),
+                    _ => None,
+                };
+                if let Some(core) = table(self).get(pool) {
+                    core.after_free(&core.slot_for(&StreamRef::of(stream)), evicted);
+                }
+                return Some(Ok(()));
+            }
+        }
+        let a = self.allocations().find(ptr.0)?;
+        Some(match a.kind {
+            MemoryKind::PoolSegment(id) => match table(self).get(id) {
+                None => Err(gone(ptr)),
+                Some(core) if core.free(ptr, &StreamRef::of(stream)) => Ok(()),
+                Some(_) => {
+                    Err(Error::InvalidValue(format!("{ptr} is not a live pool allocation (double free?)")))
+                }
+            },
+            MemoryKind::DriverPool(id) => match table(self).get_driver(id) {
+                None => Err(gone(ptr)),
+                Some(pool) => pool.free(ptr, stream.raw()),
+            },
+            _ => return None,
+        })
+    }
+
+    /// `hipFree` of pool memory (`a` is the registry's entry for `ptr`):
+    /// waits for the device, then frees; Some(result) if it is pool memory.
+    pub(crate) fn free_pool_memory_sync(&self, ptr: DevicePtr, a: &Allocation) -> Option<Result<()>> {
+        match a.kind {
+            MemoryKind::PoolSegment(pool) => Some(self.free_pool_block_synchronously(ptr, pool, a.device)),
+            MemoryKind::DriverPool(pool) if a.base == ptr => Some((|| {
+                let driver = table(self).get_driver(pool).ok_or_else(|| gone(ptr))?;
+                self.device_synchronize(a.device)?;
+                driver.free(ptr, RawStream::null(a.device))?;
+                self.device_synchronize(a.device)
+            })()),
+            _ => None,
+        }
+    }
+
+    /// `hipFree` of a block of a hipmem pool: waits for the device, then
+    /// returns the block to its pool as a completed free.
+    fn free_pool_block_synchronously(&self, ptr: DevicePtr, pool: u64, device: usize) -> Result<()> {
+        let core = table(self).get(pool).ok_or_else(|| gone(ptr))?;
+        self.device_synchronize(device)?;
+        let null = self.null_stream(device)?;
+        if !core.free(ptr, &StreamRef::of(&null)) {
+            return Err(Error::InvalidValue(format!(
+                "{ptr} is not a live allocation of its pool (double free, or an interior pointer)"
+            )));
+        }
+        self.device_synchronize(device)
+    }
+
+    /// Frees `ptr` if it was imported into an imported pool (Some), else None.
+    pub(crate) fn free_if_imported(&self, ptr: DevicePtr) -> Option<Result<()>> {
+        let pool = super::table::table_if_made(self)?.imported_containing(ptr)?;
+        Some(pool.free_pointer(ptr))
+    }
+}
+
+fn gone(ptr: DevicePtr) -> Error {
+    Error::InvalidValue(format!("{ptr} belongs to a pool that no longer exists"))
+}

@@ -1,0 +1,421 @@
+//! [`MemPool`]: the handle of a memory pool (`hipMemPool_t`) of any kind:
+//! hipmem's own (`core.rs` and its neighbours), the driver's
+//! (`driver_pool.rs`), or one imported from another process (made by the
+//! `ipc` subsystem, seen here through the [`ImportedPool`] trait).
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use bytemuck::Pod;
+
+use super::buffer::PoolBuffer;
+use super::core::{PoolCore, StreamRef};
+use super::driver_pool::DriverPool;
+use super::imported::ImportedPool;
+use super::table::{check_own_stream, table};
+use super::{AccessFlags, PoolAttribute, PoolBacking, PoolProps, PoolStats, handle_type};
+use crate::backend::DevicePtr;
+use crate::error::{Error, Result};
+use crate::runtime::{CoreStream, Runtime};
+
+/// Which kind of pool a handle is.
+#[derive(Clone, Debug)]
+pub(crate) enum PoolRef {
+    /// hipmem's own pool.
+    Hipmem(Arc<PoolCore>),
+    /// The driver's pool.
+    Driver(Arc<DriverPool>),
+    /// A hipmem pool imported from another process.
+    Imported(Arc<dyn ImportedPool>),
+}
+
+impl PoolRef {
+    pub(crate) fn id(&self) -> u64 {
+        match self {
+            PoolRef::Hipmem(c) => c.id,
+            PoolRef::Driver(d) => d.id,
+            PoolRef::Imported(i) => i.id(),
+        }
+    }
+
+    pub(crate) fn device(&self) -> usize {
+        match self {
+            PoolRef::Hipmem(c) => c.device,
+            PoolRef::Driver(d) => d.raw.device,
+            PoolRef::Imported(i) => i.device(),
+        }
+    }
+
+    pub(crate) fn is_destroyed(&self) -> bool {
+        match self {
+            PoolRef::Hipmem(c) => c.is_destroyed(),
+            PoolRef::Driver(d) => d.is_destroyed(),
+            PoolRef::Imported(i) => i.is_destroyed(),
+        }
+    }
+
+    pub(crate) fn same(&self, other: &PoolRef) -> bool {
+        match (self, other) {
+            (PoolRef::Hipmem(a), PoolRef::Hipmem(b)) => Arc::ptr_eq(a, b),
+            (PoolRef::Driver(a), PoolRef::Driver(b)) => Arc::ptr_eq(a, b),
+            (PoolRef::Imported(a), PoolRef::Imported(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Allocates in stream order.
+    pub(crate) fn alloc(&self, size: u64, stream: &CoreStream) -> Result<DevicePtr> {
+        match self {
+            PoolRef::Hipmem(c) => c.alloc(size, &StreamRef::of(stream)),
+            PoolRef::Driver(d) => d.alloc(size, stream.raw()),
+            PoolRef::Imported(_) => Err(imported_cannot_allocate()),
+        }
+    }
+
+    /// Frees in stream order.
+    pub(crate) fn free(&self, ptr: DevicePtr, stream: &CoreStream) -> Result<()> {
+        if ptr.is_null() {
+            return Ok(());
+        }
+        match self {
+            PoolRef::Hipmem(core) => {
+                if core.free(ptr, &StreamRef::of(stream)) {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidValue(format!("{ptr} is not a live allocation of pool {:#x}", core.id)))
+                }
+            }
+            PoolRef::Driver(d) => d.free(ptr, stream.raw()),
+            PoolRef::Imported(i) => {
+                // Unmapping waits for the work queued before it on the stream.
+                stream.synchronize()?;
+                i.free_pointer(ptr)
+            }
+        }
+    }
+}
+
+fn imported_cannot_allocate() -> Error {
+    Error::InvalidValue("an imported memory pool cannot allocate".into())
+}
+
+/// Destroys a created pool when its last handle goes.
+pub(crate) struct PoolOwner {
+    pool: PoolRef,
+    rt: Runtime,
+}
+
+impl Drop for PoolOwner {
+    fn drop(&mut self) {
+        table(&self.rt).destroy(&self.pool);
+    }
+}
+
+/// A memory pool (`hipMemPool_t`). Clones are the same pool. A pool made with
+/// [`MemPool::create`] (hipmem's own) or [`MemPool::create_driver`] (the
+/// driver's, on cuda) is destroyed when its last handle is dropped or by
+/// [`MemPool::destroy`]; allocations still live stay valid and may be freed
+/// later. A default pool is never destroyed.
+#[derive(Clone)]
+pub struct MemPool {
+    pub(crate) pool: PoolRef,
+    pub(crate) owner: Option<Arc<PoolOwner>>,
+    pub(crate) rt: Runtime,
+}
+
+impl std::fmt::Debug for MemPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemPool")
+            .field("id", &self.pool.id())
+            .field("device", &self.pool.device())
+            .field("driver", &self.is_driver_pool())
+            .field("default", &self.is_default())
+            .finish()
+    }
+}
+
+impl PartialEq for MemPool {
+    fn eq(&self, other: &Self) -> bool {
+        self.pool.same(&other.pool)
+    }
+}
+
+fn check_props(rt: &Runtime, props: &PoolProps) -> Result<()> {
+    rt.check_device(props.device).map_err(|e| Error::InvalidValue(e.message().to_string()))?;
+    let known = handle_type::POSIX_FILE_DESCRIPTOR | handle_type::WIN32 | handle_type::WIN32_KMT;
+    if props.handle_types & !known != 0 {
+        return Err(Error::InvalidValue(format!("unknown handle type bits {:#x}", props.handle_types)));
+    }
+    if props.handle_types & (handle_type::WIN32 | handle_type::WIN32_KMT) != 0 {
+        return Err(Error::NotSupported("Win32 handle types do not exist on Linux".into()));
+    }
+    Ok(())
+}
+
+impl MemPool {
+    /// `hipMemPoolCreate`: a new hipmem pool on `props.device`.
+    ///
+    /// A pool created shareable (`handle_types` with
+    /// [`handle_type::POSIX_FILE_DESCRIPTOR`]) is always on virtual memory
+    /// (its chunks are exportable physical memory): NotSupported on a
+    /// backend without virtual memory.
+    pub fn create(rt: &Runtime, props: PoolProps) -> Result<MemPool> {
+        check_props(rt, &props)?;
+        let backing = shareable(&props).then_some(PoolBacking::VirtualMemory);
+        let core = table(rt).create(rt, props, false, backing);
+        if backing.is_some() && core.backing() != PoolBacking::VirtualMemory {
+            return Err(Error::NotSupported(format!(
+                "device {} has no virtual memory management: a shareable pool cannot be created",
+                props.device
+            )));
+        }
+        Ok(MemPool::owned(rt, PoolRef::Hipmem(core)))
+    }
+
+    /// Like [`MemPool::create`], with the backing chosen (virtual memory falls
+    /// back to segments where the backend has none).
+    /// A shareable pool needs virtual memory: with segments it is NotSupported.
+    pub fn create_with_backing(rt: &Runtime, props: PoolProps, backing: PoolBacking) -> Result<MemPool> {
+        check_props(rt, &props)?;
+        if shareable(&props) {
+            if backing == PoolBacking::Segments {
+                return Err(Error::NotSupported(
+                    "a shareable pool is backed by virtual memory, not segments".into(),
+                ));
+            }
+            return MemPool::create(rt, props);
+        }
+        let core = table(rt).create(rt, props, false, Some(backing));
+        Ok(MemPool::owned(rt, PoolRef::Hipmem(core)))
+    }
+
+    /// How the pool gets memory (driver pools: segments of the driver's own).
+    pub fn backing(&self) -> PoolBacking {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.backing(),
+            PoolRef::Driver(_) => PoolBacking::Segments,
+            PoolRef::Imported(_) => PoolBacking::VirtualMemory,
+        }
+    }
+
+    /// A new pool of the driver's own kind (`cuMemPoolCreate`), behind the same
+    /// API; NotSupported on backends without driver pools.
+    pub fn create_driver(rt: &Runtime, props: PoolProps) -> Result<MemPool> {
+        check_props(rt, &props)?;
+        let raw = rt.backend().driver_pool_create(props.device, props.handle_types, props.max_size)?;
+        let pool = table(rt).add_driver(rt, raw, props, true);
+        Ok(MemPool::owned(rt, PoolRef::Driver(pool)))
+    }
+
+    /// The driver's default pool of `device` (`cuDeviceGetDefaultMemPool`),
+    /// for code that shares memory with users of the driver's pools.
+    pub fn driver_default(rt: &Runtime, device: usize) -> Result<MemPool> {
+        rt.check_device(device)?;
+        let pool = table(rt).driver_default(rt, device)?;
+        Ok(MemPool { pool: PoolRef::Driver(pool), owner: None, rt: rt.clone() })
+    }
+
+    pub(crate) fn owned(rt: &Runtime, pool: PoolRef) -> MemPool {
+        let owner = Arc::new(PoolOwner { pool: pool.clone(), rt: rt.clone() });
+        MemPool { pool, owner: Some(owner), rt: rt.clone() }
+    }
+
+    /// `hipMemPoolDestroy`: destroys the pool now. A default pool, or a pool
+    /// destroyed already, is InvalidValue. Live allocations stay valid.
+    pub fn destroy(self) -> Result<()> {
+        if self.is_default() {
+            return Err(Error::InvalidValue("a default memory pool cannot be destroyed".into()));
+        }
+        if self.pool.is_destroyed() {
+            return Err(Error::InvalidValue(format!(
+                "memory pool {:#x} was already destroyed",
+                self.pool.id()
+            )));
+        }
+        table(&self.rt).destroy(&self.pool);
+        Ok(())
+    }
+
+    /// A process-unique id.
+    pub fn id(&self) -> u64 {
+        self.pool.id()
+    }
+
+    /// The device ordinal.
+    pub fn device(&self) -> usize {
+        self.pool.device()
+    }
+
+    /// The properties it was created with.
+    pub fn props(&self) -> PoolProps {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.props,
+            PoolRef::Driver(d) => d.props,
+            PoolRef::Imported(i) => i.props(),
+        }
+    }
+
+    /// Whether this is a device's default pool.
+    pub fn is_default(&self) -> bool {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.is_default,
+            PoolRef::Driver(d) => !d.owned,
+            PoolRef::Imported(_) => false,
+        }
+    }
+
+    /// Whether this is a pool of the driver's own kind.
+    pub fn is_driver_pool(&self) -> bool {
+        matches!(self.pool, PoolRef::Driver(_))
+    }
+
+    /// Whether the pool was destroyed.
+    pub fn is_destroyed(&self) -> bool {
+        self.pool.is_destroyed()
+    }
+
+    /// `hipMallocFromPoolAsync`: `size` bytes usable by work queued on `stream`
+    /// after this call (size 0 gives the null pointer).
+    pub fn alloc_raw(&self, size: u64, stream: &CoreStream) -> Result<DevicePtr> {
+        if size == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        self.check_stream(stream)?;
+        self.pool.alloc(size, stream)
+    }
+
+    /// Typed memory for `len` elements, freed in `stream`'s order when dropped.
+    pub fn alloc<T: Pod>(&self, len: usize, stream: &CoreStream) -> Result<PoolBuffer<T>> {
+        let bytes = (len as u64)
+            .checked_mul(std::mem::size_of::<T>() as u64)
+            .ok_or_else(|| Error::OutOfMemory(format!("{len} elements overflow the address space")))?;
+        let ptr = self.alloc_raw(bytes, stream)?;
+        Ok(PoolBuffer::new(self.pool.clone(), ptr, len, stream.clone()))
+    }
+
+    fn check_stream(&self, stream: &CoreStream) -> Result<()> {
+        if stream.device() != self.pool.device() {
+            return Err(Error::InvalidValue(format!(
+                "the pool is on device {}, the stream on device {}",
+                self.pool.device(),
+                stream.device()
+            )));
+        }
+        check_own_stream(&self.rt, stream)
+    }
+
+    /// `hipMemPoolGetAttribute` (a driver pool's error reads as 0).
+    pub fn attribute(&self, attr: PoolAttribute) -> u64 {
+        self.try_attribute(attr).unwrap_or(0)
+    }
+
+    /// `hipMemPoolGetAttribute`, with the driver's error if it fails.
+    pub fn try_attribute(&self, attr: PoolAttribute) -> Result<u64> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => Ok(c.get_attribute(attr)),
+            PoolRef::Driver(d) => d.get_attribute(attr),
+            PoolRef::Imported(i) => Ok(match attr {
+                PoolAttribute::ReservedMemCurrent | PoolAttribute::ReservedMemHigh => i.mapped_bytes(),
+                PoolAttribute::UsedMemCurrent | PoolAttribute::UsedMemHigh => i.imported_bytes(),
+                _ => 0,
+            }),
+        }
+    }
+
+    /// `hipMemPoolSetAttribute`: read-only statistics, or a High statistic set
+    /// to anything but 0, are InvalidValue.
+    pub fn set_attribute(&self, attr: PoolAttribute, value: u64) -> Result<()> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.set_attribute(attr, value),
+            PoolRef::Driver(d) => d.set_attribute(attr, value),
+            PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("the attributes of an imported pool belong to its exporter".into()))
+            }
+        }
+    }
+
+    /// The four statistics at once (zeros if a driver pool cannot be read).
+    pub fn stats(&self) -> PoolStats {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.stats(),
+            PoolRef::Driver(d) => d.stats().unwrap_or_default(),
+            PoolRef::Imported(i) => PoolStats {
+                reserved_current: i.mapped_bytes(),
+                reserved_high: i.mapped_bytes(),
+                used_current: i.imported_bytes(),
+                used_high: i.imported_bytes(),
+            },
+        }
+    }
+
+    /// Sets the release threshold (`u64::MAX` keeps everything).
+    pub fn set_release_threshold(&self, bytes: u64) {
+        let _ = self.set_attribute(PoolAttribute::ReleaseThreshold, bytes);
+    }
+
+    /// `hipMemPoolTrimTo`: releases unused memory down to `keep` reserved bytes,
+    /// never memory of live allocations or of frees the device has not completed.
+    pub fn trim_to(&self, keep: u64) -> Result<()> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.trim_to(keep),
+            PoolRef::Driver(d) => d.trim_to(keep),
+            PoolRef::Imported(_) => Ok(()),
+        }
+    }
+
+    /// `hipMemPoolSetAccess` for one device.
+    pub fn set_access(&self, device: usize, flags: AccessFlags) -> Result<()> {
+        self.rt.check_device(device)?;
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.set_access(device, flags),
+            PoolRef::Driver(d) => d.set_access(device, flags),
+            PoolRef::Imported(i) => i.set_access(device, flags),
+        }
+    }
+
+    /// `hipMemPoolGetAccess`: the pool's device reads ReadWrite, others None until set.
+    pub fn access(&self, device: usize) -> Result<AccessFlags> {
+        self.rt.check_device(device)?;
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.access(device),
+            PoolRef::Driver(d) => d.access(device),
+            PoolRef::Imported(i) => i.access(device),
+        }
+    }
+
+    /// Checks the placement invariants of a hipmem pool (for tests and debugging).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.check_invariants(),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => Ok(()),
+        }
+    }
+
+    // ---- interprocess sharing ---------------------------------------------------------
+
+    /// Whether this pool was imported from another process (it cannot allocate).
+    pub fn is_imported(&self) -> bool {
+        match &self.pool {
+            PoolRef::Imported(_) => true,
+            PoolRef::Driver(d) => d.is_imported(),
+            PoolRef::Hipmem(_) => false,
+        }
+    }
+
+    /// Frees a pointer imported into this pool (this process's mapping only).
+    pub fn free_imported(&self, ptr: DevicePtr) -> Result<()> {
+        match &self.pool {
+            PoolRef::Imported(i) => i.free_pointer(ptr),
+            PoolRef::Driver(d) if d.is_imported() => {
+                self.rt.device_synchronize(d.raw.device)?;
+                d.free(ptr, crate::backend::RawStream::null(d.raw.device))?;
+                self.rt.device_synchronize(d.raw.device)
+            }
+            _ => Err(Error::InvalidValue("the pool is not an imported pool".into())),
+        }
+    }
+}
+
+fn shareable(props: &PoolProps) -> bool {
+    props.handle_types & handle_type::POSIX_FILE_DESCRIPTOR != 0
+}

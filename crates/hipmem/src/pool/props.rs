@@ -1,0 +1,134 @@
+//! The plain types of the pool API: attributes, properties, backing,
+//! statistics and pointer export data.
+#![forbid(unsafe_code)]
+
+use crate::error::{Error, Result};
+
+/// `hipMemPoolAttr`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PoolAttribute {
+    /// `hipMemPoolReuseFollowEventDependencies` (1): reuse memory freed on
+    /// another stream once this stream waited on an event recorded after the free.
+    ReuseFollowEventDependencies,
+    /// `hipMemPoolReuseAllowOpportunistic` (2): reuse memory whose free has
+    /// completed on the device, without a dependency.
+    ReuseAllowOpportunistic,
+    /// `hipMemPoolReuseAllowInternalDependencies` (3): make the allocating
+    /// stream wait for the freeing stream rather than fail to grow.
+    ReuseAllowInternalDependencies,
+    /// `hipMemPoolAttrReleaseThreshold` (4): unused bytes kept at synchronization.
+    ReleaseThreshold,
+    /// `hipMemPoolAttrReservedMemCurrent` (5, read-only).
+    ReservedMemCurrent,
+    /// `hipMemPoolAttrReservedMemHigh` (6, reset by setting 0).
+    ReservedMemHigh,
+    /// `hipMemPoolAttrUsedMemCurrent` (7, read-only).
+    UsedMemCurrent,
+    /// `hipMemPoolAttrUsedMemHigh` (8, reset by setting 0).
+    UsedMemHigh,
+}
+
+impl PoolAttribute {
+    /// Every attribute.
+    pub const ALL: [PoolAttribute; 8] = [
+        PoolAttribute::ReuseFollowEventDependencies,
+        PoolAttribute::ReuseAllowOpportunistic,
+        PoolAttribute::ReuseAllowInternalDependencies,
+        PoolAttribute::ReleaseThreshold,
+        PoolAttribute::ReservedMemCurrent,
+        PoolAttribute::ReservedMemHigh,
+        PoolAttribute::UsedMemCurrent,
+        PoolAttribute::UsedMemHigh,
+    ];
+
+    /// Parses the numeric attribute; anything else is InvalidValue.
+    pub fn from_raw(raw: i32) -> Result<PoolAttribute> {
+        if (1..=8).contains(&raw) {
+            Ok(Self::ALL[raw as usize - 1])
+        } else {
+            Err(Error::InvalidValue(format!("{raw} is not a hipMemPoolAttr (1 to 8)")))
+        }
+    }
+
+    /// The numeric value.
+    pub fn raw(&self) -> i32 {
+        Self::ALL.iter().position(|a| a == self).map(|i| i as i32 + 1).unwrap_or(0)
+    }
+
+    /// Whether the value is a 32-bit int (the reuse flags) rather than a u64.
+    pub fn is_int(&self) -> bool {
+        matches!(
+            self,
+            PoolAttribute::ReuseFollowEventDependencies
+                | PoolAttribute::ReuseAllowOpportunistic
+                | PoolAttribute::ReuseAllowInternalDependencies
+        )
+    }
+}
+
+/// `hipMemAllocationHandleType` bits a pool can export.
+pub mod handle_type {
+    /// `hipMemHandleTypeNone`.
+    pub const NONE: u32 = 0;
+    /// `hipMemHandleTypePosixFileDescriptor`.
+    pub const POSIX_FILE_DESCRIPTOR: u32 = 1;
+    /// `hipMemHandleTypeWin32`.
+    pub const WIN32: u32 = 2;
+    /// `hipMemHandleTypeWin32Kmt`.
+    pub const WIN32_KMT: u32 = 4;
+}
+
+/// What a pool is created with (`hipMemPoolProps`, less the fields every
+/// hipmem pool has the same: pinned device memory).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolProps {
+    /// Device ordinal the memory lives on.
+    pub device: usize,
+    /// `hipMemAllocationHandleType` bits the pool can be exported with.
+    pub handle_types: u32,
+    /// Most bytes the pool may reserve (0: no limit but the device).
+    pub max_size: u64,
+}
+
+/// How a hipmem pool gets memory from the backend.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PoolBacking {
+    /// Separate device allocations; free space coalesces within each.
+    Segments,
+    /// One reserved address range with physical chunks mapped in as the pool
+    /// grows and unmapped when free: free space coalesces across chunks.
+    /// The default where the backend has virtual memory.
+    VirtualMemory,
+}
+
+/// The four statistics of a pool, in bytes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    /// Memory the pool holds from the backend.
+    pub reserved_current: u64,
+    /// Most reserved since the last reset.
+    pub reserved_high: u64,
+    /// Memory of live allocations (block sizes, 256-byte granules).
+    pub used_current: u64,
+    /// Most used since the last reset.
+    pub used_high: u64,
+}
+
+/// `hipMemPoolPtrExportData`: 64 opaque bytes that name a pointer of an
+/// exported pool.
+#[derive(Copy, Clone, PartialEq, Eq)]
+#[repr(C)]
+pub struct PtrExportData {
+    /// The bytes.
+    pub reserved: [u8; 64],
+}
+
+impl std::fmt::Debug for PtrExportData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PtrExportData(")?;
+        for b in &self.reserved[..16] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "..)")
+    }
+}

@@ -1,0 +1,247 @@
+//! The reuse rules: what an allocation that missed its stream's cache may
+//! take, cheapest first.
+//!
+//! Allocation on stream `S`, cheapest first:
+//! 1. `S`'s slot cache: a block freed on `S` (no shared lock, no driver call).
+//! 2. The shared heap, best fit among blocks free for every stream and blocks
+//!    pending on `S` itself.
+//! 3. Blocks pending on another stream `T`, if a reuse rule allows it:
+//!    follow event dependencies (`S` waited on an event recorded on `T` after
+//!    the free) or opportunistic (the free has completed on the device).
+//!    Before this step the other streams' caches are flushed into the heap.
+//! 4. Growth: a new segment from the backend (within the pool's maxSize).
+//! 5. Internal dependencies, when growing is impossible: make `S` wait for `T`
+//!    (an event from the event pool) and take `T`'s pending block.
+//! 6. Release what the pool caches and completed frees, retry growth once.
+//! 7. OutOfMemory, stating the request, the pool's used and reserved bytes and
+//!    the device's free memory.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::core::{MIN_SEGMENT, PoolCore, lock};
+use super::placement::Owner;
+use super::stream_cache::{CachedBlock, Slot};
+use crate::backend::RawStream;
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+use crate::runtime::ordering::StreamClock;
+
+impl PoolCore {
+    pub(super) fn alloc_slow(&self, want: u64, requested: u64, slot: &Arc<Slot>) -> Result<(u64, u64)> {
+        let me = slot.stream_id();
+        let rt = self.runtime()?;
+        // Once enough of this stream's frees are pending, ask whether the
+        // stream is idle: its completed frees then coalesce with free space.
+        let pending = lock(&self.heap).pending_bytes(me);
+        if pending >= MIN_SEGMENT {
+            self.promote_if_idle(&rt, slot);
+        }
+        // 2-3. Reuse from the heap.
+        if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+            return Ok(found);
+        }
+        if self.flush_other_caches(me) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
+        // Before growing: if this stream's own frees have completed (the
+        // stream is idle), they turn global and merge with their neighbours.
+        if self.promote_if_idle(&rt, slot) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
+        // 4. Grow.
+        let grow_err = match self.grow(&rt, want) {
+            Ok(()) => {
+                if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                    return Ok(found);
+                }
+                None
+            }
+            Err(e) => Some(e),
+        };
+        // 5. Internal dependencies.
+        if self.policy.allow_internal_dependencies.load(Ordering::Relaxed) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, true) {
+                return Ok(found);
+            }
+        }
+        // 6. Release cached memory and completed frees (this pool and the
+        //    device's other hipmem pools), then try growing once more.
+        for pool in super::table::table(&rt).hipmem_pools_of(self.device) {
+            pool.release_unused_to(&rt, 0);
+        }
+        if self.grow(&rt, want).is_ok() {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
+        // 7. Out of memory.
+        let stats = self.stats();
+        let free = rt.backend().mem_get_info(self.device).map(|m| m.free).unwrap_or(0);
+        let cause = grow_err.map(|e| format!(" ({})", e.message())).unwrap_or_default();
+        Err(Error::OutOfMemory(format!(
+            "pool {:#x} on device {}: cannot allocate {requested} bytes: the pool uses {} and reserves {} bytes{}, the device has {free} bytes free{cause}",
+            self.id,
+            self.device,
+            stats.used_current,
+            stats.reserved_current,
+            if self.props.max_size > 0 {
+                format!(" of at most {}", self.props.max_size)
+            } else {
+                String::new()
+            },
+        )))
+    }
+
+    /// Finds and takes a block under the reuse rules. With `insert_waits`, a
+    /// block pending on another stream may be taken by making this stream
+    /// wait for that one (internal dependencies).
+    pub(super) fn reuse_from_heap(
+        &self,
+        rt: &Runtime,
+        want: u64,
+        slot: &Arc<Slot>,
+        insert_waits: bool,
+    ) -> Option<(u64, u64)> {
+        let me = slot.stream_id();
+        let mut heap = lock(&self.heap);
+        // Best fit among global blocks and this stream's own pending blocks.
+        let global = heap.best_fit_global(want);
+        let own = heap.best_fit_pending(me, want, |_| true);
+        let pick = match (global, own) {
+            (Some(g), Some(o)) => Some(if o.1 <= g.1 { o } else { g }),
+            (g, o) => g.or(o),
+        };
+        if let Some((addr, _)) = pick {
+            heap.take(addr, want);
+            return Some((addr, want));
+        }
+        // Other streams' pending blocks.
+        let follow = self.policy.follow_event_dependencies.load(Ordering::Relaxed);
+        let opportunistic = self.policy.allow_opportunistic.load(Ordering::Relaxed);
+        let mut best: Option<(u64, u64, u64)> = None; // (addr, size, stream)
+        let mut waits: Vec<u64> = Vec::new();
+        for other in heap.pending_streams() {
+            if other == me {
+                continue;
+            }
+            let other_clock = self.clock_of(other);
+            if opportunistic {
+                if let Some(c) = &other_clock {
+                    rt.recycle_events(self.device, c.refresh(rt.backend().as_ref()));
+                }
+            }
+            let candidate = heap.best_fit_pending(other, want, |tag| {
+                (follow && slot.clock.knows(other, tag))
+                    || (opportunistic && other_clock.as_ref().is_some_and(|c| c.is_complete(tag)))
+            });
+            match candidate {
+                Some((a, s)) if best.is_none_or(|b| s < b.1) => best = Some((a, s, other)),
+                Some(_) => {}
+                None => waits.push(other),
+            }
+        }
+        if let Some((addr, _, _)) = best {
+            heap.take(addr, want);
+            return Some((addr, want));
+        }
+        // Make progress visible for next time: a marker on streams whose
+        // frees were not yet known complete (only when opportunistic reuse can use it).
+        if opportunistic && !insert_waits {
+            drop(heap);
+            for other in waits {
+                if let Some((c, raw)) = self.stream_of(other) {
+                    if c.newest_pending_marker().is_none() && c.completed_tag() <= c.free_tag() {
+                        let _ = rt.record_marker(&c, raw);
+                    }
+                }
+            }
+            return None;
+        }
+        if !insert_waits {
+            return None;
+        }
+        // Internal dependencies: the best-fitting pending block of any stream;
+        // this stream waits for that stream.
+        let mut best: Option<(u64, u64, u64)> = None;
+        for other in heap.pending_streams() {
+            if other == me {
+                continue;
+            }
+            if let Some((a, s)) = heap.best_fit_pending(other, want, |_| true) {
+                if best.is_none_or(|b| s < b.1) {
+                    best = Some((a, s, other));
+                }
+            }
+        }
+        let (addr, _, other) = best?;
+        let (tag_stream, tag) = heap.pending_tag(addr)?;
+        debug_assert_eq!(tag_stream, other);
+        let (other_clock, other_raw) = self.stream_of(other)?;
+        // The marker must come after the free in the other stream's order;
+        // the free's tag is below the marker's new epoch by construction.
+        let point = rt.record_marker(&other_clock, other_raw).ok()?;
+        if rt.backend().stream_wait_event(slot.raw, point.1).is_err() {
+            return None;
+        }
+        slot.clock.learn(&crate::runtime::ordering::OrderPoint {
+            clock: Arc::clone(&other_clock),
+            tag: point.0,
+            known: Vec::new(),
+        });
+        debug_assert!(tag < point.0);
+        heap.take(addr, want);
+        Some((addr, want))
+    }
+
+    /// Promotes the stream's pending blocks if the stream has no work left.
+    /// Returns whether anything turned global.
+    pub(super) fn promote_if_idle(&self, rt: &Runtime, slot: &Slot) -> bool {
+        if !lock(&self.heap).has_pending(slot.stream_id()) {
+            return false;
+        }
+        let before = slot.clock.advance();
+        if !rt.backend().stream_query(slot.raw).unwrap_or(false) {
+            return false;
+        }
+        slot.clock.mark_completed(before);
+        lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag()) > 0
+    }
+
+    pub(super) fn clock_of(&self, stream: u64) -> Option<Arc<StreamClock>> {
+        lock(&self.slots).get(&stream).map(|s| Arc::clone(&s.clock))
+    }
+
+    pub(super) fn stream_of(&self, stream: u64) -> Option<(Arc<StreamClock>, RawStream)> {
+        lock(&self.slots).get(&stream).map(|s| (Arc::clone(&s.clock), s.raw))
+    }
+
+    /// Moves every other stream's cached blocks into the heap (as pending on
+    /// that stream). Returns whether anything moved.
+    pub(super) fn flush_other_caches(&self, me: u64) -> bool {
+        let mut moved = false;
+        for slot in self.all_slots() {
+            if slot.stream_id() != me {
+                moved |= self.flush_slot_cache(&slot);
+            }
+        }
+        moved
+    }
+
+    pub(super) fn flush_slot_cache(&self, slot: &Slot) -> bool {
+        let blocks: Vec<CachedBlock> = std::mem::take(&mut slot.lock().cache);
+        if blocks.is_empty() {
+            return false;
+        }
+        let mut heap = lock(&self.heap);
+        for b in blocks {
+            heap.release_block(b.addr, Owner::Stream { stream: slot.stream_id(), tag: b.tag });
+        }
+        true
+    }
+}

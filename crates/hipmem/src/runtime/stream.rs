@@ -1,0 +1,276 @@
+//! The core's streams: what every layer knows of a stream.
+//!
+//! A [`CoreStream`] is the stream's identity below the safe API: its backend
+//! handle and device, its flags, whether hipmem owns it (and destroys it
+//! with its last handle), its ordering clock (see `ordering.rs`) and one
+//! fast-path slot the first subsystem that asks may fill (the pool keeps
+//! the stream's slot there). The subsystems take `&CoreStream`; the safe
+//! API's `Stream` wraps one and dereferences to it.
+//!
+//! The runtime keeps a table of its owned streams by backend handle, so that
+//! a raw handle (the C ABI's `hipStream_t`) finds its stream, and so that a
+//! device synchronization reaches every stream's clock.
+#![forbid(unsafe_code)]
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use super::Runtime;
+use super::ordering::{OrderPoint, StreamClock};
+use crate::backend::{RawEvent, RawStream, StreamFlags};
+use crate::error::{Error, Result};
+
+/// The state of one stream.
+pub(crate) struct StreamState {
+    pub(crate) rt: Runtime,
+    pub(crate) raw: RawStream,
+    pub(crate) flags: StreamFlags,
+    /// hipmem created it and destroys it with the last handle.
+    pub(crate) owned: bool,
+    pub(crate) clock: Arc<StreamClock>,
+    /// Filled by the first subsystem that asks (the pool: the slot of the
+    /// first pool used on this stream).
+    pub(crate) fast_slot: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Drop for StreamState {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        // Subsystems hand this stream's pending work over (pools: its cached
+        // and pending frees, with a marker that tells when they complete).
+        self.rt.notify_stream_retiring(self.raw.device, self.clock.stream_id);
+        let mut streams = self.rt.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if streams.get(&self.raw.handle).is_some_and(|w| w.strong_count() == 0) {
+            streams.remove(&self.raw.handle);
+        }
+        drop(streams);
+        if let Err(e) = self.rt.backend().stream_destroy(self.raw) {
+            self.rt.record_drop_error("hipStreamDestroy", e);
+        }
+    }
+}
+
+/// The runtime's owned streams by backend handle.
+pub(crate) type StreamTable = Mutex<HashMap<u64, Weak<StreamState>>>;
+
+/// A stream as the core and the subsystems see it. Clones are the same
+/// stream; an owned stream is destroyed when the last clone (of this or of
+/// a `Stream` wrapping it) is dropped.
+#[derive(Clone)]
+pub struct CoreStream {
+    pub(crate) state: Arc<StreamState>,
+}
+
+impl std::fmt::Debug for CoreStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("raw", &self.state.raw)
+            .field("non_blocking", &self.state.flags.non_blocking)
+            .field("owned", &self.state.owned)
+            .finish()
+    }
+}
+
+impl CoreStream {
+    /// The backend handle.
+    pub fn raw(&self) -> RawStream {
+        self.state.raw
+    }
+
+    /// The device ordinal.
+    pub fn device(&self) -> usize {
+        self.state.raw.device
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Runtime {
+        &self.state.rt
+    }
+
+    /// A process-unique id (never reused, unlike backend handles).
+    pub fn id(&self) -> u64 {
+        self.state.clock.stream_id
+    }
+
+    /// The creation flags.
+    pub fn flags(&self) -> StreamFlags {
+        self.state.flags
+    }
+
+    /// Whether this is the legacy null stream.
+    pub fn is_null(&self) -> bool {
+        self.state.raw.is_null()
+    }
+
+    /// Whether hipmem created this stream (and destroys it with its last handle).
+    pub fn is_owned(&self) -> bool {
+        self.state.owned
+    }
+
+    /// The stream's ordering clock.
+    pub fn clock(&self) -> &Arc<StreamClock> {
+        &self.state.clock
+    }
+
+    /// The slot the first subsystem that asks may fill (see the module docs).
+    pub(crate) fn fast_slot(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {
+        &self.state.fast_slot
+    }
+
+    /// Whether both handles are the same stream.
+    pub fn same(&self, other: &CoreStream) -> bool {
+        Arc::ptr_eq(&self.state, &other.state) || self.id() == other.id()
+    }
+
+    /// Waits for all work queued so far (`hipStreamSynchronize`). Work
+    /// ordered before it is then complete, and the subsystems hear of it
+    /// (pools apply their release thresholds).
+    pub fn synchronize(&self) -> Result<()> {
+        let rt = &self.state.rt;
+        let tag = self.state.clock.advance();
+        rt.backend().stream_synchronize(self.state.raw)?;
+        self.state.clock.mark_completed(tag);
+        rt.retire_completed_markers(self.device(), &self.state.clock);
+        rt.notify_stream_synchronized(self.device(), self.id());
+        Ok(())
+    }
+
+    /// Whether all queued work has completed (`hipStreamQuery`).
+    pub fn query(&self) -> Result<bool> {
+        let tag = self.state.clock.advance();
+        let idle = self.state.rt.backend().stream_query(self.state.raw)?;
+        if idle {
+            self.state.clock.mark_completed(tag);
+        }
+        Ok(idle)
+    }
+
+    /// A point at the current end of this stream (for an event recorded now).
+    pub fn point(&self) -> OrderPoint {
+        self.state.clock.point()
+    }
+
+    /// Makes later work on this stream wait for `event`'s last record
+    /// (`hipStreamWaitEvent`); `point`, where the record was made, is what the
+    /// stream learns: memory freed before it becomes reusable here.
+    pub fn wait_raw_event(&self, event: RawEvent, point: Option<&OrderPoint>) -> Result<()> {
+        self.state.rt.backend().stream_wait_event(self.state.raw, event)?;
+        if let Some(point) = point {
+            self.state.clock.learn(point);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on a host thread when the stream reaches this point
+    /// (`hipLaunchHostFunc`). `f` must not call back into stream operations
+    /// that wait for this stream.
+    pub fn launch_host_func<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
+        self.state.rt.backend().launch_host_func(self.state.raw, Box::new(f))
+    }
+}
+
+impl Runtime {
+    /// Wraps a backend stream. An owned stream goes into the table of raw
+    /// handles and is destroyed with its last handle.
+    fn register_stream(&self, raw: RawStream, flags: StreamFlags, owned: bool) -> CoreStream {
+        let clock = if owned {
+            Arc::new(StreamClock::new(self.next_id()))
+        } else {
+            Arc::clone(&self.inner.null_clocks[raw.device])
+        };
+        let state =
+            Arc::new(StreamState { rt: self.clone(), raw, flags, owned, clock, fast_slot: OnceLock::new() });
+        if owned {
+            self.inner
+                .streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(raw.handle, Arc::downgrade(&state));
+        }
+        CoreStream { state }
+    }
+
+    /// A new stream on `device` (`hipStreamCreateWithFlags`).
+    pub fn create_stream(&self, device: usize, flags: StreamFlags) -> Result<CoreStream> {
+        self.check_device(device)?;
+        let raw = self.backend().stream_create(device, flags)?;
+        Ok(self.register_stream(raw, flags, true))
+    }
+
+    /// `device`'s legacy null stream: work on it waits for all blocking
+    /// streams of the device, and they wait for it.
+    pub fn null_stream(&self, device: usize) -> Result<CoreStream> {
+        self.check_device(device)?;
+        Ok(self.register_stream(RawStream::null(device), StreamFlags::default(), false))
+    }
+
+    /// The stream behind a raw handle of this runtime (the C ABI's lookup):
+    /// handle 0 is the device's null stream; a destroyed or unknown handle is
+    /// InvalidHandle.
+    pub fn stream_from_raw(&self, raw: RawStream) -> Result<CoreStream> {
+        self.check_device(raw.device)?;
+        if raw.is_null() {
+            return self.null_stream(raw.device);
+        }
+        // The upgraded handle is dropped (if at all) after the lock is
+        // released: dropping the last one destroys the stream, which takes it.
+        let found = self
+            .inner
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&raw.handle)
+            .and_then(|w| w.upgrade());
+        found.filter(|s| s.raw.device == raw.device).map(|state| CoreStream { state }).ok_or_else(|| {
+            Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", raw.handle))
+        })
+    }
+
+    /// Every live stream clock of `device`, the null stream's included.
+    pub fn clocks_of(&self, device: usize) -> Vec<(Arc<StreamClock>, RawStream)> {
+        let mut clocks = Vec::new();
+        if let Some(null) = self.inner.null_clocks.get(device) {
+            clocks.push((Arc::clone(null), RawStream::null(device)));
+        }
+        // Upgrade under the lock, but let the upgraded handles go only after
+        // it is released: dropping the last one destroys the stream, and
+        // that takes the same lock.
+        let live: Vec<Arc<StreamState>> = {
+            let streams = self.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
+            streams.values().filter_map(|w| w.upgrade()).collect()
+        };
+        for s in &live {
+            if s.raw.device == device {
+                clocks.push((Arc::clone(&s.clock), s.raw));
+            }
+        }
+        drop(live);
+        clocks
+    }
+
+    /// `hipDeviceSynchronize`: waits for every stream of the device; work
+    /// ordered before it is then complete, and the subsystems hear of it
+    /// (pools apply their release thresholds).
+    pub fn device_synchronize(&self, device: usize) -> Result<()> {
+        self.check_device(device)?;
+        let points: Vec<_> = self.clocks_of(device).into_iter().map(|(c, _)| (c.advance(), c)).collect();
+        self.backend().device_synchronize(device)?;
+        for (tag, clock) in points {
+            clock.mark_completed(tag);
+            self.retire_completed_markers(device, &clock);
+        }
+        self.notify_device_synchronized(device);
+        Ok(())
+    }
+
+    /// An event recorded at `point` completed: the stream completed
+    /// everything before it, and the subsystems hear of it.
+    pub fn point_completed(&self, point: &OrderPoint, device: usize) {
+        point.clock.mark_completed(point.tag);
+        self.retire_completed_markers(device, &point.clock);
+        self.notify_stream_synchronized(device, point.clock.stream_id);
+    }
+}

@@ -500,8 +500,9 @@ fn choose_inner_backend(
     let r = unsafe { set_inner(name.as_ptr()) };
     result::check(api, r, || {
         format!(
-            "{} is hipmem's own libhipmem; hipmemSetInnerBackend({inner:?}) refused \
-             (it loads itself when its own hip backend is what loads it, and it never uses hip underneath)",
+            "{} is hipmem's own libhipmem, and it could not run on the backend {LOOPBACK_BACKEND_VARIABLE} names \
+             ({inner:?}) underneath: that backend does not open here, or libhipmem is loading itself (its own hip \
+             backend points at it), or its runtime is already open on another backend; hipmemSetInnerBackend",
             api.library
         )
     })

@@ -29,8 +29,13 @@ pub const STREAM_PER_THREAD: u64 = 2;
 /// `hipStreamPerThread` are the current device's null stream; others must be
 /// live streams of this library (or of the runtime: `Stream::from_raw`).
 pub fn stream(rt: &Runtime, handle: hipStream_t) -> Result<Stream> {
+    stream_on(rt, current_device(), handle)
+}
+
+/// The stream behind a `hipStream_t` whose device the caller names (0,
+/// `hipStreamLegacy` and `hipStreamPerThread` are `device`'s null stream).
+pub fn stream_on(rt: &Runtime, device: usize, handle: hipStream_t) -> Result<Stream> {
     let h = handle as usize as u64;
-    let device = current_device();
     if h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD {
         return null_stream(rt, device);
     }

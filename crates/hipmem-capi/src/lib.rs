@@ -26,6 +26,7 @@ pub mod managed;
 pub mod pinned;
 pub mod pools;
 pub mod runtime_api;
+pub mod torch;
 pub mod types;
 pub mod vmm;
 
@@ -40,6 +41,7 @@ pub use managed::*;
 pub use pinned::*;
 pub use pools::*;
 pub use runtime_api::*;
+pub use torch::*;
 pub use types::*;
 pub use vmm::*;
 

@@ -3,6 +3,7 @@
 
 mod bench;
 mod info;
+mod replay;
 mod report;
 mod tour;
 
@@ -42,12 +43,53 @@ enum Command {
         #[arg(long, default_value_t = 1 << 20)]
         elements: usize,
     },
+    /// Replay a recorded allocation sequence (a hipmem trace or a PyTorch memory
+    /// snapshot pickle) into hipmem's pools, the driver's pool and hipMalloc, and compare.
+    Replay {
+        /// The trace: a file written with HIPMEM_TRACE, or a torch.cuda.memory._dump_snapshot pickle.
+        trace: std::path::PathBuf,
+        /// Allocators: vmm, segments, driver, malloc (repeat or separate by commas; default: all the backend has).
+        #[arg(long = "pool", value_name = "POOL")]
+        pools: Vec<String>,
+        /// The device to replay on.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Draw live and reserved bytes over time and the pool's address map to this SVG file.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<std::path::PathBuf>,
+        /// The same picture in an HTML page with the figures as a table.
+        #[arg(long, value_name = "FILE")]
+        html: Option<std::path::PathBuf>,
+    },
+    /// Memory traces: what a recorded trace says.
+    Trace {
+        #[command(subcommand)]
+        which: TraceCommand,
+    },
     /// The importing process of the tour's IPC section (started by the tour itself).
     #[command(hide = true)]
     TourIpcChild {
         /// The tour's socket.
         #[arg(long)]
         socket: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TraceCommand {
+    /// Sizes that dominate, allocation churn, streams, the peak and what was live then.
+    Summary {
+        /// The trace (hipmem trace or PyTorch memory snapshot pickle).
+        trace: std::path::PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Rows in each table.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
     },
 }
 
@@ -73,6 +115,15 @@ enum BenchCommand {
     },
     /// Managed memory: a kernel on demand, after a prefetch, ReadMostly from two places; prefetch vs page-locked copy.
     Managed {
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// A short run (smoke test; the numbers mean little).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Trace recording: the cost of an event site with recording off and on.
+    Trace {
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -106,7 +157,36 @@ fn main() -> ExitCode {
         .unwrap_or(tracing::Level::WARN);
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     let cli = Cli::parse();
-    let result = open_runtime(cli.backend.as_deref()).and_then(|rt| match cli.command {
+    let result = match cli.command {
+        // A summary reads a file: no runtime needed.
+        Command::Trace { which: TraceCommand::Summary { trace, json, top } } => {
+            replay::run_summary(&trace, json, top)
+        }
+        command => open_runtime(cli.backend.as_deref()).and_then(|rt| run(rt, command)),
+    };
+    // A trace recorded with HIPMEM_TRACE is complete when the command ends.
+    let stopped = hipmem::trace::stop();
+    match result.and(stopped) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hipmem: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
+    match command {
+        Command::Replay { trace, pools, device, json, svg, html } => {
+            replay::run(&rt, &replay::ReplayArgs { trace, pools, device, json, svg, html })
+        }
+        Command::Trace { which: TraceCommand::Summary { trace, json, top } } => {
+            replay::run_summary(&trace, json, top)
+        }
+        Command::Bench { which: BenchCommand::Trace { json, quick } } => {
+            let scale = if quick { bench::trace::Scale::quick() } else { bench::trace::Scale::full() };
+            bench::trace::run(&rt, scale)?.print(json)
+        }
         Command::Info { json } => info::run(&rt, json),
         Command::Tour { elements } => tour::run(&rt, elements),
         Command::TourIpcChild { socket } => tour::ipc_child(&rt, &socket),
@@ -125,13 +205,6 @@ fn main() -> ExitCode {
         Command::Bench { which: BenchCommand::Vmm { json, quick } } => {
             let scale = if quick { bench::vmm::Scale::quick() } else { bench::vmm::Scale::full() };
             bench::vmm::run(&rt, scale)?.print(json)
-        }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hipmem: {e}");
-            ExitCode::FAILURE
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod managed;
 pub mod pinned;
 pub mod pool;
 pub mod runtime;
+pub mod trace;
 pub mod vmm;
 
 pub use api::{AsyncScope, DeviceBuffer, Event, FillElement, Stream};

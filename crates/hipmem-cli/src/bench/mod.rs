@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod copy;
 pub mod managed;
+pub mod trace;
 pub mod vmm;
 
 use std::io::{IsTerminal, Write};

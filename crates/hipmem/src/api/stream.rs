@@ -32,6 +32,7 @@ impl std::fmt::Debug for Stream {
 
 impl std::ops::Deref for Stream {
     type Target = CoreStream;
+    #[inline]
     fn deref(&self) -> &CoreStream {
         &self.core
     }

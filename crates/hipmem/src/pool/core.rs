@@ -22,7 +22,7 @@ use super::{AccessFlags, PoolProps};
 use crate::backend::{DevicePtr, RawStream};
 use crate::error::{Error, Result};
 use crate::runtime::ordering::StreamClock;
-use crate::runtime::{CoreStream, Runtime, WeakRuntime};
+use crate::runtime::{CoreStream, FastSlot, Runtime, StreamFront, WeakRuntime};
 
 pub const MIN_SEGMENT: u64 = 2 << 20;
 /// Largest growth step for small requests.
@@ -37,24 +37,32 @@ pub(crate) struct StreamRef<'a> {
     pub(crate) raw: RawStream,
     /// Where the stream caches the slot of the first pool it uses (the
     /// core stream's fast-path slot, filled by the pool subsystem only).
-    pub(crate) primary: Option<&'a OnceLock<Arc<dyn Any + Send + Sync>>>,
+    pub(crate) primary: Option<&'a OnceLock<FastSlot>>,
 }
 
 impl<'a> StreamRef<'a> {
     /// What the pool needs of a core stream.
+    #[inline]
     pub(crate) fn of(stream: &'a CoreStream) -> StreamRef<'a> {
         StreamRef { clock: stream.clock(), raw: stream.raw(), primary: Some(stream.fast_slot()) }
     }
 
     /// The slot the stream carries, if it is `pool`'s.
+    #[inline]
+    fn primary_front(&self, pool: u64) -> Option<&'a Arc<dyn StreamFront>> {
+        self.primary?.get().filter(|f| f.owner == pool).map(|f| &f.front)
+    }
+
+    /// The same front, as the pool's slot.
     fn primary_slot(&self, pool: u64) -> Option<&'a Slot> {
-        self.primary?.get()?.downcast_ref::<Slot>().filter(|s| s.pool_id == pool)
+        let front: &'a dyn Any = &**self.primary_front(pool)?;
+        front.downcast_ref::<Slot>()
     }
 
     /// The same slot, shared.
     fn primary_arc(&self, pool: u64) -> Option<Arc<Slot>> {
-        let any = Arc::clone(self.primary?.get()?);
-        any.downcast::<Slot>().ok().filter(|s| s.pool_id == pool)
+        let front = Arc::clone(self.primary_front(pool)?) as Arc<dyn Any + Send + Sync>;
+        front.downcast::<Slot>().ok()
     }
 }
 
@@ -158,7 +166,7 @@ impl PoolCore {
         }
         let slot = self.slot(stream.clock, stream.raw);
         if let Some(p) = stream.primary {
-            let _ = p.set(Arc::clone(&slot) as Arc<dyn Any + Send + Sync>);
+            let _ = p.set(FastSlot { owner: self.id, front: Arc::clone(&slot) as Arc<dyn StreamFront> });
         }
         slot
     }
@@ -194,10 +202,10 @@ impl PoolCore {
         // 1. The stream's own cache: through the slot the stream carries for
         // its first pool, else this thread's table of slots.
         // Each slot's cache is tried once; a miss goes on with that slot.
-        let slot = if let Some(slot) = stream.primary_slot(self.id) {
-            if let Some((addr, _, sample)) = slot.alloc_fast(want) {
+        let slot = if let Some(front) = stream.primary_front(self.id) {
+            if let Some((addr, _, sample)) = front.take(want) {
                 if sample {
-                    self.sample_usage(slot);
+                    self.sample_usage(&self.slot_of(stream));
                 }
                 return Ok(DevicePtr(addr));
             }

@@ -36,6 +36,7 @@ pub(crate) mod core;
 pub(crate) mod driver_pool;
 mod free;
 pub(crate) mod imported;
+pub mod layout;
 pub(crate) mod mem_pool;
 pub mod placement;
 mod props;

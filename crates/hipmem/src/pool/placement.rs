@@ -458,6 +458,21 @@ impl Heap {
         }
     }
 
+    /// Every block in address order: (address, size, kind), for `layout.rs`
+    /// (an allocated block reads [`super::layout::RunKind::Live`]).
+    pub fn blocks_in_order(&self) -> impl Iterator<Item = (u64, u64, super::layout::RunKind)> + '_ {
+        use super::layout::RunKind;
+        self.blocks.iter().map(|(&addr, b)| {
+            let kind = match b.state {
+                State::Allocated => RunKind::Live,
+                State::Free(Owner::Global) => RunKind::Free,
+                State::Free(Owner::Stream { .. }) => RunKind::PendingFree,
+                State::Unbacked => RunKind::Unbacked,
+            };
+            (addr, b.size, kind)
+        })
+    }
+
     /// Checks every invariant (for tests): blocks tile each segment, indexes
     /// match the blocks, no two adjacent compatible free blocks, totals add up.
     pub fn check_invariants(&self) -> Result<(), String> {

@@ -187,6 +187,7 @@ impl Slot {
 
     /// Allocates from the stream's cache: (address, block size, whether the
     /// used statistic went past this slot's baseline).
+    #[inline]
     pub fn alloc_fast(&self, size: u64) -> Option<(u64, u64, bool)> {
         let mut st = self.lock();
         let b = st.take_cached(size)?;
@@ -196,6 +197,7 @@ impl Slot {
     }
 
     /// Frees a live block of this slot into the stream's cache.
+    #[inline]
     pub fn free_fast(&self, addr: u64) -> FastFree {
         let mut st = self.lock();
         let Some(size) = st.remove_live(addr) else { return FastFree::NotHere };
@@ -222,6 +224,14 @@ impl Slot {
     /// Locks the state.
     pub fn lock(&self) -> SlotGuard<'_> {
         self.state.lock()
+    }
+}
+
+/// The slot is what the pool keeps in each stream for its fast path.
+impl crate::runtime::StreamFront for Slot {
+    #[inline]
+    fn take(&self, size: u64) -> Option<(u64, u64, bool)> {
+        self.alloc_fast(size)
     }
 }
 

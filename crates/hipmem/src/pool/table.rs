@@ -61,6 +61,7 @@ pub(crate) fn table_if_made(rt: &Runtime) -> Option<&PoolTable> {
 }
 
 /// A stream of another runtime is InvalidHandle.
+#[inline]
 pub(crate) fn check_own_stream(rt: &Runtime, stream: &CoreStream) -> Result<()> {
     if stream.runtime().ptr_eq(rt) {
         Ok(())
@@ -298,16 +299,21 @@ impl Runtime {
         }
         check_own_stream(self, stream)?;
         let device = stream.device();
-        let id = table(self).current_id(device);
+        let pools = table(self);
+        let id = pools.current_id(device);
         if id != 0 {
-            if let Some(c) = table(self).get(id).filter(|c| !c.is_destroyed()) {
+            if let Some(c) = pools.get(id).filter(|c| !c.is_destroyed()) {
                 return c.alloc(size, &StreamRef::of(stream));
             }
-            if let Some(d) = table(self).get_driver(id).filter(|d| !d.is_destroyed()) {
+            if let Some(d) = pools.get_driver(id).filter(|d| !d.is_destroyed()) {
                 return d.alloc(size, stream.raw());
             }
         }
-        table(self).default_pool(self, device).alloc(size, &StreamRef::of(stream))
+        match pools.defaults.get(device).and_then(OnceLock::get) {
+            // The common case: no reference count is touched.
+            Some(pool) => pool.alloc(size, &StreamRef::of(stream)),
+            None => pools.default_pool(self, device).alloc(size, &StreamRef::of(stream)),
+        }
     }
 }
 

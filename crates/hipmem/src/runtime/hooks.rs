@@ -87,9 +87,21 @@ const MAX_EXTENSIONS: usize = 16;
 /// A subsystem's key to its per-runtime state of type `T`: declare one
 /// `static` per state type.
 ///
-/// ```ignore
-/// static POOLS: ExtensionKey<PoolTable> = ExtensionKey::new("memory pools");
-/// let table: &PoolTable = rt.extension(&POOLS, |rt| Arc::new(PoolTable::new(rt)));
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use hipmem::runtime::ExtensionKey;
+///
+/// struct Counter(AtomicU64);
+/// static COUNTER: ExtensionKey<Counter> = ExtensionKey::new("an example counter");
+///
+/// # fn main() -> hipmem::Result<()> {
+/// let rt = hipmem::Runtime::new(hipmem::BackendChoice::Host)?;
+/// let counter = rt.extension(&COUNTER, |_| Arc::new(Counter(AtomicU64::new(0))));
+/// counter.0.fetch_add(1, Ordering::Relaxed);
+/// // The same state on every later call, for this runtime only.
+/// assert_eq!(rt.extension(&COUNTER, |_| unreachable!()).0.load(Ordering::Relaxed), 1);
+/// # Ok(()) }
 /// ```
 pub struct ExtensionKey<T> {
     name: &'static str,
@@ -104,6 +116,7 @@ impl<T> ExtensionKey<T> {
     }
 
     /// The key's slot, given out on first use.
+    #[inline]
     fn index(&self) -> usize {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         *self.index.get_or_init(|| NEXT.fetch_add(1, Ordering::Relaxed))
@@ -130,7 +143,20 @@ impl Default for Extensions {
 impl Runtime {
     /// The state of the subsystem that owns `key`, made by `init` on first
     /// use. `init` may register hooks and use other keys, not this one.
+    #[inline]
     pub fn extension<T: Send + Sync + 'static>(
+        &self,
+        key: &'static ExtensionKey<T>,
+        init: impl FnOnce(&Runtime) -> Arc<T>,
+    ) -> &T {
+        match self.extension_if_made(key) {
+            Some(state) => state,
+            None => self.make_extension(key, init),
+        }
+    }
+
+    #[cold]
+    fn make_extension<T: Send + Sync + 'static>(
         &self,
         key: &'static ExtensionKey<T>,
         init: impl FnOnce(&Runtime) -> Arc<T>,
@@ -148,6 +174,7 @@ impl Runtime {
     }
 
     /// The state of `key`'s subsystem if it has been made.
+    #[inline]
     pub fn extension_if_made<T: Send + Sync + 'static>(&self, key: &'static ExtensionKey<T>) -> Option<&T> {
         self.inner.extensions.slots.get(key.index())?.get()?.downcast_ref::<T>()
     }

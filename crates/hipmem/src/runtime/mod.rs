@@ -36,7 +36,7 @@ pub use hooks::{CoreHooks, ExtensionKey};
 pub use memory::{MemcpyKind, MemoryType, PointerAttributes, ResolvedCopy};
 pub use registry::{Allocation, AllocationRegistry, MemoryKind};
 pub use slice::DeviceSlice;
-pub use stream::CoreStream;
+pub use stream::{CoreStream, FastSlot, StreamFront};
 
 use crate::backend::host::HostConfig;
 use crate::backend::{self, Backend, BackendChoice, BackendKind, DeviceProperties};
@@ -207,6 +207,7 @@ impl Runtime {
     }
 
     /// Whether `self` and `other` are handles of the same runtime.
+    #[inline]
     pub fn ptr_eq(&self, other: &Runtime) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }

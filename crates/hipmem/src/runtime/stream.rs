@@ -31,7 +31,28 @@ pub(crate) struct StreamState {
     pub(crate) clock: Arc<StreamClock>,
     /// Filled by the first subsystem that asks (the pool: the slot of the
     /// first pool used on this stream).
-    pub(crate) fast_slot: OnceLock<Arc<dyn Any + Send + Sync>>,
+    pub(crate) fast_slot: OnceLock<FastSlot>,
+}
+
+/// What a stream-ordered allocator keeps in a stream for its fast path: its
+/// front for this stream, and the id of its owner (a process-unique id of
+/// the allocator's choosing), so that another allocator tells it is not
+/// its own without looking further.
+pub struct FastSlot {
+    /// Who filled it.
+    pub owner: u64,
+    /// The owner's front for this stream.
+    pub front: Arc<dyn StreamFront>,
+}
+
+/// A stream-ordered allocator's front on one stream: memory it can hand out
+/// to this stream at once, without any shared lock (the pools keep their
+/// per-stream cache of freed blocks behind it). The core only stores it.
+pub trait StreamFront: Any + Send + Sync {
+    /// Takes a block of `size` bytes from the front, if it has one:
+    /// (address, block size, and whether the allocator's statistics need a
+    /// fresh sample).
+    fn take(&self, size: u64) -> Option<(u64, u64, bool)>;
 }
 
 impl Drop for StreamState {
@@ -76,21 +97,25 @@ impl std::fmt::Debug for CoreStream {
 
 impl CoreStream {
     /// The backend handle.
+    #[inline]
     pub fn raw(&self) -> RawStream {
         self.state.raw
     }
 
     /// The device ordinal.
+    #[inline]
     pub fn device(&self) -> usize {
         self.state.raw.device
     }
 
     /// The runtime.
+    #[inline]
     pub fn runtime(&self) -> &Runtime {
         &self.state.rt
     }
 
     /// A process-unique id (never reused, unlike backend handles).
+    #[inline]
     pub fn id(&self) -> u64 {
         self.state.clock.stream_id
     }
@@ -111,12 +136,14 @@ impl CoreStream {
     }
 
     /// The stream's ordering clock.
+    #[inline]
     pub fn clock(&self) -> &Arc<StreamClock> {
         &self.state.clock
     }
 
     /// The slot the first subsystem that asks may fill (see the module docs).
-    pub(crate) fn fast_slot(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {
+    #[inline]
+    pub(crate) fn fast_slot(&self) -> &OnceLock<FastSlot> {
         &self.state.fast_slot
     }
 

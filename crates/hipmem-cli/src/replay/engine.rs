@@ -1,0 +1,280 @@
+//! Replaying a workload into one allocator: every allocation and free in
+//! trace order, each on the replay stream standing for its trace stream.
+//!
+//! Two passes per allocator, each with a fresh pool and fresh streams: the
+//! first is timed and does nothing but the operations; the second samples
+//! the allocator's reserved bytes after every operation (for the picture and
+//! the peak) and, for the hipmem pool that is drawn, takes its address map
+//! when the trace's live bytes peak.
+
+use std::time::{Duration, Instant};
+
+use hipmem::pool::layout::AddressRun;
+use hipmem::{DevicePtr, Error, MemPool, PoolAttribute, PoolBacking, PoolProps, Runtime, Stream};
+use serde::Serialize;
+
+use super::progress::Progress;
+use super::workload::{OpKind, Workload};
+
+/// An allocator to replay into.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    /// hipmem's pool on one reserved virtual address range.
+    Vmm,
+    /// hipmem's pool on separate device allocations.
+    Segments,
+    /// The driver's own pool (cuMemPool*, cuda only).
+    Driver,
+    /// hipMalloc / hipFree for every allocation (the baseline).
+    Malloc,
+}
+
+impl PoolKind {
+    /// Every kind, in the order of the report.
+    pub const ALL: [PoolKind; 4] = [PoolKind::Vmm, PoolKind::Segments, PoolKind::Driver, PoolKind::Malloc];
+
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::Vmm => "hipmem-vmm",
+            PoolKind::Segments => "hipmem-segments",
+            PoolKind::Driver => "driver-pool",
+            PoolKind::Malloc => "malloc",
+        }
+    }
+
+    /// The `--pool` value.
+    pub fn parse(s: &str) -> Option<PoolKind> {
+        match s {
+            "vmm" | "hipmem-vmm" => Some(PoolKind::Vmm),
+            "segments" | "hipmem-segments" => Some(PoolKind::Segments),
+            "driver" | "driver-pool" => Some(PoolKind::Driver),
+            "malloc" | "direct" => Some(PoolKind::Malloc),
+            _ => None,
+        }
+    }
+
+    /// Whether this is one of hipmem's own pools.
+    pub fn is_hipmem(self) -> bool {
+        matches!(self, PoolKind::Vmm | PoolKind::Segments)
+    }
+}
+
+/// What one allocator did with the workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolResult {
+    /// The allocator.
+    pub pool: String,
+    /// Operations issued (allocations and frees).
+    pub ops: u64,
+    /// Allocations that failed (their frees are skipped).
+    pub failures: u64,
+    /// The first failure's message.
+    pub first_failure: Option<String>,
+    /// Most live bytes (from the trace, requested sizes).
+    pub peak_live_bytes: u64,
+    /// Most bytes the allocator held from the device (its ReservedMemHigh; for
+    /// malloc, the device memory in use beyond what was in use before).
+    pub peak_reserved_bytes: u64,
+    /// peak_reserved_bytes / peak_live_bytes.
+    pub reserved_over_live: f64,
+    /// Mean time of one operation in the timed pass, in nanoseconds.
+    pub time_per_op_ns: f64,
+    /// The pool's UsedMemHigh (hipmem and driver pools): live bytes as the pool counts them.
+    pub pool_used_high_bytes: Option<u64>,
+    /// Reserved bytes after each op where they changed: (op index, bytes).
+    #[serde(skip)]
+    pub reserved_series: Vec<(u32, u64)>,
+    /// The pool's address runs when the trace's live bytes peaked (the pool that is drawn).
+    #[serde(skip)]
+    pub layout_at_peak: Option<Vec<AddressRun>>,
+}
+
+/// An allocator set up for one pass.
+enum Target {
+    Pool(MemPool),
+    Malloc { baseline_used: u64 },
+}
+
+impl Target {
+    fn create(rt: &Runtime, kind: PoolKind, device: usize) -> Result<Target, String> {
+        let props = PoolProps { device, ..Default::default() };
+        let pool = match kind {
+            PoolKind::Vmm | PoolKind::Segments => {
+                let backing =
+                    if kind == PoolKind::Vmm { PoolBacking::VirtualMemory } else { PoolBacking::Segments };
+                let pool = MemPool::create_with_backing(rt, props, backing).map_err(|e| e.to_string())?;
+                if pool.backing() != backing {
+                    return Err(format!(
+                        "the {} backend has no virtual memory management",
+                        rt.backend_kind()
+                    ));
+                }
+                pool
+            }
+            PoolKind::Driver => MemPool::create_driver(rt, props).map_err(|e| match e {
+                Error::NotSupported(_) => format!("the {} backend has no driver pools", rt.backend_kind()),
+                e => e.to_string(),
+            })?,
+            PoolKind::Malloc => {
+                let info = rt.mem_get_info(device).map_err(|e| e.to_string())?;
+                return Ok(Target::Malloc { baseline_used: info.total - info.free });
+            }
+        };
+        // Keep what is freed, as a program's caching allocator would: the
+        // replay has no synchronizations, and the peak is what is compared.
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).map_err(|e| e.to_string())?;
+        Ok(Target::Pool(pool))
+    }
+
+    fn alloc(&self, rt: &Runtime, device: usize, size: u64, stream: &Stream) -> hipmem::Result<DevicePtr> {
+        match self {
+            Target::Pool(pool) => pool.alloc_raw(size, stream),
+            Target::Malloc { .. } => rt.malloc(device, size),
+        }
+    }
+
+    fn free(&self, rt: &Runtime, ptr: DevicePtr, stream: &Stream) -> hipmem::Result<()> {
+        match self {
+            Target::Pool(_) => rt.free_async(ptr, stream),
+            Target::Malloc { .. } => rt.free(ptr),
+        }
+    }
+
+    fn reserved(&self, rt: &Runtime, device: usize) -> u64 {
+        match self {
+            Target::Pool(pool) => pool.attribute(PoolAttribute::ReservedMemCurrent),
+            Target::Malloc { baseline_used } => rt
+                .mem_get_info(device)
+                .map(|i| (i.total - i.free).saturating_sub(*baseline_used))
+                .unwrap_or(0),
+        }
+    }
+}
+
+struct Pass {
+    elapsed: Duration,
+    failures: u64,
+    first_failure: Option<String>,
+    series: Vec<(u32, u64)>,
+    peak_reserved: u64,
+    used_high: Option<u64>,
+    layout: Option<Vec<AddressRun>>,
+}
+
+fn pass(
+    rt: &Runtime,
+    kind: PoolKind,
+    device: usize,
+    w: &Workload,
+    sample: bool,
+    want_layout: bool,
+    progress: &mut Progress,
+) -> Result<Pass, String> {
+    let target = Target::create(rt, kind, device)?;
+    let dev = rt.device(device).map_err(|e| e.to_string())?;
+    let streams: Vec<Stream> = w
+        .streams
+        .iter()
+        .map(|_| dev.create_stream())
+        .collect::<hipmem::Result<_>>()
+        .map_err(|e| e.to_string())?;
+    let mut ptrs = vec![DevicePtr::NULL; w.allocs.len()];
+    let mut failures = 0;
+    let mut first_failure = None;
+    let mut series = Vec::new();
+    let mut last_reserved = u64::MAX;
+    let mut peak_reserved = 0;
+    let mut layout = None;
+    let peak_op = w.peak_op.unwrap_or(usize::MAX);
+    let started = Instant::now();
+    for (i, op) in w.ops.iter().enumerate() {
+        let stream = &streams[op.stream as usize];
+        let slot = op.slot as usize;
+        match op.kind {
+            OpKind::Alloc => match target.alloc(rt, device, w.allocs[slot].size, stream) {
+                Ok(ptr) => ptrs[slot] = ptr,
+                Err(e) => {
+                    failures += 1;
+                    first_failure.get_or_insert_with(|| format!("op {i}: {e}"));
+                }
+            },
+            OpKind::Free => {
+                let ptr = std::mem::replace(&mut ptrs[slot], DevicePtr::NULL);
+                if !ptr.is_null() {
+                    if let Err(e) = target.free(rt, ptr, stream) {
+                        failures += 1;
+                        first_failure.get_or_insert_with(|| format!("op {i}: {e}"));
+                    }
+                }
+            }
+        }
+        if sample {
+            let reserved = target.reserved(rt, device);
+            if reserved != last_reserved {
+                series.push((i as u32, reserved));
+                last_reserved = reserved;
+                peak_reserved = peak_reserved.max(reserved);
+            }
+            if want_layout && i == peak_op {
+                if let Target::Pool(pool) = &target {
+                    layout = pool.address_runs().ok();
+                }
+            }
+        }
+        if i % 4096 == 0 {
+            progress.update(i as u64);
+        }
+    }
+    let elapsed = started.elapsed();
+    // What the trace left live is freed now, untimed.
+    for (slot, ptr) in ptrs.iter().enumerate() {
+        if !ptr.is_null() {
+            let _ = target.free(rt, *ptr, &streams[w.allocs[slot].stream as usize]);
+        }
+    }
+    dev.synchronize().map_err(|e| e.to_string())?;
+    let used_high = match &target {
+        Target::Pool(pool) => {
+            peak_reserved = peak_reserved.max(pool.attribute(PoolAttribute::ReservedMemHigh));
+            Some(pool.attribute(PoolAttribute::UsedMemHigh))
+        }
+        Target::Malloc { .. } => None,
+    };
+    Ok(Pass { elapsed, failures, first_failure, series, peak_reserved, used_high, layout })
+}
+
+/// Replays `w` into `kind` on `device`. Err: the allocator cannot be set up
+/// here (the reason, for a note).
+pub fn replay(
+    rt: &Runtime,
+    kind: PoolKind,
+    device: usize,
+    w: &Workload,
+    want_layout: bool,
+    progress: &mut Progress,
+) -> Result<PoolResult, String> {
+    progress.begin(&format!("{} (timed)", kind.name()), w.ops.len() as u64);
+    let timed = pass(rt, kind, device, w, false, false, progress)?;
+    progress.begin(&format!("{} (sampled)", kind.name()), w.ops.len() as u64);
+    let sampled = pass(rt, kind, device, w, true, want_layout, progress)?;
+    progress.done();
+    let ops = w.ops.len() as u64;
+    Ok(PoolResult {
+        pool: kind.name().into(),
+        ops,
+        failures: timed.failures.max(sampled.failures),
+        first_failure: timed.first_failure.or(sampled.first_failure),
+        peak_live_bytes: w.peak_live,
+        peak_reserved_bytes: sampled.peak_reserved,
+        reserved_over_live: if w.peak_live == 0 {
+            0.0
+        } else {
+            sampled.peak_reserved as f64 / w.peak_live as f64
+        },
+        time_per_op_ns: if ops == 0 { 0.0 } else { timed.elapsed.as_nanos() as f64 / ops as f64 },
+        pool_used_high_bytes: sampled.used_high,
+        reserved_series: sampled.series,
+        layout_at_peak: sampled.layout,
+    })
+}

@@ -1,0 +1,249 @@
+//! `hipmem replay TRACE` and `hipmem trace summary TRACE`: a recorded
+//! allocation sequence (a hipmem trace or a PyTorch memory snapshot) replayed
+//! into hipmem's pools, the driver's pool and plain hipMalloc, compared, and
+//! drawn.
+
+pub mod engine;
+pub mod progress;
+pub mod pytorch;
+pub mod summary;
+pub mod svg;
+pub mod workload;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use hipmem::Runtime;
+use serde::Serialize;
+
+use self::engine::{PoolKind, PoolResult};
+use self::progress::Progress;
+use self::workload::{Anomalies, Workload};
+use crate::report;
+
+/// What `hipmem replay` was asked.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayArgs {
+    /// The trace.
+    pub trace: PathBuf,
+    /// The allocators (empty: all the backend has).
+    pub pools: Vec<String>,
+    /// The device to replay on.
+    pub device: usize,
+    /// JSON instead of a table.
+    pub json: bool,
+    /// Where to write the SVG picture.
+    pub svg: Option<PathBuf>,
+    /// Where to write the HTML page.
+    pub html: Option<PathBuf>,
+}
+
+/// An allocator that was not replayed, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Skipped {
+    /// The allocator.
+    pub pool: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The result of `hipmem replay`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayReport {
+    /// The trace file.
+    pub trace: String,
+    /// `hipmem-trace` or `pytorch-snapshot`.
+    pub format: String,
+    /// The backend replayed on.
+    pub backend: String,
+    /// The device replayed on.
+    pub device: usize,
+    /// Events read from the trace.
+    pub events: u64,
+    /// Operations replayed (allocations and frees).
+    pub ops: u64,
+    /// Allocations.
+    pub allocs: u64,
+    /// Streams.
+    pub streams: usize,
+    /// Most live bytes (requested sizes), from the trace.
+    pub peak_live_bytes: u64,
+    /// Most live bytes counted in 256-byte granules (what a hipmem pool's UsedMemHigh reads).
+    pub peak_live_granule_bytes: u64,
+    /// When the peak was first reached (trace clock: ns, or the op index when untimed).
+    pub peak_at: Option<u64>,
+    /// What was odd in the trace (skipped; the replay went on).
+    pub anomalies: Anomalies,
+    /// One entry per allocator.
+    pub pools: Vec<PoolResult>,
+    /// Allocators not replayed.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Parses `--pool` values (comma-separated or repeated); empty: every kind.
+pub fn parse_pools(values: &[String]) -> Result<Vec<PoolKind>, String> {
+    let mut kinds = Vec::new();
+    for v in values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|v| !v.is_empty()) {
+        let kind = PoolKind::parse(v)
+            .ok_or_else(|| format!("unknown pool '{v}': use vmm, segments, driver or malloc"))?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    if kinds.is_empty() {
+        kinds = PoolKind::ALL.to_vec();
+    }
+    Ok(kinds)
+}
+
+/// Replays `w` into every allocator of `kinds` that the backend has.
+pub fn replay(
+    rt: &Runtime,
+    w: &Workload,
+    kinds: &[PoolKind],
+    device: usize,
+    progress: &mut Progress,
+) -> Result<ReplayReport, String> {
+    rt.check_device(device).map_err(|e| e.to_string())?;
+    let mut pools = Vec::new();
+    let mut skipped = Vec::new();
+    // The map is drawn for the first hipmem pool replayed.
+    let mut want_layout = true;
+    for &kind in kinds {
+        match engine::replay(rt, kind, device, w, want_layout && kind.is_hipmem(), progress) {
+            Ok(result) => {
+                if kind.is_hipmem() && result.layout_at_peak.is_some() {
+                    want_layout = false;
+                }
+                pools.push(result);
+            }
+            Err(reason) => {
+                progress.done();
+                skipped.push(Skipped { pool: kind.name().into(), reason });
+            }
+        }
+    }
+    Ok(ReplayReport {
+        trace: w.name.clone(),
+        format: match w.source {
+            workload::Source::Hipmem { .. } => "hipmem-trace".into(),
+            workload::Source::PytorchSnapshot { .. } => "pytorch-snapshot".into(),
+        },
+        backend: rt.backend_kind().to_string(),
+        device,
+        events: w.counts.events,
+        ops: w.ops.len() as u64,
+        allocs: w.alloc_count() as u64,
+        streams: w.streams.len(),
+        peak_live_bytes: w.peak_live,
+        peak_live_granule_bytes: w.peak_live_granules,
+        peak_at: w.peak_op.map(|i| w.time_of(i)),
+        anomalies: w.anomalies.clone(),
+        pools,
+        skipped,
+    })
+}
+
+fn write_file(path: &Path, text: &str) -> hipmem::Result<()> {
+    std::fs::write(path, text)
+        .map_err(|e| hipmem::Error::InvalidValue(format!("cannot write {}: {e}", path.display())))
+}
+
+/// `hipmem replay`.
+pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
+    let kinds = parse_pools(&args.pools).map_err(hipmem::Error::InvalidValue)?;
+    // Recording the replay into the file being replayed would overwrite it.
+    if let Some(out) = std::env::var_os("HIPMEM_TRACE").filter(|p| !p.is_empty()) {
+        let same = |a: &Path, b: &Path| {
+            a.canonicalize().ok().zip(b.canonicalize().ok()).is_some_and(|(a, b)| a == b)
+        };
+        if same(Path::new(&out), &args.trace) {
+            return Err(hipmem::Error::InvalidValue(format!(
+                "HIPMEM_TRACE names {}, the trace being replayed: recording would overwrite it",
+                args.trace.display()
+            )));
+        }
+    }
+    let w = Workload::load(&args.trace).map_err(hipmem::Error::InvalidValue)?;
+    let mut progress = Progress::on_terminal();
+    let report = replay(rt, &w, &kinds, args.device, &mut progress).map_err(hipmem::Error::InvalidValue)?;
+    let backend = format!("{} device {}", report.backend, report.device);
+    if let Some(path) = &args.svg {
+        write_file(path, &svg::render(&w, &report.pools, &backend))?;
+    }
+    if let Some(path) = &args.html {
+        let skipped: Vec<(String, String)> =
+            report.skipped.iter().map(|s| (s.pool.clone(), s.reason.clone())).collect();
+        write_file(path, &svg::render_html(&w, &report.pools, &skipped, &backend))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        print_table(&report, &w);
+        for path in [&args.svg, &args.html].into_iter().flatten() {
+            println!("picture: {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn print_table(r: &ReplayReport, w: &Workload) {
+    println!("trace: {} ({}, {} events, {} streams)", r.trace, r.format, r.events, r.streams);
+    println!(
+        "replayed on {} device {}: {} operations ({} allocations); peak live {} ({} bytes) at {}",
+        r.backend,
+        r.device,
+        r.ops,
+        r.allocs,
+        report::bytes(r.peak_live_bytes),
+        r.peak_live_bytes,
+        match r.peak_at {
+            Some(t) if w.timed => report::duration(std::time::Duration::from_nanos(t)),
+            Some(t) => format!("op {t}"),
+            None => "-".into(),
+        }
+    );
+    if r.anomalies.any() {
+        println!(
+            "trace anomalies (skipped, the replay went on): {} frees of unknown addresses, {} double frees, {} allocations over live addresses",
+            r.anomalies.unknown_frees, r.anomalies.double_frees, r.anomalies.allocs_over_live
+        );
+    }
+    println!();
+    println!(
+        "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15} {:>10}",
+        "pool", "ops", "failures", "peak live", "peak reserved", "reserved/live", "time/op"
+    );
+    for p in &r.pools {
+        println!(
+            "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15.3} {:>10}",
+            p.pool,
+            p.ops,
+            p.failures,
+            report::bytes(p.peak_live_bytes),
+            report::bytes(p.peak_reserved_bytes),
+            p.reserved_over_live,
+            report::duration(std::time::Duration::from_nanos(p.time_per_op_ns.round() as u64))
+        );
+    }
+    for p in r.pools.iter().filter(|p| p.first_failure.is_some()) {
+        println!("{}: first failure: {}", p.pool, p.first_failure.as_deref().unwrap_or(""));
+    }
+    for s in &r.skipped {
+        println!("{}: not replayed ({})", s.pool, s.reason);
+    }
+}
+
+/// `hipmem trace summary`.
+pub fn run_summary(trace: &Path, json: bool, top: usize) -> hipmem::Result<()> {
+    let w = Workload::load(trace).map_err(hipmem::Error::InvalidValue)?;
+    let s = summary::summarize(&w, top);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+    } else {
+        summary::print(&s);
+    }
+    Ok(())
+}

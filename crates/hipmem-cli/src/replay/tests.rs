@@ -1,0 +1,317 @@
+//! Replay, summary and pictures on the committed traces (embedded, so the
+//! test executable runs anywhere): peaks checked exactly against values
+//! computed here from the files' own events, bad input, anomalies, and the
+//! SVG parsed as XML.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use hipmem::Runtime;
+use hipmem::trace::TraceReader;
+
+use super::engine::PoolKind;
+use super::progress::Progress;
+use super::workload::Workload;
+use super::{ReplayReport, parse_pools, replay, summary, svg};
+
+const TRACE: &[u8] = include_bytes!("../../fixtures/traces/training_loop.jsonl");
+const SNAPSHOT: &[u8] = include_bytes!("../../fixtures/traces/pytorch_snapshot.pickle");
+
+fn granules(size: u64) -> u64 {
+    size.max(1).div_ceil(256) * 256
+}
+
+/// Peak live bytes (requested, and in 256-byte granules) and the number of
+/// allocations, from (action, addr, size) triples.
+fn peaks<'a>(events: impl Iterator<Item = (&'a str, u64, u64)>) -> (u64, u64, u64) {
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let (mut cur, mut cur_g, mut peak, mut peak_g, mut allocs) = (0, 0, 0, 0, 0);
+    for (action, addr, size) in events {
+        match action {
+            "alloc" => {
+                allocs += 1;
+                if let Some(old) = live.insert(addr, size) {
+                    cur -= old;
+                    cur_g -= granules(old);
+                }
+                cur += size;
+                cur_g += granules(size);
+            }
+            "free_requested" => {
+                if let Some(old) = live.remove(&addr) {
+                    cur -= old;
+                    cur_g -= granules(old);
+                }
+            }
+            _ => {}
+        }
+        peak = peak.max(cur);
+        peak_g = peak_g.max(cur_g);
+    }
+    (peak, peak_g, allocs)
+}
+
+/// The expected figures of the hipmem fixture, read with plain JSON.
+fn expected_trace() -> (u64, u64, u64) {
+    let text = std::str::from_utf8(TRACE).unwrap();
+    let lines: Vec<serde_json::Value> =
+        text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let triples: Vec<(String, u64, u64)> = lines
+        .iter()
+        .map(|v| {
+            let addr = v["addr"].as_str().map(|a| u64::from_str_radix(&a[2..], 16).unwrap()).unwrap_or(0);
+            (v["e"].as_str().unwrap().to_string(), addr, v["size"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    peaks(triples.iter().map(|(a, b, c)| (a.as_str(), *b, *c)))
+}
+
+/// The expected figures of the snapshot fixture, read with the pickle crate directly.
+fn expected_snapshot() -> (u64, u64, u64) {
+    use serde_pickle::{HashableValue as H, Value as V};
+    let value = serde_pickle::value_from_slice(
+        SNAPSHOT,
+        serde_pickle::DeOptions::new().replace_recursive_structures(),
+    )
+    .unwrap();
+    let get = |v: &V, k: &str| match v {
+        V::Dict(d) => d.get(&H::String(k.into())).cloned(),
+        _ => None,
+    };
+    let V::List(devices) = get(&value, "device_traces").unwrap() else { panic!("device_traces") };
+    let V::List(entries) = devices[0].clone() else { panic!("device 0") };
+    let int = |v: Option<V>| match v {
+        Some(V::I64(n)) => n as u64,
+        _ => 0,
+    };
+    let triples: Vec<(String, u64, u64)> = entries
+        .iter()
+        .map(|e| {
+            let Some(V::String(action)) = get(e, "action") else { panic!("action") };
+            (action, int(get(e, "addr")), int(get(e, "size")))
+        })
+        .collect();
+    peaks(triples.iter().map(|(a, b, c)| (a.as_str(), *b, *c)))
+}
+
+fn runtime() -> Runtime {
+    Runtime::from_env().unwrap()
+}
+
+fn replay_all(w: &Workload) -> ReplayReport {
+    replay(&runtime(), w, &PoolKind::ALL, 0, &mut Progress::new(false)).unwrap()
+}
+
+fn check_replay(w: &Workload, report: &ReplayReport, (peak, peak_granules, allocs): (u64, u64, u64)) {
+    assert_eq!(w.peak_live, peak, "peak live bytes from the trace");
+    assert_eq!(w.peak_live_granules, peak_granules);
+    assert_eq!(w.alloc_count() as u64, allocs);
+    assert_eq!(report.peak_live_bytes, peak);
+    let rt = runtime();
+    let names: Vec<&str> = report.pools.iter().map(|p| p.pool.as_str()).collect();
+    assert!(names.contains(&"hipmem-segments") && names.contains(&"malloc"), "{names:?}");
+    if rt.backend().virtual_memory().is_some() {
+        assert!(names.contains(&"hipmem-vmm"), "{names:?}");
+    }
+    for p in &report.pools {
+        assert_eq!(p.failures, 0, "{}: {:?}", p.pool, p.first_failure);
+        assert_eq!(p.ops, w.ops.len() as u64);
+        assert_eq!(p.peak_live_bytes, peak);
+        if p.pool == "malloc" {
+            // Device memory in use beyond the start: on a GPU the driver may
+            // fit small allocations into pages it already had.
+            assert!(
+                p.peak_reserved_bytes > peak / 2,
+                "malloc reserved {} for {peak} live",
+                p.peak_reserved_bytes
+            );
+        } else {
+            assert!(
+                p.peak_reserved_bytes >= peak,
+                "{} reserved {} < live {peak}",
+                p.pool,
+                p.peak_reserved_bytes
+            );
+        }
+        assert!(p.time_per_op_ns > 0.0);
+        if p.pool.starts_with("hipmem") {
+            // The pool counts live memory in 256-byte blocks: the same peak.
+            assert_eq!(p.pool_used_high_bytes, Some(peak_granules), "{}", p.pool);
+            assert!(!p.reserved_series.is_empty());
+        }
+    }
+    for s in &report.skipped {
+        assert_eq!(s.pool, "driver-pool", "only the driver's pool may be missing: {s:?}");
+    }
+    assert!(
+        report.pools.iter().any(|p| p.layout_at_peak.is_some()),
+        "the first hipmem pool's map at the peak is taken"
+    );
+}
+
+#[test]
+fn the_hipmem_trace_replays_into_every_pool_with_its_exact_peak() {
+    let w = Workload::from_trace(TraceReader::new(TRACE, "training_loop.jsonl").unwrap()).unwrap();
+    assert!(!w.anomalies.any(), "{:?}", w.anomalies);
+    assert_eq!(w.streams.len(), 2);
+    assert_eq!(w.counts.ooms.len(), 1);
+    assert!(!w.recorded_reserved.is_empty());
+    let report = replay_all(&w);
+    check_replay(&w, &report, expected_trace());
+    // The map at the peak holds exactly the live bytes of the pool's blocks.
+    let layout = report.pools.iter().find_map(|p| p.layout_at_peak.as_ref()).unwrap();
+    let live: u64 =
+        layout.iter().filter(|r| r.kind == hipmem::pool::layout::RunKind::Live).map(|r| r.size).sum();
+    let at_peak: u64 =
+        w.live_at(w.peak_op.unwrap()).iter().map(|&s| granules(w.allocs[s as usize].size)).sum();
+    assert_eq!(live, at_peak);
+}
+
+#[test]
+fn the_pytorch_snapshot_replays_with_its_exact_peak() {
+    let w = Workload::from_pickle(SNAPSHOT, "pytorch_snapshot.pickle").unwrap();
+    assert!(!w.anomalies.any(), "{:?}", w.anomalies);
+    assert!(w.streams.len() >= 2, "raw CUDA streams become replay streams: {:?}", w.streams);
+    assert!(w.timed);
+    assert!(
+        w.counts.free_completed > 0 && w.counts.free_completed <= w.ops.len() as u64 - w.alloc_count() as u64
+    );
+    // Reserved bytes from the segment events, anchored on the final segments.
+    assert!(!w.recorded_reserved.is_empty());
+    let report = replay_all(&w);
+    check_replay(&w, &report, expected_snapshot());
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("hipmem-replay-test-{}-{name}", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn load_err(name: &str, bytes: &[u8]) -> String {
+    let path = temp_file(name, bytes);
+    let err = Workload::load(&path).unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    assert!(err.contains(&path.display().to_string()), "the error names the file: {err}");
+    err
+}
+
+#[test]
+fn bad_input_is_an_error_naming_the_file_and_where() {
+    // Truncated in the middle of line 100.
+    let line_starts: Vec<usize> =
+        TRACE.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1).collect();
+    let cut = &TRACE[..line_starts[98] + 30];
+    let err = load_err("cut.jsonl", cut);
+    assert!(err.contains(&format!("line 100 (byte offset {})", line_starts[98])), "{err}");
+    assert!(err.contains("truncated"), "{err}");
+    // Garbage in the middle.
+    let mut garbage = TRACE[..line_starts[9]].to_vec();
+    garbage.extend_from_slice(
+        b"{\"t\":5,\"e\":\"alloc\",\"pool\":1,\"stream\":2,\"dev\":0,\"addr\":\"zz\",\"size\":1}\n",
+    );
+    let err = load_err("garbage.jsonl", &garbage);
+    assert!(err.contains("line 11 (byte offset"), "{err}");
+    assert!(err.contains("addr"), "{err}");
+    // Foreign files.
+    let err = load_err("picture.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR");
+    assert!(err.contains("not a hipmem trace"), "{err}");
+    let err = load_err("other.json", b"{\"traceEvents\":[]}\n");
+    assert!(err.contains("not a hipmem trace"), "{err}");
+    // A truncated pickle, a pickle of something else.
+    let err = load_err("cut.pickle", &SNAPSHOT[..SNAPSHOT.len() / 2]);
+    assert!(err.contains("not a readable pickle"), "{err}");
+    assert!(err.contains("offset"), "{err}");
+    let list_pickle = b"\x80\x04\x95\x09\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02e.";
+    let err = load_err("list.pickle", list_pickle);
+    assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
+    // A missing file.
+    let err = Workload::load(std::path::Path::new("/nonexistent/trace.jsonl")).unwrap_err();
+    assert!(err.contains("/nonexistent/trace.jsonl"), "{err}");
+}
+
+#[test]
+fn unknown_and_double_frees_are_counted_and_the_replay_goes_on() {
+    let header = std::str::from_utf8(TRACE).unwrap().lines().next().unwrap();
+    let line = |t: u64, e: &str, addr: u64, size: u64| {
+        format!(
+            "{{\"t\":{t},\"e\":\"{e}\",\"pool\":1,\"stream\":5,\"dev\":0,\"addr\":\"{addr:#x}\",\"size\":{size}}}\n"
+        )
+    };
+    let mut text = format!("{header}\n");
+    text += &line(1, "alloc", 0x1000, 1000);
+    text += &line(2, "free_requested", 0x1000, 1000);
+    text += &line(3, "free_requested", 0x1000, 1000); // double free
+    text += &line(4, "free_requested", 0x9000, 64); // never allocated
+    text += &line(5, "alloc", 0x2000, 3000);
+    text += &line(6, "alloc", 0x2000, 500); // over a live allocation: its free was missed
+    text += &line(7, "alloc", 0x3000, 700);
+    text += &line(8, "free_requested", 0x2000, 500);
+    let w = Workload::from_trace(TraceReader::new(text.as_bytes(), "odd.jsonl").unwrap()).unwrap();
+    assert_eq!(w.anomalies.double_frees, 1);
+    assert_eq!(w.anomalies.unknown_frees, 1);
+    assert_eq!(w.anomalies.allocs_over_live, 1);
+    assert_eq!(w.peak_live, 3000);
+    let report = replay_all(&w);
+    assert_eq!(report.anomalies, w.anomalies);
+    for p in &report.pools {
+        assert_eq!(p.failures, 0, "{}", p.pool);
+        assert_eq!(p.ops, 7, "4 allocations, 2 frees and the implied one");
+    }
+}
+
+#[test]
+fn the_svg_is_well_formed_with_every_series_and_the_map() {
+    let w = Workload::from_trace(TraceReader::new(TRACE, "training_loop.jsonl").unwrap()).unwrap();
+    let report = replay_all(&w);
+    let text = svg::render(&w, &report.pools, "test");
+    let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let by_id = |id: &str| doc.descendants().find(|n| n.attribute("id") == Some(id));
+    let live = by_id("series-live").expect("the live series");
+    assert_eq!(live.attribute("data-peak"), Some(w.peak_live.to_string().as_str()));
+    let path = live.descendants().find(|n| n.has_tag_name("path")).unwrap();
+    assert!(path.attribute("d").unwrap().matches('L').count() > 100, "a real line, not a stub");
+    for p in &report.pools {
+        let g = by_id(&format!("series-reserved-{}", p.pool)).unwrap_or_else(|| panic!("{} series", p.pool));
+        assert_eq!(g.attribute("data-peak"), Some(p.peak_reserved_bytes.to_string().as_str()));
+        let legend = by_id("legend").unwrap();
+        assert!(legend.descendants().any(|n| n.text().is_some_and(|t| t.starts_with(&p.pool))));
+    }
+    assert!(by_id("series-recorded").is_some(), "the recording pool's own reserved bytes");
+    let map = by_id("address-map").expect("the address map");
+    let kinds: Vec<&str> = map.descendants().filter_map(|n| n.attribute("class")).collect();
+    assert!(kinds.contains(&"run-live"), "{kinds:?}");
+    assert!(doc.descendants().filter(|n| n.has_tag_name("text")).any(|n| n.text() == Some("trace time")));
+
+    let html = svg::render_html(&w, &report.pools, &[("driver-pool".into(), "none here".into())], "test");
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+    for p in &report.pools {
+        assert!(html.contains(&format!("<tr><td>{}</td>", p.pool)));
+    }
+}
+
+#[test]
+fn the_summary_finds_the_peak_and_what_was_live() {
+    let w = Workload::from_trace(TraceReader::new(TRACE, "training_loop.jsonl").unwrap()).unwrap();
+    let s = summary::summarize(&w, 5);
+    let (peak, _, allocs) = expected_trace();
+    assert_eq!(s.peak_live, peak);
+    assert_eq!(s.allocs, allocs);
+    assert_eq!(s.ooms, 1);
+    assert_eq!(s.largest_at_peak.len(), 5);
+    assert!(s.largest_at_peak.windows(2).all(|p| p[0].size >= p[1].size));
+    let live_sizes: u64 = w.live_at(w.peak_op.unwrap()).iter().map(|&i| w.allocs[i as usize].size).sum();
+    assert_eq!(live_sizes, peak);
+    assert_eq!(s.streams.iter().map(|r| r.allocs).sum::<u64>(), allocs);
+    assert_eq!(s.size_classes.iter().map(|r| r.bytes).max(), s.size_classes.first().map(|r| r.bytes));
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["peak_live"], peak);
+}
+
+#[test]
+fn pool_names_parse() {
+    assert_eq!(parse_pools(&["vmm,malloc".into()]).unwrap(), [PoolKind::Vmm, PoolKind::Malloc]);
+    assert_eq!(parse_pools(&[]).unwrap(), PoolKind::ALL);
+    assert!(parse_pools(&["nope".into()]).unwrap_err().contains("nope"));
+}

@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""PyTorch workloads under four allocators, side by side.
+
+Runs each (workload, allocator) pair in a fresh process, over several
+repetitions whose allocator order alternates, and prints, for each pair, the
+median step time and the peak reserved / peak allocated memory after a
+warm-up:
+
+  native       PyTorch's caching allocator
+  expandable   the caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  cudamallocasync  PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (the driver's pool)
+  hipmem       libhipmem through torch.cuda.memory.CUDAPluggableAllocator
+               (peaks: the pool's ReservedMemHigh / UsedMemHigh, reset after the warm-up)
+
+    python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
+    python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
+    python3 torch_allocators.py --record DIR    # PyTorch memory snapshots (native allocator)
+                                                # of each workload, for `hipmem replay`
+
+Each child checks its own result (finite losses, data that crossed a side
+stream intact) and the parent reports a failed check as a failure.
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+ALLOCATORS = ["native", "expandable", "cudamallocasync", "hipmem"]
+WORKLOADS = ["gpt_train", "varlen_infer", "cnn_train", "ckpt_train", "side_stream"]
+
+
+# ---- the child: one workload under one allocator ------------------------------------------
+
+def setup_allocator(name, lib):
+    """Chooses the allocator before torch touches the GPU; returns a stats reader."""
+    if name == "expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    elif name == "cudamallocasync":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    else:
+        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    import torch
+
+    if name != "hipmem":
+        def stats():
+            return {
+                "reserved_high": torch.cuda.max_memory_reserved(),
+                "allocated_high": torch.cuda.max_memory_allocated(),
+            }
+
+        def reset():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+        return torch, stats, reset
+
+    import ctypes
+
+    os.environ.setdefault("HIPMEM_BACKEND", "cuda")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    hip = ctypes.CDLL(lib)
+
+    class PoolStats(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in
+                    ("reserved_current", "reserved_high", "used_current", "used_high")]
+
+    def stats():
+        s = PoolStats()
+        rc = hip.hipmem_torch_stats(torch.cuda.current_device(), ctypes.byref(s))
+        if rc != 0:
+            raise RuntimeError(f"hipmem_torch_stats failed: {rc}")
+        return {"reserved_high": s.reserved_high, "allocated_high": s.used_high}
+
+    def reset():
+        torch.cuda.synchronize()
+        rc = hip.hipmem_torch_reset_peak(torch.cuda.current_device())
+        if rc != 0:
+            raise RuntimeError(f"hipmem_torch_reset_peak failed: {rc}")
+
+    return torch, stats, reset
+
+
+def gpt(torch, n_layer, n_head, n_embd, vocab, block, checkpoint=False):
+    """A GPT-2 shaped decoder (nanoGPT style), randomly initialized."""
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(n_embd)
+            self.attn = nn.Linear(n_embd, 3 * n_embd)
+            self.proj = nn.Linear(n_embd, n_embd)
+            self.ln2 = nn.LayerNorm(n_embd)
+            self.fc = nn.Linear(n_embd, 4 * n_embd)
+            self.fc2 = nn.Linear(4 * n_embd, n_embd)
+
+        def attention(self, x):
+            b, t, c = x.shape
+            q, k, v = self.attn(self.ln1(x)).split(n_embd, dim=2)
+            q = q.view(b, t, n_head, c // n_head).transpose(1, 2)
+            k = k.view(b, t, n_head, c // n_head).transpose(1, 2)
+            v = v.view(b, t, n_head, c // n_head).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+        def body(self, x):
+            x = x + self.attention(x)
+            return x + self.fc2(F.gelu(self.fc(self.ln2(x))))
+
+        def forward(self, x):
+            if checkpoint and self.training:
+                return torch.utils.checkpoint.checkpoint(self.body, x, use_reentrant=False)
+            return self.body(x)
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, n_embd)
+            self.wpe = nn.Embedding(block, n_embd)
+            self.blocks = nn.ModuleList([Block() for _ in range(n_layer)])
+            self.ln = nn.LayerNorm(n_embd)
+            self.head = nn.Linear(n_embd, vocab, bias=False)
+            self.head.weight = self.wte.weight
+
+        def forward(self, idx, targets=None):
+            t = idx.shape[1]
+            x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.head(self.ln(x))
+            if targets is None:
+                return logits
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    return GPT()
+
+
+def make_workload(torch, name, steps):
+    """Returns (step function, check function). Every step synchronizes."""
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(1234)
+    losses = []
+
+    if name in ("gpt_train", "ckpt_train"):
+        ckpt = name == "ckpt_train"
+        batch, seq = (16, 1024) if ckpt else (8, 1024)
+        model = gpt(torch, 12, 12, 768, 50304, 1024, checkpoint=ckpt).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+
+        def step(i):
+            x = torch.randint(0, 50304, (batch, seq), device=dev, generator=gen)
+            y = torch.randint(0, 50304, (batch, seq), device=dev, generator=gen)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+
+        def check():
+            return all(l == l and abs(l) < 1e4 for l in losses), f"final loss {losses[-1]:.4f}"
+
+        return step, check
+
+    if name == "varlen_infer":
+        model = gpt(torch, 24, 16, 1024, 50304, 2048).to(dev).eval()
+        rng = random.Random(7)
+        shapes = [(rng.randint(1, 32), rng.randint(16, 2048)) for _ in range(1000)]
+        sums = []
+
+        def step(i):
+            b, t = shapes[i % len(shapes)]
+            x = torch.randint(0, 50304, (b, t), device=dev, generator=gen)
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(x)
+                # Only the last position's logits leave the step (generation).
+                nxt = logits[:, -1, :].float().softmax(-1).argmax(-1)
+            sums.append(int(nxt.sum().item()))
+
+        def check():
+            return len(sums) > 0, f"{len(sums)} batches"
+
+        return step, check
+
+    if name == "cnn_train":
+        import torchvision
+
+        model = torchvision.models.resnet50(weights=None).to(dev).to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        lossf = torch.nn.CrossEntropyLoss()
+
+        def step(i):
+            x = torch.randn(64, 3, 224, 224, device=dev, generator=gen).to(memory_format=torch.channels_last)
+            y = torch.randint(0, 1000, (64,), device=dev, generator=gen)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = lossf(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+
+        def check():
+            return all(l == l and abs(l) < 1e4 for l in losses), f"final loss {losses[-1]:.4f}"
+
+        return step, check
+
+    if name == "side_stream":
+        # A data pipeline: batches are copied from page-locked host memory on
+        # a side stream into tensors allocated on that stream, handed to the
+        # default stream (wait_stream + record_stream), and consumed there.
+        side = torch.cuda.Stream()
+        model = torch.nn.Sequential(
+            torch.nn.Linear(4096, 8192), torch.nn.GELU(), torch.nn.Linear(8192, 4096)
+        ).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        host = [torch.randn(256, 4096, generator=torch.Generator().manual_seed(k)).pin_memory() for k in range(4)]
+        expect = [float(h.double().sum()) for h in host]
+        seen = []
+
+        def step(i):
+            k = i % len(host)
+            with torch.cuda.stream(side):
+                x = host[k].to(dev, non_blocking=True)          # allocated on the side stream
+                scratch = torch.empty(1 << 24, device=dev)      # side-stream temporaries
+                scratch.fill_(1.0)
+                del scratch
+            torch.cuda.current_stream().wait_stream(side)
+            x.record_stream(torch.cuda.current_stream())
+            seen.append((k, float(x.double().sum())))
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            del x
+
+        def check():
+            bad = [(k, s) for k, s in seen if abs(s - expect[k]) > 1e-3 * max(1.0, abs(expect[k]))]
+            ok = not bad and all(l == l for l in losses)
+            return ok, f"{len(seen)} batches crossed the side stream" + (f", {len(bad)} corrupted" if bad else "")
+
+        return step, check
+
+    raise SystemExit(f"unknown workload {name}")
+
+
+def child(args):
+    torch, stats, reset = setup_allocator(args.allocator, args.lib)
+    if args.record:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=2_000_000)
+    step, check = make_workload(torch, args.workload, args.warmup + args.steps)
+    for i in range(args.warmup):
+        step(i)
+    torch.cuda.synchronize()
+    reset()
+    times = []
+    for i in range(args.warmup, args.warmup + args.steps):
+        t0 = time.perf_counter()
+        step(i)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    s = stats()
+    ok, detail = check()
+    if args.record:
+        os.makedirs(args.record, exist_ok=True)
+        torch.cuda.memory._dump_snapshot(os.path.join(args.record, f"{args.workload}.pickle"))
+        torch.cuda.memory._record_memory_history(enabled=None)
+    print("RESULT " + json.dumps({
+        "workload": args.workload, "allocator": args.allocator, "ok": ok, "detail": detail,
+        "step_ms": statistics.median(times) * 1e3, "steps": len(times),
+        "reserved_high": s["reserved_high"], "allocated_high": s["allocated_high"],
+    }), flush=True)
+
+
+# ---- the parent: fresh processes, alternating order -----------------------------------------
+
+def run_child(script, workload, allocator, args):
+    cmd = [sys.executable, script, "--child", "--workload", workload, "--allocator", allocator,
+           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    if args.lib:
+        cmd += ["--lib", args.lib]
+    if args.record:
+        cmd += ["--record", args.record]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[7:])
+            r["wall_s"] = time.time() - t0
+            return r
+    tail = (p.stderr or p.stdout).strip().splitlines()[-5:]
+    return {"workload": workload, "allocator": allocator, "ok": False, "wall_s": time.time() - t0,
+            "detail": f"exit {p.returncode}: " + " | ".join(tail)}
+
+
+def summarize(results, allocators, workloads):
+    rows = []
+    for w in workloads:
+        native = [r["step_ms"] for r in results if r["workload"] == w and r["allocator"] == "native" and r["ok"]]
+        base = statistics.median(native) if native else None
+        for a in allocators:
+            rs = [r for r in results if r["workload"] == w and r["allocator"] == a]
+            if not rs:
+                continue
+            good = [r for r in rs if r["ok"]]
+            if not good:
+                rows.append((w, a, "FAILED", "", "", "", "", rs[-1].get("detail", "")))
+                continue
+            step = statistics.median(r["step_ms"] for r in good)
+            res = max(r["reserved_high"] for r in good)
+            alloc = max(r["allocated_high"] for r in good)
+            ratios = [r["reserved_high"] / r["allocated_high"] for r in good if r["allocated_high"]]
+            rows.append((w, a, f"{step:.1f}", f"{step / base:.3f}" if base else "-",
+                         f"{res / 2**30:.2f}", f"{alloc / 2**30:.2f}",
+                         f"{max(ratios):.3f}" if ratios else "-",
+                         f"{len(good)}/{len(rs)} ok; " + good[-1].get("detail", "")))
+    head = ("workload", "allocator", "step ms", "vs native", "reserved GiB", "allocated GiB", "res/alloc", "check")
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
+    for row in [head] + rows:
+        print("  ".join(str(x).ljust(wd) for x, wd in zip(row, widths)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--workload", help=argparse.SUPPRESS)
+    ap.add_argument("--allocator", help=argparse.SUPPRESS)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--allocators", default=",".join(ALLOCATORS))
+    ap.add_argument("--lib", default=os.environ.get("HIPMEM_LIB", ""), help="path of libhipmem.so")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--record", default="", help="record PyTorch memory snapshots into this folder (native allocator)")
+    ap.add_argument("--json", default="", help="write every result here")
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+
+    workloads = [w for w in args.workloads.split(",") if w]
+    allocators = [a for a in args.allocators.split(",") if a]
+    if args.record:
+        allocators = ["native"]
+    if "hipmem" in allocators and not args.lib:
+        raise SystemExit("--lib path/to/libhipmem.so (or HIPMEM_LIB) is needed for the hipmem allocator")
+    if args.lib:
+        args.lib = os.path.abspath(args.lib)
+    script = os.path.abspath(__file__)
+    results = []
+    for rep in range(args.reps):
+        order = allocators if rep % 2 == 0 else list(reversed(allocators))
+        for w in workloads:
+            for a in order:
+                r = run_child(script, w, a, args)
+                r["rep"] = rep
+                results.append(r)
+                print(f"rep {rep} {w:13s} {a:16s} " + (
+                    f"{r['step_ms']:8.1f} ms  reserved {r['reserved_high'] / 2**30:6.2f} GiB  "
+                    f"allocated {r['allocated_high'] / 2**30:6.2f} GiB  {r['detail']}  ({r['wall_s']:.0f} s)"
+                    if r.get("ok") else f"FAILED {r.get('detail', '')}"), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    summarize(results, allocators, workloads)
+    return 0 if all(r.get("ok") for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -765,6 +765,11 @@ hipError_t hipPeekAtLastError(void);
 const char* hipGetErrorName(hipError_t hip_error);
 const char* hipGetErrorString(hipError_t hipError);
 
+/* hipmem's own extension (not HIP's): chooses the backend libhipmem uses
+   underneath when hipmem's hip backend loads it as its HIP library
+   ("host", "cuda" or "auto"; never "hip"). Call before any other function. */
+hipError_t hipmemSetInnerBackend(const char* backend);
+
 /* ---- device code: symbols, occupancy, launches ------------------------------
  * libhipmem runs no kernels of its own making: under nvcc these are inline
  * functions over the CUDA runtime (below); a build without nvcc links

@@ -15,7 +15,8 @@
 //! The exports are grouped as `hip-memory-api.md` groups them:
 //! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
 //! [`runtime_api`] (devices, streams, events, errors); pool IPC is in
-//! [`pools`].
+//! [`pools`]. [`hip_backend_exports`] holds hipmem's own extension for the
+//! hip backend's loopback (`hipmemSetInnerBackend`).
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
 
 pub mod compat;
@@ -23,6 +24,7 @@ pub mod device_code;
 pub mod devices;
 pub mod explicit;
 pub mod handles;
+pub mod hip_backend_exports;
 pub mod managed;
 pub mod peer;
 pub mod pinned;
@@ -44,6 +46,7 @@ pub use compat::*;
 pub use device_code::*;
 pub use devices::*;
 pub use explicit::*;
+pub use hip_backend_exports::*;
 pub use managed::*;
 pub use peer::*;
 pub use pinned::*;

@@ -162,7 +162,10 @@ fn declarations(src: &str) -> Vec<Decl> {
             let name_len =
                 rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
             let name = &rest[..name_len];
-            if !name.starts_with("hip") || !rest[name_len..].trim_start().starts_with('(') {
+            // hipmem's own extensions (`hipmem*`, e.g. `hipmemSetInnerBackend`)
+            // are not HIP's: ROCm's header has nothing to compare them with.
+            let hips = name.starts_with("hip") && !name.starts_with("hipmem");
+            if !hips || !rest[name_len..].trim_start().starts_with('(') {
                 continue;
             }
             let open = src.len() - rest[name_len..].trim_start().len();

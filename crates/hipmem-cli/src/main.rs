@@ -12,11 +12,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hipmem::{BackendChoice, Runtime};
 
-/// hipmem: HIP's GPU memory-management model, on CUDA or a CPU emulation.
+/// hipmem: HIP's GPU memory-management model, on CUDA, AMD's HIP runtime or a CPU emulation.
 #[derive(Parser, Debug)]
 #[command(name = "hipmem", version, about)]
 struct Cli {
-    /// Backend to use: host, cuda or auto (overrides HIPMEM_BACKEND).
+    /// Backend to use: host, cuda, hip or auto (overrides HIPMEM_BACKEND).
     #[arg(long, global = true, value_name = "BACKEND")]
     backend: Option<String>,
 

@@ -18,6 +18,7 @@
 pub mod copy2d;
 pub mod cuda;
 pub mod device_info;
+pub mod hip;
 pub mod host;
 pub mod host_memory;
 pub mod lend;
@@ -266,6 +267,8 @@ pub enum BackendKind {
     Host,
     /// The CUDA driver API.
     Cuda,
+    /// AMD's HIP runtime (`libamdhip64`).
+    Hip,
 }
 
 impl fmt::Display for BackendKind {
@@ -273,20 +276,23 @@ impl fmt::Display for BackendKind {
         f.write_str(match self {
             BackendKind::Host => "host",
             BackendKind::Cuda => "cuda",
+            BackendKind::Hip => "hip",
         })
     }
 }
 
-/// A backend choice as the user states it (`HIPMEM_BACKEND=host|cuda|auto`).
+/// A backend choice as the user states it (`HIPMEM_BACKEND=host|cuda|hip|auto`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BackendChoice {
-    /// cuda when a GPU is there, else host.
+    /// cuda when an NVIDIA GPU is there, else hip when an AMD GPU is, else host.
     #[default]
     Auto,
     /// The CPU emulation.
     Host,
     /// The CUDA driver API.
     Cuda,
+    /// AMD's HIP runtime (also spelled `amd` or `rocm`).
+    Hip,
 }
 
 impl std::str::FromStr for BackendChoice {
@@ -296,9 +302,10 @@ impl std::str::FromStr for BackendChoice {
             "" | "auto" => Ok(BackendChoice::Auto),
             "host" | "cpu" => Ok(BackendChoice::Host),
             "cuda" | "nvidia" => Ok(BackendChoice::Cuda),
-            other => {
-                Err(Error::InvalidValue(format!("unknown backend {other:?}: expected host, cuda or auto")))
-            }
+            "hip" | "amd" | "rocm" => Ok(BackendChoice::Hip),
+            other => Err(Error::InvalidValue(format!(
+                "unknown backend {other:?}: expected host, cuda, hip or auto"
+            ))),
         }
     }
 }
@@ -309,6 +316,7 @@ impl fmt::Display for BackendChoice {
             BackendChoice::Auto => "auto",
             BackendChoice::Host => "host",
             BackendChoice::Cuda => "cuda",
+            BackendChoice::Hip => "hip",
         })
     }
 }
@@ -628,21 +636,26 @@ fn not_supported(kind: BackendKind, device: usize, what: &str) -> Error {
 
 /// Opens the backend named by `choice`.
 ///
-/// `Auto` opens cuda when the driver loads and reports a device, else host.
+/// `Auto` opens cuda when the driver loads and reports a device, else hip
+/// when AMD's runtime loads and reports a device, else host.
 pub fn open(choice: BackendChoice, host_config: host::HostConfig) -> Result<Arc<dyn Backend>> {
     match choice {
         BackendChoice::Host => Ok(Arc::new(host::HostBackend::new(host_config)?)),
         BackendChoice::Cuda => cuda::open(),
-        BackendChoice::Auto => match cuda::open() {
-            Ok(cuda) if cuda.device_count() > 0 => Ok(cuda),
-            Ok(_) => {
-                tracing::debug!(target: "hipmem", "cuda driver has no device; using the host backend");
-                Ok(Arc::new(host::HostBackend::new(host_config)?))
+        BackendChoice::Hip => hip::open(),
+        BackendChoice::Auto => {
+            match cuda::open() {
+                Ok(cuda) if cuda.device_count() > 0 => return Ok(cuda),
+                Ok(_) => tracing::debug!(target: "hipmem", "cuda driver has no device"),
+                Err(e) => tracing::debug!(target: "hipmem", "cuda unavailable ({e})"),
             }
-            Err(e) => {
-                tracing::debug!(target: "hipmem", "cuda unavailable ({e}); using the host backend");
-                Ok(Arc::new(host::HostBackend::new(host_config)?))
+            match hip::open() {
+                Ok(hip) if hip.device_count() > 0 => return Ok(hip),
+                Ok(_) => tracing::debug!(target: "hipmem", "HIP runtime has no device"),
+                Err(e) => tracing::debug!(target: "hipmem", "hip unavailable ({e})"),
             }
-        },
+            tracing::debug!(target: "hipmem", "using the host backend");
+            Ok(Arc::new(host::HostBackend::new(host_config)?))
+        }
     }
 }

@@ -199,6 +199,14 @@ impl Runtime {
         GLOBAL.get_or_init(Runtime::from_env).clone()
     }
 
+    /// The process-wide runtime: the one already open, or the one `open`
+    /// makes now (instead of reading the environment) if none is. What
+    /// libhipmem's `hipmemSetInnerBackend` uses to pick its backend before
+    /// first use.
+    pub fn global_or_open_with(open: impl FnOnce() -> Result<Runtime>) -> Result<Runtime> {
+        GLOBAL.get_or_init(open).clone()
+    }
+
     /// A handle that does not keep the runtime alive.
     pub fn downgrade(&self) -> WeakRuntime {
         WeakRuntime { inner: Arc::downgrade(&self.inner) }

@@ -89,15 +89,7 @@ fn the_hip_backend_drives_libhipmem() {
         }
         return;
     }
-    let rt = match Runtime::from_env() {
-        // libhipmem without a core entry point of the hip backend (before
-        // issue 15's C ABI functions, hipMemsetD8/D16/D32Async among them, land).
-        Err(e) if e.message().contains("libhipmem.so has no symbol") => {
-            println!("note: skipped: {e}");
-            return;
-        }
-        r => r.expect("the hip backend over libhipmem"),
-    };
+    let rt = Runtime::from_env().expect("the hip backend over libhipmem");
     assert_eq!(rt.backend_kind(), BackendKind::Hip);
     let description = rt.backend().description();
     assert!(description.contains("loopback") && description.contains("libhipmem"), "{description}");
@@ -132,6 +124,83 @@ fn the_hip_backend_drives_libhipmem() {
     s0.fill(&p, 9u8).unwrap();
     s0.synchronize().unwrap();
     assert!(p.read_to_vec().unwrap().iter().all(|&b| b == 9));
+}
+
+/// Issue 15's backend methods over HIP's entry points: device attributes,
+/// the driver version, stream priorities, pitched memory (hipMallocPitch,
+/// hipMemset2DAsync, hipMemcpy2DAsync) and peer access (hipDeviceCanAccessPeer,
+/// enable/disable, hipMemcpyPeerAsync), answered by libhipmem's emulation.
+#[test]
+fn the_hip_backend_drives_devices_pitched_memory_and_peers() {
+    if std::env::var_os(CHILD).is_none() {
+        if let Some(library) = libhipmem() {
+            in_child("the_hip_backend_drives_devices_pitched_memory_and_peers", &loopback_env(library));
+        }
+        return;
+    }
+    use hipmem_rs::backend::copy2d::{Copy2D, Side2D};
+    use hipmem_rs::{DeviceAttribute, FillValue, MemcpyKind, StreamFlags};
+
+    let rt = Runtime::from_env().expect("the hip backend over libhipmem");
+    assert_eq!(rt.backend_kind(), BackendKind::Hip);
+    // Attributes: what the emulation reports, through hipDeviceGetAttribute.
+    let sms = rt.device_properties(0).unwrap().multiprocessor_count;
+    assert_eq!(rt.device_attribute(0, DeviceAttribute::MultiprocessorCount).unwrap(), i64::from(sms));
+    assert_eq!(rt.device_attribute(0, DeviceAttribute::MemoryPoolsSupported).unwrap(), 1);
+    let warp = rt.device_attribute(1, DeviceAttribute::WarpSize).unwrap();
+    assert!(warp == 32 || warp == 64, "warp size {warp}");
+    match rt.device_attribute(0, DeviceAttribute::MaxTexture1DWidth) {
+        Ok(v) => assert_eq!(v, 0, "the emulation has no textures"),
+        Err(e) => assert_eq!(e.code(), 801, "{e}"),
+    }
+    assert_eq!(rt.driver_version().unwrap(), 60_200_000, "the emulation's driver version");
+    // Priorities: the emulation has none, so every priority is clamped to 0.
+    let range = rt.stream_priority_range(0).unwrap();
+    assert_eq!((range.least, range.greatest), (0, 0));
+    let s0 = rt.device(0).unwrap().create_stream_with_priority(StreamFlags::default(), -3).unwrap();
+    assert_eq!(s0.priority().unwrap(), 0);
+    // Pitched memory: two allocations of 8 rows of 100 bytes.
+    let (a, pitch_a) = rt.malloc_pitch(0, 100, 8).unwrap();
+    let (b, pitch_b) = rt.malloc_pitch(0, 100, 8).unwrap();
+    assert!(pitch_a >= 100 && pitch_b >= 100, "pitches {pitch_a}, {pitch_b}");
+    rt.memset(a, FillValue::U8(0), pitch_a * 8).unwrap();
+    rt.memset(b, FillValue::U8(0), pitch_b * 8).unwrap();
+    rt.memset_2d_async(a, pitch_a, 7, 100, 8, s0.raw()).unwrap();
+    let copy = Copy2D {
+        dst: Side2D::Device(b),
+        dst_pitch: pitch_b,
+        src: Side2D::Device(a),
+        src_pitch: pitch_a,
+        width: 60,
+        height: 8,
+    };
+    rt.memcpy_2d_async(&copy, s0.raw()).unwrap();
+    s0.synchronize().unwrap();
+    let mut back = vec![0u8; (pitch_b * 8) as usize];
+    rt.copy_device_to_host(&mut back, b).unwrap();
+    for (r, row) in back.chunks(pitch_b as usize).enumerate() {
+        assert!(row[..60].iter().all(|&v| v == 7), "row {r}: the copied part");
+        assert!(row[60..].iter().all(|&v| v == 0), "row {r}: past the copied width");
+    }
+    assert!(rt.resolve_copy_2d(b.0, pitch_b, a.0, pitch_a, 100, 8, MemcpyKind::DeviceToDevice).is_ok());
+    // Peer access between libhipmem's two emulated devices.
+    assert!(rt.can_access_peer(1, 0).unwrap());
+    // 800 bytes: within both allocations (a holds at least 8 rows of 100).
+    let c = rt.malloc(1, 800).unwrap();
+    rt.memset(a, FillValue::U8(3), 800).unwrap();
+    rt.memcpy_peer(c, 1, a, 0, 800).unwrap();
+    let mut peer_back = vec![0u8; 800];
+    rt.copy_device_to_host(&mut peer_back, c).unwrap();
+    assert!(peer_back.iter().all(|&v| v == 3), "hipMemcpyPeer without peer access");
+    assert!(!rt.peer_access_enabled(1, 0).unwrap());
+    rt.enable_peer_access(1, 0).unwrap();
+    assert!(rt.peer_access_enabled(1, 0).unwrap());
+    assert_eq!(rt.enable_peer_access(1, 0).unwrap_err().code(), 704);
+    rt.disable_peer_access(1, 0).unwrap();
+    assert_eq!(rt.disable_peer_access(1, 0).unwrap_err().code(), 705);
+    for p in [a, b, c] {
+        rt.free(p).unwrap();
+    }
 }
 
 #[test]

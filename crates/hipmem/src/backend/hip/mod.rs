@@ -13,10 +13,12 @@
 //!
 //! Capabilities follow the entry points: the core group (devices, memory,
 //! copies, memsets, streams, events, host functions, `hipHostMalloc`) must
-//! be there; memory pools, pool IPC, virtual memory, managed memory and host
-//! registration are each turned off, never a panic, when one of their entry
-//! points is missing (or, for virtual memory, when the runtime is older than
-//! ROCm 5.3, whose `hipMemAllocationProp` has another layout).
+//! be there; memory pools, pool IPC, virtual memory, managed memory, host
+//! registration and peer access are each turned off, never a panic, when one
+//! of their entry points is missing (or, for virtual memory, when the
+//! runtime is older than ROCm 5.3, whose `hipMemAllocationProp` has another
+//! layout); stream priorities and pitched memory fall back to the trait's
+//! portable defaults (`device_info.rs`, `copy2d.rs`, `peer.rs`).
 //!
 //! The built-in kernels are made of HIP calls the runtime already has (AMD
 //! code objects cannot be built here): fill is `hipMemsetD8/D16/D32Async`,
@@ -35,9 +37,12 @@
 //! libhipmem that would load itself (its own hip backend pointed at its own
 //! file) refuses, so it never recurses.
 
+mod copy2d;
+mod device_info;
 mod kernels;
 mod managed;
 mod page_locked;
+mod peer;
 mod pools;
 mod result;
 mod sys;
@@ -997,6 +1002,61 @@ impl Backend for HipBackend {
 
     fn managed_memory(&self) -> Option<&dyn super::managed_memory::ManagedMemory> {
         self.api.managed.is_ok().then_some(self as _)
+    }
+
+    // Peer access, device details, stream priorities and pitched memory
+    // (issue 15): peer.rs, device_info.rs, copy2d.rs.
+    fn peer_access(&self) -> Option<&dyn super::peer::PeerAccess> {
+        self.api.peer.is_ok().then_some(self as _)
+    }
+
+    fn device_attribute(&self, device: usize, attribute: super::device_info::DeviceAttribute) -> Result<i64> {
+        self.hip_device_attribute(device, attribute)
+    }
+
+    fn device_uuid(&self, device: usize) -> Result<[u8; 16]> {
+        self.hip_device_uuid(device)
+    }
+
+    fn driver_version(&self) -> Result<i32> {
+        self.hip_driver_version()
+    }
+
+    fn stream_priority_range(&self, device: usize) -> Result<super::device_info::PriorityRange> {
+        self.hip_priority_range(device)
+    }
+
+    fn stream_create_with_priority(
+        &self,
+        device: usize,
+        flags: StreamFlags,
+        priority: i32,
+    ) -> Result<RawStream> {
+        self.hip_stream_create_with_priority(device, flags, priority)
+    }
+
+    fn stream_priority(&self, stream: RawStream) -> Result<i32> {
+        self.hip_stream_priority(stream)
+    }
+
+    fn mem_alloc_pitch(&self, device: usize, width: u64, height: u64) -> Result<(DevicePtr, u64)> {
+        self.hip_mem_alloc_pitch(device, width, height)
+    }
+
+    fn copy_2d_async(&self, copy: &super::copy2d::Copy2D, stream: RawStream) -> Result<()> {
+        self.hip_copy_2d_async(copy, stream)
+    }
+
+    fn memset_2d_async(
+        &self,
+        dst: DevicePtr,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        self.hip_memset_2d_async(dst, pitch, value, width, height, stream)
     }
 
     fn driver_pool_default(&self, device: usize) -> Result<RawPool> {

@@ -28,7 +28,15 @@ pub fn error_from_code(code: hipError_t, message: String) -> Error {
         | hipErrorInvalidHandle
         | hipErrorNotReady
         | hipErrorContextIsDestroyed
-        | hipErrorNotSupported => Error::from_code(code, message),
+        | hipErrorNotSupported
+        | hipErrorInvalidPitchValue
+        | hipErrorInvalidSymbol
+        | hipErrorNotFound
+        | hipErrorPeerAccessAlreadyEnabled
+        | hipErrorPeerAccessNotEnabled => Error::from_code(code, message),
+        // Two devices that cannot reach each other (HIP's
+        // hipDeviceEnablePeerAccess rule: not a peer).
+        hipErrorPeerAccessUnsupported => Error::InvalidDevice(message),
         // The runtime was shut down, or has no device to initialize.
         hipErrorDeinitialized | hipErrorNoDevice => Error::NotInitialized(message),
         _ => Error::Unknown(message),

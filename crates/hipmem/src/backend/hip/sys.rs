@@ -6,8 +6,9 @@
 //! hipmem uses. A missing library, or a missing entry point of the core
 //! group, is an [`Error::NotInitialized`] value that names what was looked
 //! for; a missing entry point of an optional group (memory pools, pool IPC,
-//! virtual memory, managed memory, host registration) leaves that group out
-//! and the capability that needs it off. The loaded library is kept in a
+//! virtual memory, managed memory, host registration, stream priorities,
+//! pitched memory, peer access) leaves that group out and the capability
+//! that needs it off (or, where the trait has one, on its portable default). The loaded library is kept in a
 //! process-wide `OnceLock` and never unloaded, so the pointers stay valid
 //! for the life of the process.
 //!
@@ -55,6 +56,10 @@ pub const hipErrorOutOfMemory: hipError_t = 2;
 pub const hipErrorNotInitialized: hipError_t = 3;
 /// `hipErrorDeinitialized`.
 pub const hipErrorDeinitialized: hipError_t = 4;
+/// `hipErrorInvalidPitchValue`.
+pub const hipErrorInvalidPitchValue: hipError_t = 12;
+/// `hipErrorInvalidSymbol`.
+pub const hipErrorInvalidSymbol: hipError_t = 13;
 /// `hipErrorInvalidDevicePointer`.
 pub const hipErrorInvalidDevicePointer: hipError_t = 17;
 /// `hipErrorInvalidMemcpyDirection`.
@@ -63,10 +68,18 @@ pub const hipErrorInvalidMemcpyDirection: hipError_t = 21;
 pub const hipErrorNoDevice: hipError_t = 100;
 /// `hipErrorInvalidDevice`.
 pub const hipErrorInvalidDevice: hipError_t = 101;
+/// `hipErrorPeerAccessUnsupported`: the two devices cannot reach each other.
+pub const hipErrorPeerAccessUnsupported: hipError_t = 217;
 /// `hipErrorInvalidHandle` (`hipErrorInvalidResourceHandle`).
 pub const hipErrorInvalidHandle: hipError_t = 400;
+/// `hipErrorNotFound`.
+pub const hipErrorNotFound: hipError_t = 500;
 /// `hipErrorNotReady`.
 pub const hipErrorNotReady: hipError_t = 600;
+/// `hipErrorPeerAccessAlreadyEnabled`.
+pub const hipErrorPeerAccessAlreadyEnabled: hipError_t = 704;
+/// `hipErrorPeerAccessNotEnabled`.
+pub const hipErrorPeerAccessNotEnabled: hipError_t = 705;
 /// `hipErrorContextIsDestroyed`.
 pub const hipErrorContextIsDestroyed: hipError_t = 709;
 /// `hipErrorNotSupported`.
@@ -107,6 +120,8 @@ pub const hipMemcpyHostToDevice: hipMemcpyKind = 1;
 pub const hipMemcpyDeviceToHost: hipMemcpyKind = 2;
 /// `hipMemcpyDeviceToDevice`.
 pub const hipMemcpyDeviceToDevice: hipMemcpyKind = 3;
+/// `hipMemcpyDefault`: the runtime infers the direction (unified addressing).
+pub const hipMemcpyDefault: hipMemcpyKind = 4;
 /// `hipStreamDefault`.
 pub const hipStreamDefault: c_uint = 0;
 /// `hipStreamNonBlocking`.
@@ -567,6 +582,8 @@ pub struct Info {
     pub hipDeviceTotalMem: Option<unsafe extern "C" fn(bytes: *mut usize, device: c_int) -> hipError_t>,
     pub hipRuntimeGetVersion: Option<unsafe extern "C" fn(version: *mut c_int) -> hipError_t>,
     pub hipDriverGetVersion: Option<unsafe extern "C" fn(version: *mut c_int) -> hipError_t>,
+    /// `hipDeviceGetUuid(hipUUID*, hipDevice_t)` (ROCm 5.2+; `hipUUID` is 16 bytes).
+    pub hipDeviceGetUuid: Option<unsafe extern "C" fn(uuid: *mut [c_char; 16], device: c_int) -> hipError_t>,
     pub hipMemGetAddressRange: Option<
         unsafe extern "C" fn(base: *mut hipDeviceptr_t, size: *mut usize, ptr: hipDeviceptr_t) -> hipError_t,
     >,
@@ -724,6 +741,72 @@ pub struct Vmm {
     ) -> hipError_t,
 }
 
+/// Stream priorities.
+#[derive(Debug)]
+pub struct Priorities {
+    /// The range of the current device: `least` (the default) and `greatest`.
+    pub hipDeviceGetStreamPriorityRange:
+        unsafe extern "C" fn(least: *mut c_int, greatest: *mut c_int) -> hipError_t,
+    pub hipStreamCreateWithPriority:
+        unsafe extern "C" fn(stream: *mut hipStream_t, flags: c_uint, priority: c_int) -> hipError_t,
+    pub hipStreamGetPriority: unsafe extern "C" fn(stream: hipStream_t, priority: *mut c_int) -> hipError_t,
+}
+
+/// Pitched memory: allocation, 2D copies and memsets.
+#[derive(Debug)]
+pub struct Pitched {
+    pub hipMallocPitch: unsafe extern "C" fn(
+        ptr: *mut *mut c_void,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+    ) -> hipError_t,
+    pub hipMemcpy2DAsync: unsafe extern "C" fn(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: hipMemcpyKind,
+        stream: hipStream_t,
+    ) -> hipError_t,
+    pub hipMemset2DAsync: unsafe extern "C" fn(
+        dst: *mut c_void,
+        pitch: usize,
+        value: c_int,
+        width: usize,
+        height: usize,
+        stream: hipStream_t,
+    ) -> hipError_t,
+}
+
+/// Peer access between devices.
+#[derive(Debug)]
+pub struct Peer {
+    pub hipDeviceCanAccessPeer:
+        unsafe extern "C" fn(can_access: *mut c_int, device: c_int, peer: c_int) -> hipError_t,
+    /// Enables access from the current device to `peer`'s memory (flags 0).
+    pub hipDeviceEnablePeerAccess: unsafe extern "C" fn(peer: c_int, flags: c_uint) -> hipError_t,
+    /// Disables access from the current device to `peer`'s memory.
+    pub hipDeviceDisablePeerAccess: unsafe extern "C" fn(peer: c_int) -> hipError_t,
+    pub hipMemcpyPeer: unsafe extern "C" fn(
+        dst: *mut c_void,
+        dst_device: c_int,
+        src: *const c_void,
+        src_device: c_int,
+        size: usize,
+    ) -> hipError_t,
+    pub hipMemcpyPeerAsync: unsafe extern "C" fn(
+        dst: *mut c_void,
+        dst_device: c_int,
+        src: *const c_void,
+        src_device: c_int,
+        size: usize,
+        stream: hipStream_t,
+    ) -> hipError_t,
+}
+
 /// An optional group: its table, or why it is missing (the first symbol
 /// that was not found).
 pub type Group<T> = std::result::Result<T, String>;
@@ -747,6 +830,12 @@ pub struct Api {
     pub pool_ipc: Group<PoolIpc>,
     /// Virtual memory.
     pub vmm: Group<Vmm>,
+    /// Stream priorities.
+    pub priorities: Group<Priorities>,
+    /// Pitched memory.
+    pub pitched: Group<Pitched>,
+    /// Peer access.
+    pub peer: Group<Peer>,
 }
 
 /// The library names tried, in order, when `HIPMEM_HIP_LIBRARY` is unset.
@@ -908,6 +997,7 @@ fn resolve(lib: &Library, name: &str) -> Result<Api> {
         hipDeviceTotalMem: maybe!("hipDeviceTotalMem"),
         hipRuntimeGetVersion: maybe!("hipRuntimeGetVersion"),
         hipDriverGetVersion: maybe!("hipDriverGetVersion"),
+        hipDeviceGetUuid: maybe!("hipDeviceGetUuid"),
         hipMemGetAddressRange: maybe!("hipMemGetAddressRange"),
         hipmemSetInnerBackend: maybe!("hipmemSetInnerBackend"),
     };
@@ -965,7 +1055,42 @@ fn resolve(lib: &Library, name: &str) -> Result<Api> {
             hipMemImportFromShareableHandle: opt!("hipMemImportFromShareableHandle"),
         })
     })();
-    Ok(Api { library: name.to_string(), core, info, host_register, managed, pools, pool_ipc, vmm })
+    let priorities = (|| -> Group<Priorities> {
+        Ok(Priorities {
+            hipDeviceGetStreamPriorityRange: opt!("hipDeviceGetStreamPriorityRange"),
+            hipStreamCreateWithPriority: opt!("hipStreamCreateWithPriority"),
+            hipStreamGetPriority: opt!("hipStreamGetPriority"),
+        })
+    })();
+    let pitched = (|| -> Group<Pitched> {
+        Ok(Pitched {
+            hipMallocPitch: opt!("hipMallocPitch"),
+            hipMemcpy2DAsync: opt!("hipMemcpy2DAsync"),
+            hipMemset2DAsync: opt!("hipMemset2DAsync"),
+        })
+    })();
+    let peer = (|| -> Group<Peer> {
+        Ok(Peer {
+            hipDeviceCanAccessPeer: opt!("hipDeviceCanAccessPeer"),
+            hipDeviceEnablePeerAccess: opt!("hipDeviceEnablePeerAccess"),
+            hipDeviceDisablePeerAccess: opt!("hipDeviceDisablePeerAccess"),
+            hipMemcpyPeer: opt!("hipMemcpyPeer"),
+            hipMemcpyPeerAsync: opt!("hipMemcpyPeerAsync"),
+        })
+    })();
+    Ok(Api {
+        library: name.to_string(),
+        core,
+        info,
+        host_register,
+        managed,
+        pools,
+        pool_ipc,
+        vmm,
+        priorities,
+        pitched,
+        peer,
+    })
 }
 
 /// `HIP_VERSION` as `hipRuntimeGetVersion` reports it:

@@ -23,11 +23,17 @@ fn a_library_without_the_core_symbols_is_not_initialized() {
 
 #[test]
 fn hip_errors_map_onto_hipmem_errors_with_the_same_numbers() {
-    let cases: [(sys::hipError_t, i32); 15] = [
+    let cases: [(sys::hipError_t, i32); 21] = [
         (1, 1),
         (2, 2),
         (3, 3),
         (4, 3),
+        (12, 12),
+        (13, 13),
+        (217, 101),
+        (500, 500),
+        (704, 704),
+        (705, 705),
         (17, 17),
         (21, 21),
         (100, 3),

@@ -38,8 +38,12 @@ fn device_count() -> c_int {
     n
 }
 
+/// Whether the devices are the CPU emulation: the host backend, or the hip
+/// backend over libhipmem running on it (the loopback of `.ci/run`).
 fn is_host() -> bool {
-    std::env::var("HIPMEM_BACKEND").is_ok_and(|b| b == "host")
+    let set = |k: &str, v: &str| std::env::var(k).is_ok_and(|b| b == v);
+    set("HIPMEM_BACKEND", "host")
+        || (set("HIPMEM_BACKEND", "hip") && set("HIPMEM_HIP_LOOPBACK_BACKEND", "host"))
 }
 
 fn cstr(bytes: &[c_char]) -> String {

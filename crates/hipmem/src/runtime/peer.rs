@@ -209,7 +209,7 @@ impl Runtime {
     }
 
     /// ReadWrite where peer access from `device` to `owner` is enabled, else None.
-    pub fn peer_flags(&self, device: usize, owner: usize) -> Result<AccessFlags> {
+    pub(crate) fn peer_flags(&self, device: usize, owner: usize) -> Result<AccessFlags> {
         Ok(if self.peer_access_enabled(device, owner)? { AccessFlags::ReadWrite } else { AccessFlags::None })
     }
 

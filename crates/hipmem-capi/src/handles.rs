@@ -137,3 +137,23 @@ pub fn pool(handle: hipMemPool_t) -> Result<MemPool> {
 pub fn remove_pool(handle: hipMemPool_t) -> Option<MemPool> {
     lock(&POOLS).as_mut().and_then(|t| t.remove(&(handle as usize)))
 }
+
+/// Removes every created stream and event of `device` (`hipDeviceReset`);
+/// the caller drops them (outside the locks).
+pub fn remove_device_handles(device: usize) -> (Vec<Stream>, Vec<Event>) {
+    let streams = match lock(&STREAMS).as_mut() {
+        Some(t) => {
+            let keys: Vec<u64> = t.iter().filter(|(_, s)| s.device() == device).map(|(k, _)| *k).collect();
+            keys.iter().filter_map(|k| t.remove(k)).collect()
+        }
+        None => Vec::new(),
+    };
+    let events = match lock(&EVENTS).as_mut() {
+        Some(t) => {
+            let keys: Vec<usize> = t.iter().filter(|(_, e)| e.device() == device).map(|(k, _)| *k).collect();
+            keys.iter().filter_map(|k| t.remove(k)).collect()
+        }
+        None => Vec::new(),
+    };
+    (streams, events)
+}

@@ -15,16 +15,25 @@
 //! The exports are grouped as `hip-memory-api.md` groups them:
 //! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
 //! [`runtime_api`] (devices, streams, events, errors); pool IPC is in
-//! [`pools`].
+//! [`pools`]. [`hip_backend_exports`] holds hipmem's own extension for the
+//! hip backend's loopback (`hipmemSetInnerBackend`).
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
 
+pub mod compat;
+pub mod device_code;
+pub mod devices;
 pub mod explicit;
 pub mod handles;
+pub mod hip_backend_exports;
 pub mod managed;
+pub mod peer;
 pub mod pinned;
+pub mod pitched;
 pub mod pools;
 pub mod runtime_api;
+pub mod streams;
 pub mod torch;
+pub mod typed;
 pub mod types;
 pub mod vmm;
 
@@ -33,12 +42,20 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use hipmem_rs::{Error, Result, Runtime};
 
+pub use compat::*;
+pub use device_code::*;
+pub use devices::*;
 pub use explicit::*;
+pub use hip_backend_exports::*;
 pub use managed::*;
+pub use peer::*;
 pub use pinned::*;
+pub use pitched::*;
 pub use pools::*;
 pub use runtime_api::*;
+pub use streams::*;
 pub use torch::*;
+pub use typed::*;
 pub use types::*;
 pub use vmm::*;
 

@@ -54,43 +54,6 @@ pub unsafe extern "C" fn hipGetDevice(deviceId: *mut c_int) -> hipError_t {
     })
 }
 
-/// `hipDeviceGetAttribute`, for the attributes the header declares.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipDeviceGetAttribute(
-    pi: *mut c_int,
-    attr: hipDeviceAttribute_t,
-    deviceId: c_int,
-) -> hipError_t {
-    call(|| {
-        non_null(pi, "hipDeviceGetAttribute: pi")?;
-        let rt = rt()?;
-        let device = device_ordinal(&rt, deviceId)?;
-        let p = rt.device_properties(device)?;
-        let caps = &p.capabilities;
-        let v: c_int = match attr {
-            hipDeviceAttributeCanMapHostMemory => caps.can_map_host_memory as c_int,
-            hipDeviceAttributeComputeCapabilityMajor => p.compute_capability.0 as c_int,
-            hipDeviceAttributeComputeCapabilityMinor => p.compute_capability.1 as c_int,
-            hipDeviceAttributeMultiprocessorCount => p.multiprocessor_count as c_int,
-            hipDeviceAttributeUnifiedAddressing => caps.unified_addressing as c_int,
-            hipDeviceAttributeMemoryPoolsSupported => 1,
-            hipDeviceAttributeVirtualMemoryManagementSupported => {
-                rt.backend().virtual_memory().is_some() as c_int
-            }
-            hipDeviceAttributeHostRegisterSupported => rt.backend().page_locked_memory().is_some() as c_int,
-            hipDeviceAttributeMemoryPoolSupportedHandleTypes => hipMemHandleTypePosixFileDescriptor,
-            other => {
-                return Err(Error::InvalidValue(format!(
-                    "hipDeviceGetAttribute: attribute {other} is not one libhipmem answers"
-                )));
-            }
-        };
-        // SAFETY: non-null; points to a writable int (HIP's contract).
-        unsafe { *pi = v };
-        Ok(())
-    })
-}
-
 /// `hipDeviceSynchronize` of the current device.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipDeviceSynchronize() -> hipError_t {
@@ -286,23 +249,33 @@ pub extern "C" fn hipPeekAtLastError() -> hipError_t {
 }
 
 /// Every code with its `hipGetErrorName` and `hipGetErrorString` texts.
-pub const ERROR_TEXTS: [(hipError_t, &CStr, &CStr); 12] = [
+pub const ERROR_TEXTS: [(hipError_t, &CStr, &CStr); 17] = [
     (hipSuccess, c"hipSuccess", c"no error"),
     (hipErrorInvalidValue, c"hipErrorInvalidValue", c"invalid argument"),
     (hipErrorOutOfMemory, c"hipErrorOutOfMemory", c"out of memory"),
     (hipErrorNotInitialized, c"hipErrorNotInitialized", c"initialization error"),
+    (hipErrorInvalidPitchValue, c"hipErrorInvalidPitchValue", c"invalid pitch argument"),
+    (hipErrorInvalidSymbol, c"hipErrorInvalidSymbol", c"invalid device symbol"),
     (hipErrorInvalidDevicePointer, c"hipErrorInvalidDevicePointer", c"invalid device pointer"),
     (hipErrorInvalidMemcpyDirection, c"hipErrorInvalidMemcpyDirection", c"invalid copy direction for memcpy"),
     (hipErrorInvalidDevice, c"hipErrorInvalidDevice", c"invalid device ordinal"),
     (hipErrorInvalidHandle, c"hipErrorInvalidHandle", c"invalid resource handle"),
+    (hipErrorNotFound, c"hipErrorNotFound", c"named symbol not found"),
     (hipErrorNotReady, c"hipErrorNotReady", c"device not ready"),
+    (
+        hipErrorPeerAccessAlreadyEnabled,
+        c"hipErrorPeerAccessAlreadyEnabled",
+        c"peer access is already enabled",
+    ),
+    (hipErrorPeerAccessNotEnabled, c"hipErrorPeerAccessNotEnabled", c"peer access has not been enabled"),
     (hipErrorContextIsDestroyed, c"hipErrorContextIsDestroyed", c"context is destroyed"),
     (hipErrorNotSupported, c"hipErrorNotSupported", c"operation not supported"),
     (hipErrorUnknown, c"hipErrorUnknown", c"unknown error"),
 ];
 
 fn texts(code: hipError_t) -> (&'static CStr, &'static CStr) {
-    let (_, name, text) = ERROR_TEXTS.iter().find(|(c, _, _)| *c == code).unwrap_or(&ERROR_TEXTS[11]);
+    let unknown = &ERROR_TEXTS[ERROR_TEXTS.len() - 1];
+    let (_, name, text) = ERROR_TEXTS.iter().find(|(c, _, _)| *c == code).unwrap_or(unknown);
     (name, text)
 }
 

@@ -1096,13 +1096,47 @@ fn hipmem_rs_name(code: i32) -> &'static str {
         1 => "hipErrorInvalidValue",
         2 => "hipErrorOutOfMemory",
         3 => "hipErrorNotInitialized",
+        12 => "hipErrorInvalidPitchValue",
+        13 => "hipErrorInvalidSymbol",
         17 => "hipErrorInvalidDevicePointer",
         21 => "hipErrorInvalidMemcpyDirection",
         101 => "hipErrorInvalidDevice",
         400 => "hipErrorInvalidHandle",
+        500 => "hipErrorNotFound",
         600 => "hipErrorNotReady",
+        704 => "hipErrorPeerAccessAlreadyEnabled",
+        705 => "hipErrorPeerAccessNotEnabled",
         709 => "hipErrorContextIsDestroyed",
         801 => "hipErrorNotSupported",
         _ => "hipErrorUnknown",
+    }
+}
+
+/// hipmem's own extension for the hip backend's loopback: the runtime is
+/// already open here (on host, or cuda, or hip where HIPMEM_BACKEND says so),
+/// so naming its backend (or auto) succeeds and naming another fails.
+#[test]
+fn hipmem_set_inner_backend() {
+    init();
+    unsafe {
+        assert_eq!(hipmemSetInnerBackend(null()), hipErrorInvalidValue);
+        assert_eq!(hipmemSetInnerBackend(c"no-such-backend".as_ptr()), hipErrorInvalidValue);
+        assert_eq!(hipmemSetInnerBackend(c"hip".as_ptr()), hipErrorInvalidValue);
+        assert_eq!(hipmemSetInnerBackend(c"rocm".as_ptr()), hipErrorInvalidValue);
+        let host = hipmemSetInnerBackend(c"host".as_ptr());
+        let cuda = hipmemSetInnerBackend(c"cuda".as_ptr());
+        let auto = hipmemSetInnerBackend(c"auto".as_ptr());
+        for code in [host, cuda, auto] {
+            assert!(code == hipSuccess || code == hipErrorInvalidValue, "unexpected {code}");
+        }
+        if auto == hipSuccess {
+            assert!((host == hipSuccess) != (cuda == hipSuccess), "host gave {host}, cuda {cuda}");
+        } else {
+            // Open on hip (HIPMEM_BACKEND=hip): libhipmem under a hip backend refuses everything.
+            assert_eq!((host, cuda), (hipErrorInvalidValue, hipErrorInvalidValue));
+        }
+        // A failing call is recorded for hipGetLastError like any other.
+        assert_eq!(hipmemSetInnerBackend(c"hip".as_ptr()), hipErrorInvalidValue);
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue);
     }
 }

@@ -12,11 +12,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hipmem::{BackendChoice, Runtime};
 
-/// hipmem: HIP's GPU memory-management model, on CUDA or a CPU emulation.
+/// hipmem: HIP's GPU memory-management model, on CUDA, AMD's HIP runtime or a CPU emulation.
 #[derive(Parser, Debug)]
 #[command(name = "hipmem", version, about)]
 struct Cli {
-    /// Backend to use: host, cuda or auto (overrides HIPMEM_BACKEND).
+    /// Backend to use: host, cuda, hip or auto (overrides HIPMEM_BACKEND).
     #[arg(long, global = true, value_name = "BACKEND")]
     backend: Option<String>,
 
@@ -131,6 +131,15 @@ enum BenchCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// Peer copies between devices 0 and 1, hipmem against cuMemcpyPeer, both directions; hipMalloc with peer access off and on.
+    Peer {
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// A short run (up to 16 MiB; smoke test).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Virtual memory: growing a buffer in place (GrowableBuffer) against allocate-copy-free.
     Vmm {
         /// Print one JSON object instead of a table.
@@ -201,6 +210,10 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
         Command::Bench { which: BenchCommand::Managed { json, quick } } => {
             let scale = if quick { bench::managed::Scale::quick() } else { bench::managed::Scale::full() };
             bench::managed::run(&rt, scale)?.print(json)
+        }
+        Command::Bench { which: BenchCommand::Peer { json, quick } } => {
+            let scale = if quick { bench::peer::Scale::quick() } else { bench::peer::Scale::full() };
+            bench::peer::run(&rt, scale)?.print(json)
         }
         Command::Bench { which: BenchCommand::Vmm { json, quick } } => {
             let scale = if quick { bench::vmm::Scale::quick() } else { bench::vmm::Scale::full() };

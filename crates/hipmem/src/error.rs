@@ -20,6 +20,12 @@ pub enum Error {
     /// `hipErrorNotInitialized` (3): the backend could not be initialized.
     #[error("hipErrorNotInitialized: {0}")]
     NotInitialized(String),
+    /// `hipErrorInvalidPitchValue` (12): a pitch smaller than the row it holds.
+    #[error("hipErrorInvalidPitchValue: {0}")]
+    InvalidPitchValue(String),
+    /// `hipErrorInvalidSymbol` (13): not a symbol of the program's device code.
+    #[error("hipErrorInvalidSymbol: {0}")]
+    InvalidSymbol(String),
     /// `hipErrorInvalidDevicePointer` (17): a pointer is not a device pointer where one is needed.
     #[error("hipErrorInvalidDevicePointer: {0}")]
     InvalidDevicePointer(String),
@@ -32,9 +38,18 @@ pub enum Error {
     /// `hipErrorInvalidHandle` (400, also `hipErrorInvalidResourceHandle`): a stale or foreign handle.
     #[error("hipErrorInvalidHandle: {0}")]
     InvalidHandle(String),
+    /// `hipErrorNotFound` (500): no allocation contains the address.
+    #[error("hipErrorNotFound: {0}")]
+    NotFound(String),
     /// `hipErrorNotReady` (600): asynchronous work has not completed yet.
     #[error("hipErrorNotReady: {0}")]
     NotReady(String),
+    /// `hipErrorPeerAccessAlreadyEnabled` (704): peer access was already enabled.
+    #[error("hipErrorPeerAccessAlreadyEnabled: {0}")]
+    PeerAccessAlreadyEnabled(String),
+    /// `hipErrorPeerAccessNotEnabled` (705): peer access was never enabled.
+    #[error("hipErrorPeerAccessNotEnabled: {0}")]
+    PeerAccessNotEnabled(String),
     /// `hipErrorContextIsDestroyed` (709): the stream or context was destroyed.
     #[error("hipErrorContextIsDestroyed: {0}")]
     ContextIsDestroyed(String),
@@ -59,6 +74,10 @@ pub mod code {
     pub const OUT_OF_MEMORY: i32 = 2;
     /// `hipErrorNotInitialized`.
     pub const NOT_INITIALIZED: i32 = 3;
+    /// `hipErrorInvalidPitchValue`.
+    pub const INVALID_PITCH_VALUE: i32 = 12;
+    /// `hipErrorInvalidSymbol`.
+    pub const INVALID_SYMBOL: i32 = 13;
     /// `hipErrorInvalidDevicePointer`.
     pub const INVALID_DEVICE_POINTER: i32 = 17;
     /// `hipErrorInvalidMemcpyDirection`.
@@ -67,8 +86,14 @@ pub mod code {
     pub const INVALID_DEVICE: i32 = 101;
     /// `hipErrorInvalidHandle` / `hipErrorInvalidResourceHandle`.
     pub const INVALID_HANDLE: i32 = 400;
+    /// `hipErrorNotFound`.
+    pub const NOT_FOUND: i32 = 500;
     /// `hipErrorNotReady`.
     pub const NOT_READY: i32 = 600;
+    /// `hipErrorPeerAccessAlreadyEnabled`.
+    pub const PEER_ACCESS_ALREADY_ENABLED: i32 = 704;
+    /// `hipErrorPeerAccessNotEnabled`.
+    pub const PEER_ACCESS_NOT_ENABLED: i32 = 705;
     /// `hipErrorContextIsDestroyed`.
     pub const CONTEXT_IS_DESTROYED: i32 = 709;
     /// `hipErrorNotSupported`.
@@ -84,11 +109,16 @@ impl Error {
             Error::InvalidValue(_) => code::INVALID_VALUE,
             Error::OutOfMemory(_) => code::OUT_OF_MEMORY,
             Error::NotInitialized(_) => code::NOT_INITIALIZED,
+            Error::InvalidPitchValue(_) => code::INVALID_PITCH_VALUE,
+            Error::InvalidSymbol(_) => code::INVALID_SYMBOL,
             Error::InvalidDevicePointer(_) => code::INVALID_DEVICE_POINTER,
             Error::InvalidMemcpyDirection(_) => code::INVALID_MEMCPY_DIRECTION,
             Error::InvalidDevice(_) => code::INVALID_DEVICE,
             Error::InvalidHandle(_) => code::INVALID_HANDLE,
+            Error::NotFound(_) => code::NOT_FOUND,
             Error::NotReady(_) => code::NOT_READY,
+            Error::PeerAccessAlreadyEnabled(_) => code::PEER_ACCESS_ALREADY_ENABLED,
+            Error::PeerAccessNotEnabled(_) => code::PEER_ACCESS_NOT_ENABLED,
             Error::ContextIsDestroyed(_) => code::CONTEXT_IS_DESTROYED,
             Error::NotSupported(_) => code::NOT_SUPPORTED,
             Error::Unknown(_) => code::UNKNOWN,
@@ -106,11 +136,16 @@ impl Error {
             Error::InvalidValue(m)
             | Error::OutOfMemory(m)
             | Error::NotInitialized(m)
+            | Error::InvalidPitchValue(m)
+            | Error::InvalidSymbol(m)
             | Error::InvalidDevicePointer(m)
             | Error::InvalidMemcpyDirection(m)
             | Error::InvalidDevice(m)
             | Error::InvalidHandle(m)
+            | Error::NotFound(m)
             | Error::NotReady(m)
+            | Error::PeerAccessAlreadyEnabled(m)
+            | Error::PeerAccessNotEnabled(m)
             | Error::ContextIsDestroyed(m)
             | Error::NotSupported(m)
             | Error::Unknown(m) => m,
@@ -124,11 +159,16 @@ impl Error {
             code::INVALID_VALUE => Error::InvalidValue(m),
             code::OUT_OF_MEMORY => Error::OutOfMemory(m),
             code::NOT_INITIALIZED => Error::NotInitialized(m),
+            code::INVALID_PITCH_VALUE => Error::InvalidPitchValue(m),
+            code::INVALID_SYMBOL => Error::InvalidSymbol(m),
             code::INVALID_DEVICE_POINTER => Error::InvalidDevicePointer(m),
             code::INVALID_MEMCPY_DIRECTION => Error::InvalidMemcpyDirection(m),
             code::INVALID_DEVICE => Error::InvalidDevice(m),
             code::INVALID_HANDLE => Error::InvalidHandle(m),
+            code::NOT_FOUND => Error::NotFound(m),
             code::NOT_READY => Error::NotReady(m),
+            code::PEER_ACCESS_ALREADY_ENABLED => Error::PeerAccessAlreadyEnabled(m),
+            code::PEER_ACCESS_NOT_ENABLED => Error::PeerAccessNotEnabled(m),
             code::CONTEXT_IS_DESTROYED => Error::ContextIsDestroyed(m),
             code::NOT_SUPPORTED => Error::NotSupported(m),
             _ => Error::Unknown(m),
@@ -149,11 +189,16 @@ pub fn name_of_code(code: i32) -> &'static str {
         code::INVALID_VALUE => "hipErrorInvalidValue",
         code::OUT_OF_MEMORY => "hipErrorOutOfMemory",
         code::NOT_INITIALIZED => "hipErrorNotInitialized",
+        code::INVALID_PITCH_VALUE => "hipErrorInvalidPitchValue",
+        code::INVALID_SYMBOL => "hipErrorInvalidSymbol",
         code::INVALID_DEVICE_POINTER => "hipErrorInvalidDevicePointer",
         code::INVALID_MEMCPY_DIRECTION => "hipErrorInvalidMemcpyDirection",
         code::INVALID_DEVICE => "hipErrorInvalidDevice",
         code::INVALID_HANDLE => "hipErrorInvalidHandle",
+        code::NOT_FOUND => "hipErrorNotFound",
         code::NOT_READY => "hipErrorNotReady",
+        code::PEER_ACCESS_ALREADY_ENABLED => "hipErrorPeerAccessAlreadyEnabled",
+        code::PEER_ACCESS_NOT_ENABLED => "hipErrorPeerAccessNotEnabled",
         code::CONTEXT_IS_DESTROYED => "hipErrorContextIsDestroyed",
         code::NOT_SUPPORTED => "hipErrorNotSupported",
         code::UNKNOWN => "hipErrorUnknown",
@@ -168,11 +213,16 @@ pub fn description_of_code(code: i32) -> &'static str {
         code::INVALID_VALUE => "invalid argument",
         code::OUT_OF_MEMORY => "out of memory",
         code::NOT_INITIALIZED => "initialization error",
+        code::INVALID_PITCH_VALUE => "invalid pitch argument",
+        code::INVALID_SYMBOL => "invalid device symbol",
         code::INVALID_DEVICE_POINTER => "invalid device pointer",
         code::INVALID_MEMCPY_DIRECTION => "invalid copy direction for memcpy",
         code::INVALID_DEVICE => "invalid device ordinal",
         code::INVALID_HANDLE => "invalid resource handle",
+        code::NOT_FOUND => "named symbol not found",
         code::NOT_READY => "device not ready",
+        code::PEER_ACCESS_ALREADY_ENABLED => "peer access is already enabled",
+        code::PEER_ACCESS_NOT_ENABLED => "peer access has not been enabled",
         code::CONTEXT_IS_DESTROYED => "context is destroyed",
         code::NOT_SUPPORTED => "operation not supported",
         _ => "unknown error",

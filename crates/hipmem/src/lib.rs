@@ -39,6 +39,7 @@ pub mod trace;
 pub mod vmm;
 
 pub use api::{AsyncScope, DeviceBuffer, Event, FillElement, Stream};
+pub use backend::device_info::{DeviceAttribute, PriorityRange};
 pub use backend::{
     BackendChoice, BackendKind, DeviceCapabilities, DeviceProperties, DevicePtr, EventFlags, FillValue,
     HostSpan, MemInfo, StreamFlags,

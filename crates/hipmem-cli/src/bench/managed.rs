@@ -84,7 +84,7 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
     let device = rt.device(0)?;
     let mut report = Report::new("managed", rt, 0)?;
     let free = rt.mem_get_info(0)?.free;
-    let size = if rt.backend_kind() == BackendKind::Cuda {
+    let size = if rt.backend_kind() != BackendKind::Host {
         // Never more managed memory than the GPU has free: an eighth of it at most.
         scale.gpu_bytes.min(free / 8)
     } else {

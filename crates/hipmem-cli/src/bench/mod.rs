@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod copy;
 pub mod managed;
+pub mod peer;
 pub mod trace;
 pub mod vmm;
 

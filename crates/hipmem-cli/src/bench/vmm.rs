@@ -82,7 +82,7 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
     let mut report = Report::new("vmm", rt, 0)?;
     let g = PhysicalAllocation::granularity(&device)?;
     let free = rt.mem_get_info(0)?.free;
-    let cap = if rt.backend_kind() == BackendKind::Cuda { scale.gpu_bytes } else { scale.host_bytes };
+    let cap = if rt.backend_kind() != BackendKind::Host { scale.gpu_bytes } else { scale.host_bytes };
     let target = cap.min(free / 2);
     let step = (target / scale.steps / g * g).max(g);
     let final_size = step * scale.steps;

@@ -21,6 +21,12 @@ impl Device {
         self.rt.create_stream(self.ordinal, flags).map(Stream::from)
     }
 
+    /// A new stream with a priority (`hipStreamCreateWithPriority`); a
+    /// priority outside [`Device::stream_priority_range`] is clamped into it.
+    pub fn create_stream_with_priority(&self, flags: StreamFlags, priority: i32) -> Result<Stream> {
+        self.rt.create_stream_with_priority(self.ordinal, flags, priority).map(Stream::from)
+    }
+
     /// The device's legacy null stream (`0`): work on it waits for all blocking
     /// streams of the device, and they wait for it.
     pub fn null_stream(&self) -> Stream {

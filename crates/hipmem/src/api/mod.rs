@@ -9,8 +9,8 @@
 //! - [`DeviceBuffer<T>`] (`buffer.rs`): typed `hipMalloc` memory, freed in `Drop`;
 //! - what it adds to [`Device`](crate::Device) (`device.rs`): streams,
 //!   events and buffers;
-//! - the functions that span subsystems (`free.rs`): `hipFree` and
-//!   `hipFreeAsync` of any pointer.
+//! - the functions that span subsystems: `hipFree` and `hipFreeAsync` of
+//!   any pointer (`free.rs`), `hipDeviceReset` (`reset.rs`).
 //!
 //! Everything owned frees itself in `Drop`; errors there are recorded in the
 //! runtime ([`crate::Runtime::take_drop_errors`]) and logged, never panicked.
@@ -20,6 +20,7 @@ mod buffer;
 mod device;
 mod event;
 mod free;
+mod reset;
 mod stream;
 
 pub use buffer::DeviceBuffer;

@@ -108,7 +108,12 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.runtime().check_kernel_range(buf.device_ptr(), buf.size_bytes(), "fill kernel")?;
+        self.runtime().check_kernel_range_on(
+            self.device(),
+            buf.device_ptr(),
+            buf.size_bytes(),
+            "fill kernel",
+        )?;
         self.runtime().backend().launch_fill(
             buf.device_ptr(),
             value.fill_value(),
@@ -122,7 +127,12 @@ impl Stream {
         if buf.is_empty() {
             return Ok(());
         }
-        self.runtime().check_kernel_range(buf.device_ptr(), buf.size_bytes(), "iota kernel")?;
+        self.runtime().check_kernel_range_on(
+            self.device(),
+            buf.device_ptr(),
+            buf.size_bytes(),
+            "iota kernel",
+        )?;
         self.runtime().backend().launch_iota(buf.device_ptr(), buf.len() as u64, k, self.raw())
     }
 
@@ -132,7 +142,7 @@ impl Stream {
         if flag.is_empty() {
             return Err(Error::InvalidValue("the delay kernel's flag buffer is empty".into()));
         }
-        self.runtime().check_kernel_range(flag.device_ptr(), 4, "delay kernel flag")?;
+        self.runtime().check_kernel_range_on(self.device(), flag.device_ptr(), 4, "delay kernel flag")?;
         self.runtime().backend().launch_delay(duration, flag.device_ptr(), value, self.raw())
     }
 

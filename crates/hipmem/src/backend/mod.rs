@@ -15,13 +15,17 @@
 //! memory outlives the stream work that uses it. `unsafe` code lives only in
 //! this module tree (and in the C ABI crate).
 
+pub mod copy2d;
 pub mod cuda;
+pub mod device_info;
+pub mod hip;
 pub mod host;
 pub mod host_memory;
 pub mod lend;
 pub mod managed_memory;
 mod page_locked_ranges;
 pub mod parallel_memcpy;
+pub mod peer;
 pub mod virtual_memory;
 
 use std::fmt;
@@ -263,6 +267,8 @@ pub enum BackendKind {
     Host,
     /// The CUDA driver API.
     Cuda,
+    /// AMD's HIP runtime (`libamdhip64`).
+    Hip,
 }
 
 impl fmt::Display for BackendKind {
@@ -270,20 +276,23 @@ impl fmt::Display for BackendKind {
         f.write_str(match self {
             BackendKind::Host => "host",
             BackendKind::Cuda => "cuda",
+            BackendKind::Hip => "hip",
         })
     }
 }
 
-/// A backend choice as the user states it (`HIPMEM_BACKEND=host|cuda|auto`).
+/// A backend choice as the user states it (`HIPMEM_BACKEND=host|cuda|hip|auto`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BackendChoice {
-    /// cuda when a GPU is there, else host.
+    /// cuda when an NVIDIA GPU is there, else hip when an AMD GPU is, else host.
     #[default]
     Auto,
     /// The CPU emulation.
     Host,
     /// The CUDA driver API.
     Cuda,
+    /// AMD's HIP runtime (also spelled `amd` or `rocm`).
+    Hip,
 }
 
 impl std::str::FromStr for BackendChoice {
@@ -293,9 +302,10 @@ impl std::str::FromStr for BackendChoice {
             "" | "auto" => Ok(BackendChoice::Auto),
             "host" | "cpu" => Ok(BackendChoice::Host),
             "cuda" | "nvidia" => Ok(BackendChoice::Cuda),
-            other => {
-                Err(Error::InvalidValue(format!("unknown backend {other:?}: expected host, cuda or auto")))
-            }
+            "hip" | "amd" | "rocm" => Ok(BackendChoice::Hip),
+            other => Err(Error::InvalidValue(format!(
+                "unknown backend {other:?}: expected host, cuda, hip or auto"
+            ))),
         }
     }
 }
@@ -306,6 +316,7 @@ impl fmt::Display for BackendChoice {
             BackendChoice::Auto => "auto",
             BackendChoice::Host => "host",
             BackendChoice::Cuda => "cuda",
+            BackendChoice::Hip => "hip",
         })
     }
 }
@@ -469,6 +480,79 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    // capability: peer access between devices (issue 15)
+    /// Peer access between devices, where the backend has more than one.
+    fn peer_access(&self) -> Option<&dyn peer::PeerAccess> {
+        None
+    }
+
+    // ---- device details, stream priorities, pitched memory (issue 15) ------------
+    // Defaults in device_info.rs and copy2d.rs; backends override what they
+    // can answer or do natively.
+
+    /// One attribute of `device` (`hipDeviceGetAttribute`). The default
+    /// answers what [`DeviceProperties`] holds; others are NotSupported.
+    fn device_attribute(&self, device: usize, attribute: device_info::DeviceAttribute) -> Result<i64> {
+        device_info::attribute_from_properties(self, device, attribute)
+    }
+
+    /// The device's UUID (`hipDeviceProp_t::uuid`).
+    fn device_uuid(&self, device: usize) -> Result<[u8; 16]> {
+        Err(not_supported(self.kind(), device, "device UUIDs"))
+    }
+
+    /// The driver's version (`hipDriverGetVersion`).
+    fn driver_version(&self) -> Result<i32> {
+        Err(Error::NotSupported(format!("the {} backend reports no driver version", self.kind())))
+    }
+
+    /// The stream priorities `device` accepts (`hipDeviceGetStreamPriorityRange`);
+    /// the default has none: `(0, 0)`.
+    fn stream_priority_range(&self, device: usize) -> Result<device_info::PriorityRange> {
+        self.device_properties(device).map(|_| device_info::PriorityRange::NONE)
+    }
+
+    /// Creates a stream with a priority already clamped into
+    /// [`Backend::stream_priority_range`] (`hipStreamCreateWithPriority`).
+    fn stream_create_with_priority(
+        &self,
+        device: usize,
+        flags: StreamFlags,
+        priority: i32,
+    ) -> Result<RawStream> {
+        let _ = priority;
+        self.stream_create(device, flags)
+    }
+
+    /// A stream's priority (`hipStreamGetPriority`); the default: 0.
+    fn stream_priority(&self, stream: RawStream) -> Result<i32> {
+        self.device_properties(stream.device).map(|_| 0)
+    }
+
+    /// Allocates `height` rows of `width` bytes with padded rows; returns
+    /// the memory and the pitch (`hipMallocPitch`). `width`, `height` > 0.
+    fn mem_alloc_pitch(&self, device: usize, width: u64, height: u64) -> Result<(DevicePtr, u64)> {
+        copy2d::mem_alloc_pitch_padded(self, device, width, height)
+    }
+
+    /// Enqueues a 2D copy on `stream` (`hipMemcpy2DAsync`).
+    fn copy_2d_async(&self, copy: &copy2d::Copy2D, stream: RawStream) -> Result<()> {
+        copy2d::copy_2d_by_rows(self, copy, stream)
+    }
+
+    /// Enqueues a 2D memset of bytes on `stream` (`hipMemset2DAsync`).
+    fn memset_2d_async(
+        &self,
+        dst: DevicePtr,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        copy2d::memset_2d_by_rows(self, dst, pitch, value, width, height, stream)
+    }
+
     // ---- the driver's own memory pools (optional) ---------------------------------
     // A backend without driver pools keeps these defaults (NotSupported);
     // hipmem's own pool works on every backend.
@@ -568,21 +652,26 @@ fn not_supported(kind: BackendKind, device: usize, what: &str) -> Error {
 
 /// Opens the backend named by `choice`.
 ///
-/// `Auto` opens cuda when the driver loads and reports a device, else host.
+/// `Auto` opens cuda when the driver loads and reports a device, else hip
+/// when AMD's runtime loads and reports a device, else host.
 pub fn open(choice: BackendChoice, host_config: host::HostConfig) -> Result<Arc<dyn Backend>> {
     match choice {
         BackendChoice::Host => Ok(Arc::new(host::HostBackend::new(host_config)?)),
         BackendChoice::Cuda => cuda::open(),
-        BackendChoice::Auto => match cuda::open() {
-            Ok(cuda) if cuda.device_count() > 0 => Ok(cuda),
-            Ok(_) => {
-                tracing::debug!(target: "hipmem", "cuda driver has no device; using the host backend");
-                Ok(Arc::new(host::HostBackend::new(host_config)?))
+        BackendChoice::Hip => hip::open(),
+        BackendChoice::Auto => {
+            match cuda::open() {
+                Ok(cuda) if cuda.device_count() > 0 => return Ok(cuda),
+                Ok(_) => tracing::debug!(target: "hipmem", "cuda driver has no device"),
+                Err(e) => tracing::debug!(target: "hipmem", "cuda unavailable ({e})"),
             }
-            Err(e) => {
-                tracing::debug!(target: "hipmem", "cuda unavailable ({e}); using the host backend");
-                Ok(Arc::new(host::HostBackend::new(host_config)?))
+            match hip::open() {
+                Ok(hip) if hip.device_count() > 0 => return Ok(hip),
+                Ok(_) => tracing::debug!(target: "hipmem", "HIP runtime has no device"),
+                Err(e) => tracing::debug!(target: "hipmem", "hip unavailable ({e})"),
             }
-        },
+            tracing::debug!(target: "hipmem", "using the host backend");
+            Ok(Arc::new(host::HostBackend::new(host_config)?))
+        }
     }
 }

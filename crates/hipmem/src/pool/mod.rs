@@ -24,7 +24,8 @@
 //!   streams, destroying pools;
 //! - `stats.rs`, `usage.rs`: statistics (used bytes without a shared counter)
 //!   and attributes;
-//! - `sharing.rs`: what interprocess sharing needs to know of a pool.
+//! - `sharing.rs`: what interprocess sharing needs to know of a pool;
+//! - `peer_access.rs`: what another device's work may do with pool memory.
 //!
 //! The pool subsystem sits on the runtime core: it keeps its table in the
 //! runtime as an extension and hears of synchronizations and retiring
@@ -41,6 +42,7 @@ mod free;
 pub(crate) mod imported;
 pub mod layout;
 pub(crate) mod mem_pool;
+mod peer_access;
 pub mod placement;
 mod props;
 mod release;

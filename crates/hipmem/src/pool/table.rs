@@ -12,7 +12,7 @@ use super::core::{PoolCore, StreamRef};
 use super::driver_pool::DriverPool;
 use super::imported::ImportedPool;
 use super::mem_pool::{MemPool, PoolOwner, PoolRef};
-use super::{PoolBacking, PoolProps, stream_cache};
+use super::{AccessFlags, PoolBacking, PoolProps, stream_cache};
 use crate::backend::{DevicePtr, RawPool};
 use crate::error::{Error, Result};
 use crate::runtime::{Allocation, CoreHooks, CoreStream, Device, ExtensionKey, MemoryKind, Runtime};
@@ -115,6 +115,16 @@ impl CoreHooks for PoolTable {
             ))));
         }
         Some(Ok(Allocation { base: DevicePtr(base), size, kind: a.kind, device: a.device }))
+    }
+
+    fn device_access(
+        &self,
+        rt: &Runtime,
+        device: usize,
+        a: &Allocation,
+        ptr: DevicePtr,
+    ) -> Option<Result<AccessFlags>> {
+        super::peer_access::device_access(self, rt, device, a, ptr)
     }
 }
 

@@ -7,7 +7,8 @@
 //!   synchronization, before an owned stream is destroyed, and when a range
 //!   check meets memory of a kind the subsystem owns (a pool's segment is
 //!   valid only where a block is allocated; a mapping only where the device
-//!   has access).
+//!   has access), and when it asks what access a device has to such memory
+//!   (peer access rules for kernels and `hipPointerGetAttribute`).
 //! - [`ExtensionKey`]: each subsystem declares a `static` key for its state
 //!   type and gets its per-runtime state with [`Runtime::extension`], made
 //!   on first use. The core stores it type-erased.
@@ -20,6 +21,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use super::{Allocation, Runtime};
 use crate::backend::DevicePtr;
+use crate::backend::virtual_memory::AccessFlags;
 use crate::error::Result;
 
 /// What a subsystem wants to hear from the core. Every method has a default
@@ -58,6 +60,35 @@ pub trait CoreHooks: Send + Sync {
     ) -> Option<Result<Allocation>> {
         let _ = (rt, allocation, ptr, len, what);
         None
+    }
+
+    /// The access `device`'s work has to `ptr`, which lies in `allocation`,
+    /// memory of a kind this subsystem may own (another device's pool
+    /// memory: what the pool's access list says; a mapping: what
+    /// `hipMemSetAccess` gave). Returns None if it is not this subsystem's.
+    fn device_access(
+        &self,
+        rt: &Runtime,
+        device: usize,
+        allocation: &Allocation,
+        ptr: DevicePtr,
+    ) -> Option<Result<AccessFlags>> {
+        let _ = (rt, device, allocation, ptr);
+        None
+    }
+
+    /// Whether a kernel on `device` reaches `ptr` in `allocation` (some
+    /// access suffices). The default asks [`CoreHooks::device_access`]; a
+    /// subsystem that can answer from its own tables (no driver call per
+    /// launch) overrides it.
+    fn device_reaches(
+        &self,
+        rt: &Runtime,
+        device: usize,
+        allocation: &Allocation,
+        ptr: DevicePtr,
+    ) -> Option<Result<bool>> {
+        self.device_access(rt, device, allocation, ptr).map(|r| r.map(|f| f != AccessFlags::None))
     }
 }
 
@@ -215,5 +246,25 @@ impl Runtime {
         what: &str,
     ) -> Option<Result<Allocation>> {
         self.inner.hooks.snapshot().iter().find_map(|h| h.check_range(self, allocation, ptr, len, what))
+    }
+
+    /// Asks the subsystems what access `device` has to `ptr` in `allocation`.
+    pub(crate) fn hooked_device_access(
+        &self,
+        device: usize,
+        allocation: &Allocation,
+        ptr: DevicePtr,
+    ) -> Option<Result<AccessFlags>> {
+        self.inner.hooks.snapshot().iter().find_map(|h| h.device_access(self, device, allocation, ptr))
+    }
+
+    /// Asks the subsystems whether a kernel on `device` reaches `ptr` in `allocation`.
+    pub(crate) fn hooked_device_reaches(
+        &self,
+        device: usize,
+        allocation: &Allocation,
+        ptr: DevicePtr,
+    ) -> Option<Result<bool>> {
+        self.inner.hooks.snapshot().iter().find_map(|h| h.device_reaches(self, device, allocation, ptr))
     }
 }

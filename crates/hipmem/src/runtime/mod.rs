@@ -19,11 +19,15 @@
 //! every function while each lives in its layer.
 #![forbid(unsafe_code)]
 
+mod copies2d;
 mod device;
+mod device_info;
 mod events;
 mod hooks;
 mod memory;
+mod memory_ext;
 pub mod ordering;
+mod peer;
 pub mod registry;
 mod slice;
 mod stream;
@@ -31,7 +35,9 @@ mod stream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+pub use copies2d::Resolved2D;
 pub use device::Device;
+pub use device_info::HIP_RUNTIME_VERSION;
 pub use hooks::{CoreHooks, ExtensionKey};
 pub use memory::{MemcpyKind, MemoryType, PointerAttributes, ResolvedCopy};
 pub use registry::{Allocation, AllocationRegistry, MemoryKind};
@@ -193,6 +199,14 @@ impl Runtime {
     /// (what the C ABI and the free functions use).
     pub fn global() -> Result<Runtime> {
         GLOBAL.get_or_init(Runtime::from_env).clone()
+    }
+
+    /// The process-wide runtime: the one already open, or the one `open`
+    /// makes now (instead of reading the environment) if none is. What
+    /// libhipmem's `hipmemSetInnerBackend` uses to pick its backend before
+    /// first use.
+    pub fn global_or_open_with(open: impl FnOnce() -> Result<Runtime>) -> Result<Runtime> {
+        GLOBAL.get_or_init(open).clone()
     }
 
     /// A handle that does not keep the runtime alive.

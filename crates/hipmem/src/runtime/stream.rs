@@ -178,6 +178,11 @@ impl CoreStream {
         Ok(())
     }
 
+    /// The stream's priority (`hipStreamGetPriority`); 0 for the null stream.
+    pub fn priority(&self) -> Result<i32> {
+        self.state.rt.backend().stream_priority(self.state.raw)
+    }
+
     /// Whether all queued work has completed (`hipStreamQuery`).
     pub fn query(&self) -> Result<bool> {
         let tag = self.state.clock.advance();
@@ -237,6 +242,20 @@ impl Runtime {
     pub fn create_stream(&self, device: usize, flags: StreamFlags) -> Result<CoreStream> {
         self.check_device(device)?;
         let raw = self.backend().stream_create(device, flags)?;
+        Ok(self.register_stream(raw, flags, true))
+    }
+
+    /// A new stream on `device` with a priority (`hipStreamCreateWithPriority`);
+    /// a priority outside the device's range
+    /// ([`Runtime::stream_priority_range`]) is clamped into it.
+    pub fn create_stream_with_priority(
+        &self,
+        device: usize,
+        flags: StreamFlags,
+        priority: i32,
+    ) -> Result<CoreStream> {
+        let priority = self.stream_priority_range(device)?.clamp(priority);
+        let raw = self.backend().stream_create_with_priority(device, flags, priority)?;
         Ok(self.register_stream(raw, flags, true))
     }
 

@@ -146,6 +146,12 @@ impl VmmTable {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether `device` has some access (read or read-write) to the mapping
+    /// at `ptr` (false where nothing is mapped).
+    fn accessible_by(&self, ptr: DevicePtr, device: usize) -> bool {
+        self.lock().mapping_at(ptr).is_some_and(|(_, m)| m.accessible & (1u64 << (device % 64)) != 0)
+    }
+
     /// Device work on mapped memory needs access set first: every mapping
     /// in `[ptr, ptr + len)` must be accessible to some device (else the
     /// work would fault on the device instead of failing here).
@@ -180,7 +186,9 @@ fn table(rt: &Runtime) -> &VmmTable {
     })
 }
 
-/// Copies and kernels on mapped memory: the mapping must give some device access.
+/// Copies and kernels on mapped memory: the mapping must give some device
+/// access; a kernel reaches a mapping only where `hipMemSetAccess` gave its
+/// device access.
 impl CoreHooks for VmmTable {
     fn check_range(
         &self,
@@ -191,6 +199,27 @@ impl CoreHooks for VmmTable {
         what: &str,
     ) -> Option<Result<Allocation>> {
         (a.kind == MemoryKind::VmmMapping).then(|| self.check_access(ptr, len, what).map(|()| *a))
+    }
+
+    fn device_access(
+        &self,
+        rt: &Runtime,
+        device: usize,
+        a: &Allocation,
+        ptr: DevicePtr,
+    ) -> Option<Result<AccessFlags>> {
+        (a.kind == MemoryKind::VmmMapping).then(|| rt.mem_get_access(&MemLocation::device(device), ptr))
+    }
+
+    fn device_reaches(
+        &self,
+        _rt: &Runtime,
+        device: usize,
+        a: &Allocation,
+        ptr: DevicePtr,
+    ) -> Option<Result<bool>> {
+        // The runtime's own table: no driver call per kernel launch.
+        (a.kind == MemoryKind::VmmMapping).then(|| Ok(self.accessible_by(ptr, device)))
     }
 }
 

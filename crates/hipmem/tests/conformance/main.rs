@@ -33,6 +33,7 @@ mod foreign_streams;
 mod kernels;
 mod managed;
 mod memset;
+mod peer;
 mod pinned;
 mod pointer_attributes;
 mod pool_remap;

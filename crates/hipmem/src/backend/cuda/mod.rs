@@ -22,12 +22,15 @@
 //! that changes the current context behind hipmem's back on the same thread
 //! (without going through hipmem) is not noticed.
 
+mod copy2d;
+mod device_info;
 pub mod driver;
 mod driver_pools;
 mod handles;
 mod kernels;
 mod managed;
 mod page_locked;
+mod peer;
 mod pool_ipc;
 pub mod result;
 mod virtual_memory;
@@ -776,6 +779,52 @@ impl Backend for CudaBackend {
     // capability: managed memory (issue 6)
     fn managed_memory(&self) -> Option<&dyn super::managed_memory::ManagedMemory> {
         Some(self)
+    }
+    // capability: peer access between devices (issue 15): peer.rs
+    fn peer_access(&self) -> Option<&dyn super::peer::PeerAccess> {
+        Some(self)
+    }
+    // device details, stream priorities, pitched memory (issue 15):
+    // device_info.rs, copy2d.rs
+    fn device_attribute(&self, device: usize, attribute: super::device_info::DeviceAttribute) -> Result<i64> {
+        self.cuda_device_attribute(device, attribute)
+    }
+    fn device_uuid(&self, device: usize) -> Result<[u8; 16]> {
+        self.cuda_device_uuid(device)
+    }
+    fn driver_version(&self) -> Result<i32> {
+        Ok(self.version)
+    }
+    fn stream_priority_range(&self, device: usize) -> Result<super::device_info::PriorityRange> {
+        self.cuda_priority_range(device)
+    }
+    fn stream_create_with_priority(
+        &self,
+        device: usize,
+        flags: StreamFlags,
+        priority: i32,
+    ) -> Result<RawStream> {
+        self.cuda_stream_create_with_priority(device, flags, priority)
+    }
+    fn stream_priority(&self, stream: RawStream) -> Result<i32> {
+        self.cuda_stream_priority(stream)
+    }
+    fn mem_alloc_pitch(&self, device: usize, width: u64, height: u64) -> Result<(DevicePtr, u64)> {
+        self.cuda_mem_alloc_pitch(device, width, height)
+    }
+    fn copy_2d_async(&self, copy: &super::copy2d::Copy2D, stream: RawStream) -> Result<()> {
+        self.cuda_copy_2d_async(copy, stream)
+    }
+    fn memset_2d_async(
+        &self,
+        dst: DevicePtr,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        self.cuda_memset_2d_async(dst, pitch, value, width, height, stream)
     }
 
     // ---- the driver's own pools (driver_pools.rs) ---------------------------------------

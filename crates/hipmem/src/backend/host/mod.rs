@@ -12,9 +12,11 @@
 //!   wait for it.
 
 pub mod config;
+mod device_info;
 pub(crate) mod device_memory;
 mod managed;
 pub(crate) mod page_locked;
+mod peer;
 pub(crate) mod stream_worker;
 mod virtual_memory;
 
@@ -56,6 +58,7 @@ pub struct HostBackend {
     next_handle: AtomicU64,
     vmm: virtual_memory::HostVmm,
     managed: managed::HostManaged,
+    peers: peer::HostPeers,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -83,6 +86,7 @@ impl HostBackend {
             events: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(0x1000),
             vmm: virtual_memory::HostVmm::default(),
+            peers: peer::HostPeers::default(),
         })
     }
 
@@ -536,6 +540,17 @@ impl Backend for HostBackend {
     // capability: managed memory (issue 6)
     fn managed_memory(&self) -> Option<&dyn super::managed_memory::ManagedMemory> {
         Some(self)
+    }
+    // capability: peer access between devices (issue 15)
+    fn peer_access(&self) -> Option<&dyn super::peer::PeerAccess> {
+        Some(self)
+    }
+    // device details (issue 15): host/device_info.rs
+    fn device_attribute(&self, device: usize, attribute: super::device_info::DeviceAttribute) -> Result<i64> {
+        self.emulated_attribute(device, attribute)
+    }
+    fn driver_version(&self) -> Result<i32> {
+        Ok(device_info::EMULATION_DRIVER_VERSION)
     }
 
     fn launch_delay(

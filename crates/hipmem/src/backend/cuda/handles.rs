@@ -88,6 +88,8 @@ pub(super) struct StreamEntry {
     pub(super) raw: Handle<driver::CUstream_st>,
     /// The `cuStreamCreate` flags.
     pub(super) cu_flags: u32,
+    /// The priority it was created with (0: the default).
+    pub(super) priority: i32,
     /// Created here (destroyed with the entry), or adopted (made by someone
     /// else: destroyed only once `stream_destroy` asks, which sets this).
     pub(super) owned: AtomicBool,

@@ -165,6 +165,16 @@ impl CudaBackend {
     }
 
     /// Resolves `stream` and makes its device's context current.
+    /// A stream hipmem destroyed earlier with these flags and priority, taken
+    /// back into use (see `retired`).
+    fn take_retired(&self, device: usize, cu_flags: u32, priority: i32) -> Option<Arc<StreamEntry>> {
+        let mut retired = lock(&self.retired);
+        let at = retired
+            .iter()
+            .position(|e| e.device == device && e.cu_flags == cu_flags && e.priority == priority)?;
+        Some(retired.swap_remove(at))
+    }
+
     fn target(&self, stream: RawStream) -> Result<Target<'_>> {
         let dev = self.device(stream.device)?;
         let (raw, entry) = if stream.handle == 0 {
@@ -514,12 +524,7 @@ impl Backend for CudaBackend {
         let cu_flags =
             if flags.non_blocking { driver::CU_STREAM_NON_BLOCKING } else { driver::CU_STREAM_DEFAULT };
         // A stream hipmem destroyed earlier, with the same flags, first.
-        let recycled = {
-            let mut retired = lock(&self.retired);
-            let at = retired.iter().position(|e| e.device == device && e.cu_flags == cu_flags);
-            at.map(|i| retired.swap_remove(i))
-        };
-        let entry = match recycled {
+        let entry = match self.take_retired(device, cu_flags, 0) {
             Some(e) => e,
             None => {
                 let raw = result::stream_create(self.driver, cu_flags, || {
@@ -531,6 +536,7 @@ impl Backend for CudaBackend {
                     ctx: dev.ctx,
                     raw: Handle(raw),
                     cu_flags,
+                    priority: 0,
                     owned: AtomicBool::new(true),
                 })
             }
@@ -618,6 +624,7 @@ impl Backend for CudaBackend {
             ctx: dev.ctx,
             raw: Handle(raw),
             cu_flags,
+            priority: 0,
             owned: AtomicBool::new(false),
         };
         lock(&self.streams).insert(handle, Arc::new(entry));

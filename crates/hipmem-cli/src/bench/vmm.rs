@@ -290,6 +290,30 @@ fn granule_ops(rt: &Runtime, g: u64, n: u64) -> Result<Vec<(&'static str, f64)>>
         vm.mem_unmap(DevicePtr(b + i * g), g)?;
     }
     let unmap = per(t);
+    // The parts of a mapping: the map alone, then access granule by granule,
+    // then access for the whole run in one call.
+    let t = Instant::now();
+    for (i, &h) in handles.iter().enumerate() {
+        vm.mem_map(DevicePtr(b + i as u64 * g), g, 0, h)?;
+    }
+    let map_only = per(t);
+    let t = Instant::now();
+    for i in 0..n {
+        vm.mem_set_access(DevicePtr(b + i * g), g, 0, 3)?;
+    }
+    let access = per(t);
+    for i in 0..n {
+        vm.mem_unmap(DevicePtr(b + i * g), g)?;
+    }
+    for (i, &h) in handles.iter().enumerate() {
+        vm.mem_map(DevicePtr(b + i as u64 * g), g, 0, h)?;
+    }
+    let t = Instant::now();
+    vm.mem_set_access(DevicePtr(b), n * g, 0, 3)?;
+    let access_run = per(t);
+    for i in 0..n {
+        vm.mem_unmap(DevicePtr(b + i * g), g)?;
+    }
     let t = Instant::now();
     for (i, &h) in handles.iter().enumerate() {
         vm.mem_unmap(DevicePtr(a.0 + i as u64 * g), g)?;
@@ -301,6 +325,9 @@ fn granule_ops(rt: &Runtime, g: u64, n: u64) -> Result<Vec<(&'static str, f64)>>
         ("create", create),
         ("map_with_access", map),
         ("map_alias_with_access", alias),
+        ("map_only", map_only),
+        ("set_access_per_granule", access),
+        ("set_access_one_call_per_run", access_run),
         ("unmap", unmap),
         ("unmap_and_release", release),
     ])

@@ -299,6 +299,8 @@ impl PoolCore {
     fn unit_for(&self, vm: &dyn VirtualMemory) -> Result<u64> {
         let g = vm.granularity(self.device, false)?.max(BLOCK_ALIGN);
         Ok(match self.unit.load(Ordering::Relaxed) {
+            // A pool with a maxSize keeps units of at most a quarter of it.
+            0 if self.props.max_size > 0 => g * unit_granules().min((self.props.max_size / 4 / g).max(1)),
             0 => g * unit_granules(),
             n => n,
         })

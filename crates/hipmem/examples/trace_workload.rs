@@ -4,90 +4,29 @@
 //! loader stream whose buffers are freed a step later, one OutOfMemory and a
 //! trim at the end.
 //!
-//! The events are recorded here, at each call, as the pool's own call sites
-//! record them (allocation, free, the physical memory the pool maps and
-//! unmaps, found from its address runs): this program makes the committed
-//! CI fixture `crates/hipmem-cli/fixtures/traces/training_loop.jsonl`.
+//! Nothing here records by hand: the pool records every event itself
+//! (allocations, frees, the physical memory it maps and unmaps, the trim,
+//! the OutOfMemory) once a trace is started, as it does for any program run
+//! with `HIPMEM_TRACE=path`. This program makes the committed CI fixture
+//! `crates/hipmem-cli/fixtures/traces/training_loop.jsonl`.
 //!
 //! `HIPMEM_BACKEND=host cargo run -p hipmem --example trace_workload -- OUT.jsonl [STEPS]`
 //! then `hipmem replay OUT.jsonl --svg out.svg`.
 
-use hipmem::pool::layout::AddressRun;
 use hipmem::{DevicePtr, MemPool, PoolAttribute, Runtime, Stream, trace};
 
-/// The pool's backed address ranges, merged.
-fn backed(pool: &MemPool) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for AddressRun { kind, start, size } in pool.address_runs().unwrap_or_default() {
-        if !kind.is_backed() {
-            continue;
-        }
-        match out.last_mut() {
-            Some(last) if last.1 == start => last.1 = start + size,
-            _ => out.push((start, start + size)),
-        }
-    }
-    out
-}
-
-/// The parts of `a` not in `b` (both sorted, disjoint).
-fn minus(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    for &(mut s, e) in a {
-        for &(bs, be) in b {
-            if be <= s || bs >= e {
-                continue;
-            }
-            if bs > s {
-                out.push((s, bs));
-            }
-            s = s.max(be);
-        }
-        if s < e {
-            out.push((s, e));
-        }
-    }
-    out
-}
-
-struct Recorder<'a> {
+/// The workload's allocations, from one pool.
+struct Workload<'a> {
     rt: &'a Runtime,
     pool: &'a MemPool,
-    device: usize,
-    backed: Vec<(u64, u64)>,
 }
 
-impl Recorder<'_> {
-    /// Records the chunks mapped and unmapped since the last look.
-    fn physical(&mut self) {
-        let now = backed(self.pool);
-        for (s, e) in minus(&now, &self.backed) {
-            trace::pool_grow(self.pool.id(), self.device, s, e - s);
-        }
-        for (s, e) in minus(&self.backed, &now) {
-            trace::pool_release(self.pool.id(), self.device, s, e - s);
-        }
-        self.backed = now;
+impl Workload<'_> {
+    fn alloc(&self, size: u64, stream: &Stream) -> hipmem::Result<DevicePtr> {
+        self.pool.alloc_raw(size, stream)
     }
 
-    fn alloc(&mut self, size: u64, stream: &Stream) -> hipmem::Result<DevicePtr> {
-        match self.pool.alloc_raw(size, stream) {
-            Ok(ptr) => {
-                self.physical();
-                trace::alloc(self.pool.id(), stream.id(), self.device, ptr.0, size);
-                Ok(ptr)
-            }
-            Err(e) => {
-                if matches!(e, hipmem::Error::OutOfMemory(_)) {
-                    trace::oom(self.pool.id(), stream.id(), self.device, size);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn free(&mut self, (ptr, size): (DevicePtr, u64), stream: &Stream) -> hipmem::Result<()> {
-        trace::free_requested(self.pool.id(), stream.id(), self.device, ptr.0, size);
+    fn free(&self, (ptr, _size): (DevicePtr, u64), stream: &Stream) -> hipmem::Result<()> {
         self.rt.free_async(ptr, stream)
     }
 }
@@ -106,15 +45,14 @@ fn main() -> hipmem::Result<()> {
     let mut args = std::env::args().skip(1);
     let out = args.next().unwrap_or_else(|| "trace_workload.jsonl".into());
     let steps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(12);
-    trace::start(&out)?;
     let rt = Runtime::from_env()?;
-    trace::set_backend(&rt.backend_kind().to_string());
+    trace::start(&out)?;
     let device = rt.device(0)?;
     let compute = device.create_stream()?;
     let loader = device.create_stream()?;
     let pool = MemPool::create(&rt, hipmem::PoolProps { device: 0, ..Default::default() })?;
     pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX)?;
-    let mut rec = Recorder { rt: &rt, pool: &pool, device: 0, backed: Vec::new() };
+    let rec = Workload { rt: &rt, pool: &pool };
     let mut rng = Lcg(0x5eed);
 
     // Weights: allocated once.
@@ -162,9 +100,7 @@ fn main() -> hipmem::Result<()> {
         rec.free(w, &compute)?;
     }
     device.synchronize()?;
-    trace::trim(pool.id(), 0, 0);
     pool.trim_to(0)?;
-    rec.physical();
     trace::stop()?;
     let status = trace::status();
     println!("{out}: {} events", status.events_written);

@@ -145,3 +145,41 @@ fn a_full_disk_is_reported_once_and_recording_turns_off() {
     assert!(trace::stop().is_err(), "stop says the trace is incomplete");
     assert!(!trace::is_enabled());
 }
+
+/// The library records its own events: hipMalloc/hipFree, a pool's
+/// allocations and frees, the memory it maps, a trim and an OutOfMemory,
+/// with the pool's and the stream's ids.
+#[test]
+fn the_runtime_and_its_pools_record_their_own_events() {
+    let _t = turn();
+    let rt = hipmem::Runtime::builder().backend(hipmem::BackendChoice::Host).build().unwrap();
+    let path = temp("own.jsonl");
+    trace::start(&path).unwrap();
+    let dev = rt.device(0).unwrap();
+    let s = dev.create_stream().unwrap();
+    let pool = hipmem::MemPool::create(&rt, hipmem::PoolProps::default()).unwrap();
+    let a = pool.alloc_raw(3 << 20, &s).unwrap();
+    let b = rt.malloc(0, 4096).unwrap();
+    assert!(pool.alloc_raw(1 << 60, &s).is_err());
+    rt.free_async(a, &s).unwrap();
+    rt.free(b).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    trace::stop().unwrap();
+    let events: Vec<_> = TraceReader::open(&path).unwrap().map(|e| e.unwrap()).collect();
+    let find = |kind: EventKind, pool_id: u64, addr: u64| {
+        events.iter().find(|e| e.kind == kind && e.pool == pool_id && (addr == 0 || e.addr == addr))
+    };
+    let alloc = find(EventKind::Alloc, pool.id(), a.0).expect("the pool's allocation");
+    assert_eq!((alloc.size, alloc.stream), (3 << 20, s.id()));
+    let free = find(EventKind::FreeRequested, pool.id(), a.0).expect("the pool's free");
+    assert_eq!(free.stream, s.id());
+    assert!(find(EventKind::PoolGrow, pool.id(), 0).is_some(), "the memory the pool mapped");
+    assert!(find(EventKind::PoolRelease, pool.id(), 0).is_some(), "the memory the trim released");
+    assert!(find(EventKind::Trim, pool.id(), 0).is_some());
+    assert_eq!(find(EventKind::Oom, pool.id(), 0).expect("the OutOfMemory").size, 1 << 60);
+    assert_eq!(find(EventKind::Alloc, 0, b.0).expect("hipMalloc").size, 4096);
+    assert!(find(EventKind::FreeRequested, 0, b.0).is_some(), "hipFree");
+    assert!(find(EventKind::FreeCompleted, 0, b.0).is_some(), "hipFree completes at once");
+    std::fs::remove_file(&path).unwrap();
+}

@@ -381,6 +381,7 @@ impl PoolCore {
             kind: MemoryKind::PoolSegment(self.id),
             device: self.device,
         });
+        crate::trace::pool_grow(self.id, self.device, ptr.0, size);
         let mut heap = lock(&self.heap);
         heap.add_segment(ptr.0, size);
         self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
@@ -529,6 +530,7 @@ impl PoolCore {
                         map_new_granule(&self.calls, vm, &access, self.device, r, g, self.props.handle_types);
                     heap = lock(&self.heap);
                     let pid = made?;
+                    crate::trace::pool_grow(self.id, self.device, r, g);
                     heap.back(r, g);
                     vr.aliases.insert(r, Alias { pid, used: now });
                     vr.phys.insert(pid, Phys { active: r, aliases: vec![r] });
@@ -638,6 +640,7 @@ impl PoolCore {
             heap.back(at, g);
             vr.aliases.insert(at, Alias { pid, used: now });
             if new {
+                crate::trace::pool_grow(self.id, self.device, at, g);
                 vr.phys.insert(pid, Phys { active: at, aliases: vec![at] });
             } else if let Some(p) = vr.phys.get_mut(&pid) {
                 p.active = at;
@@ -795,6 +798,7 @@ impl PoolCore {
                             }
                         }
                     }
+                    crate::trace::pool_release(self.id, self.device, p.active, g);
                     match vm.mem_release(d.pid) {
                         Ok(()) => CallCounts::add(&self.calls.granules_released),
                         Err(e) => tracing::warn!(target: "hipmem", "releasing a pool granule failed: {e}"),
@@ -839,6 +843,7 @@ impl PoolCore {
                 };
                 rt.allocations()
                     .remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+                crate::trace::pool_release(self.id, self.device, seg.base, seg.size);
                 match rt.backend().mem_free(self.device, DevicePtr(seg.base)) {
                     Ok(()) => CallCounts::add(&self.calls.segments_freed),
                     Err(e) => tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}"),

@@ -201,8 +201,23 @@ impl PoolCore {
 
     // ---- allocation ------------------------------------------------------------------
 
-    /// Allocates `size` bytes for use on the stream with `clock`/`raw`.
+    /// Allocates `size` bytes for use on the stream with `clock`/`raw`
+    /// (recorded in the process's trace, if one is being recorded).
+    #[inline]
     pub(crate) fn alloc(&self, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
+        let r = self.alloc_untraced(size, stream);
+        match &r {
+            Ok(p) => crate::trace::alloc(self.id, stream.clock.stream_id, self.device, p.0, size),
+            Err(Error::OutOfMemory(_)) => {
+                crate::trace::oom(self.id, stream.clock.stream_id, self.device, size)
+            }
+            Err(_) => {}
+        }
+        r
+    }
+
+    #[inline]
+    fn alloc_untraced(&self, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
         let (clock, raw) = (stream.clock, stream.raw);
         if self.is_destroyed() {
             return Err(Error::InvalidValue(format!("memory pool {:#x} was destroyed", self.id)));
@@ -278,6 +293,7 @@ impl PoolCore {
                 state.cache_block(CachedBlock { addr: ptr.0, size, tag: stream.clock.free_tag() })
             }
         };
+        crate::trace::free_requested(self.id, stream.clock.stream_id, self.device, ptr.0, 0);
         self.after_free(slot, evicted);
         true
     }

@@ -91,6 +91,7 @@ impl DriverPool {
             kind: MemoryKind::DriverPool(self.id),
             device: self.raw.device,
         });
+        crate::trace::alloc(self.id, stream.handle, self.raw.device, ptr.0, size);
         Ok(ptr)
     }
 
@@ -100,7 +101,10 @@ impl DriverPool {
         let a = rt.allocations().remove_if(ptr, |a| a.kind == MemoryKind::DriverPool(self.id)).ok_or_else(
             || Error::InvalidValue(format!("{ptr} is not a live allocation of driver pool {:#x}", self.id)),
         )?;
-        rt.backend().driver_free_async(ptr, stream).inspect_err(|_| rt.allocations().insert(a))
+        let (device, size) = (a.device, a.size);
+        rt.backend().driver_free_async(ptr, stream).inspect_err(|_| rt.allocations().insert(a))?;
+        crate::trace::free_requested(self.id, stream.handle, device, ptr.0, size);
+        Ok(())
     }
 
     pub(crate) fn get_attribute(&self, attr: PoolAttribute) -> Result<u64> {

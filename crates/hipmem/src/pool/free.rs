@@ -21,9 +21,13 @@ impl Runtime {
             (slot.pool_id, slot.free_fast(ptr.0), slot.pool_alive())
         });
         match fast {
-            Some((_, FastFree::Done, true)) => return Some(Ok(())),
+            Some((pool, FastFree::Done, true)) => {
+                crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
+                return Some(Ok(()));
+            }
             None | Some((_, FastFree::NotHere, _)) => {}
             Some((pool, done, _)) => {
+                crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
                 let evicted = match done {
                     FastFree::Evicted(b) => Some(b),
                     _ => None,

@@ -52,6 +52,7 @@ impl PoolCore {
     /// never released.
     pub(crate) fn trim_to(&self, keep: u64) -> Result<()> {
         let rt = self.runtime()?;
+        crate::trace::trim(self.id, self.device, keep);
         self.release_unused_to(&rt, keep);
         Ok(())
     }

@@ -117,8 +117,13 @@ impl Runtime {
         if size == 0 {
             return Ok(DevicePtr::NULL);
         }
-        let ptr = self.inner.backend.mem_alloc(device, size)?;
+        let ptr = self.inner.backend.mem_alloc(device, size).inspect_err(|e| {
+            if matches!(e, Error::OutOfMemory(_)) {
+                crate::trace::oom(0, 0, device, size);
+            }
+        })?;
         self.inner.allocations.insert(Allocation { base: ptr, size, kind: MemoryKind::Device, device });
+        crate::trace::alloc(0, 0, device, ptr.0, size);
         Ok(ptr)
     }
 
@@ -141,10 +146,14 @@ impl Runtime {
             self.inner.allocations.insert(a);
             return Err(e);
         }
+        let (device, size) = (a.device, a.size);
         self.inner.backend.mem_free(a.device, a.base).inspect_err(|_| {
             // The backend refused: the allocation is still live.
             self.inner.allocations.insert(a);
-        })
+        })?;
+        crate::trace::free_requested(0, 0, device, ptr.0, size);
+        crate::trace::free_completed(0, 0, device, ptr.0, size);
+        Ok(())
     }
 
     /// Why `ptr` cannot be freed by hipFree.

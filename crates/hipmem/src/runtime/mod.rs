@@ -222,6 +222,9 @@ impl Runtime {
 
     /// Wraps an opened backend.
     pub fn with_backend(backend: Arc<dyn Backend>) -> Result<Runtime> {
+        // A trace (HIPMEM_TRACE) names the backend in its header.
+        crate::trace::set_backend(&backend.kind().to_string());
+        crate::trace::init_from_env();
         let devices =
             (0..backend.device_count()).map(|d| backend.device_properties(d)).collect::<Result<Vec<_>>>()?;
         let null_clocks = (0..devices.len()).map(|_| Arc::new(StreamClock::new(next_process_id()))).collect();

@@ -55,7 +55,30 @@ pub(crate) struct VirtualRange {
     /// Physical granules by id: the active alias, every alias.
     pub(super) phys: HashMap<u64, Phys>,
     clock: u64,
+    /// Seconds of driver time the pool may still spend moving memory (may
+    /// go negative: the last move is charged in full).
+    pub(super) tokens: f64,
+    /// When `tokens` was last refilled.
+    refilled: std::time::Instant,
 }
+
+/// The share of wall-clock time a pool may spend in driver calls that move
+/// memory (`HIPMEM_POOL_MOVE_SHARE`, percent, default 2), and the most it
+/// saves up (`MOVE_BURST`).
+fn move_share() -> f64 {
+    static SHARE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *SHARE.get_or_init(|| {
+        std::env::var("HIPMEM_POOL_MOVE_SHARE")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|p| (0.0..=100.0).contains(p))
+            .unwrap_or(2.0)
+            / 100.0
+    })
+}
+
+/// Seconds of moving a pool may save up (and starts with).
+const MOVE_BURST: f64 = 0.05;
 
 /// A physical granule.
 #[derive(Clone, Debug)]
@@ -68,7 +91,28 @@ pub(crate) struct Phys {
 
 impl VirtualRange {
     fn new(base: u64, size: u64, granularity: u64) -> VirtualRange {
-        VirtualRange { base, size, granularity, aliases: BTreeMap::new(), phys: HashMap::new(), clock: 0 }
+        VirtualRange {
+            base,
+            size,
+            granularity,
+            aliases: BTreeMap::new(),
+            phys: HashMap::new(),
+            clock: 0,
+            tokens: MOVE_BURST,
+            refilled: std::time::Instant::now(),
+        }
+    }
+
+    /// Adds the moving time earned since the last refill.
+    fn refill(&mut self, now: std::time::Instant) {
+        let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * move_share();
+        self.tokens = (self.tokens + earned).min(MOVE_BURST);
+        self.refilled = now;
+    }
+
+    /// Charges the driver time a growth took.
+    fn charge(&mut self, spent: std::time::Duration) {
+        self.tokens -= spent.as_secs_f64();
     }
 
     /// The physical bytes the range holds.
@@ -405,6 +449,43 @@ impl PoolCore {
         self.reserve_virtual(rt, vm, &mut guard)?;
         let vr = guard.as_mut().expect("reserved above");
         let class = self.class_of(want);
+        // Moving memory costs driver time (on a GPU about 30 µs per MiB:
+        // cuMemSetAccess dominates); it is spent only while the pool's
+        // budget lasts (a share of wall-clock time). Past it the pool grows
+        // as a caching allocator would, and moves memory only when it
+        // cannot grow.
+        let started = std::time::Instant::now();
+        vr.refill(started);
+        if vr.tokens <= 0.0 {
+            // Growing is not charged: a caching allocator pays it too.
+            if let Ok(found) = self.map_for(rt, vm, vr, class, want, false) {
+                return Ok(found);
+            }
+        }
+        let before = self.calls.snapshot();
+        let result = self.grow_by_moving(rt, vm, vr, class, want);
+        let after = self.calls.snapshot();
+        // Charged only if memory moved (an unmap, or a map of a granule that
+        // existed): plain growth is what any allocator pays.
+        if after.unmaps > before.unmaps
+            || after.maps - before.maps > after.granules_created - before.granules_created
+        {
+            vr.charge(started.elapsed());
+        }
+        result
+    }
+
+    /// [`PoolCore::grow_virtual`] with memory moved where it helps: revisit
+    /// a place, the run with the fewest repairs, or a plan of idle and new
+    /// granules.
+    fn grow_by_moving(
+        &self,
+        rt: &Runtime,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        class: usize,
+        want: u64,
+    ) -> Result<(u64, u64)> {
         // 1. Where a block of this size went last: switch its granules back,
         //    and point the few aliases whose granule is in use elsewhere at
         //    other granules (a layout that repeats converges to no mapping).

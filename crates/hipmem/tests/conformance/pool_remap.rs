@@ -245,9 +245,14 @@ fn statistics_stay_exact_and_trim_releases_what_no_block_uses() {
 #[test]
 fn concurrent_allocations_that_fit_never_fail() {
     let rt = private_runtime();
-    let pool = crate::pools::new_pool(&rt, 0);
+    // A pool as hipMallocAsync's default is: default unit, release threshold 0.
+    let pool = MemPool::create(&rt, PoolProps::default()).unwrap();
     let dev = rt.device(0).unwrap();
-    let threads = 8u32;
+    // Longer runs: HIPMEM_STRESS_THREADS / HIPMEM_STRESS_CYCLES.
+    let env =
+        |name: &str, default: u32| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let threads = env("HIPMEM_STRESS_THREADS", 8);
+    let cycles = env("HIPMEM_STRESS_CYCLES", 300);
     let streams: Vec<Stream> = (0..threads).map(|_| stream0(&rt)).collect();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -259,7 +264,7 @@ fn concurrent_allocations_that_fit_never_fail() {
                 scope.spawn(move || -> Result<(), String> {
                     let mine = &streams[thread as usize];
                     let mut rng = Rng(0xc0ff_ee00_0000_0001 ^ ((thread as u64 + 7) << 33));
-                    for cycle in 0..300u32 {
+                    for cycle in 0..cycles {
                         let bytes = (1 + rng.below(8 * MIB - 1)).next_multiple_of(4);
                         let p = pool
                             .alloc_raw(bytes, mine)

@@ -43,7 +43,7 @@ pub unsafe extern "C" fn hipMemcpyWithStream(
     if r != hipSuccess || sizeBytes == 0 {
         return r;
     }
-    call(|| handles::stream(&rt()?, stream)?.synchronize())
+    call(|| handles::stream(rt()?, stream)?.synchronize())
 }
 
 /// `hipHostAlloc` (HIP: deprecated): `hipHostMalloc`.

@@ -165,7 +165,7 @@ pub unsafe extern "C" fn hipDeviceGetAttribute(
     call(|| {
         non_null(pi, "hipDeviceGetAttribute: pi")?;
         let rt = rt()?;
-        let device = device_ordinal(&rt, deviceId)?;
+        let device = device_ordinal(rt, deviceId)?;
         let v = match answer(attr) {
             None => {
                 return Err(Error::InvalidValue(format!(
@@ -385,8 +385,8 @@ pub unsafe extern "C" fn hipGetDevicePropertiesR0600(
     call(|| {
         non_null(prop, "hipGetDeviceProperties: prop")?;
         let rt = rt()?;
-        let device = device_ordinal(&rt, deviceId)?;
-        let q = properties(&rt, device)?;
+        let device = device_ordinal(rt, deviceId)?;
+        let q = properties(rt, device)?;
         // SAFETY: non-null; points to a writable hipDeviceProp_tR0600 (HIP's contract).
         unsafe { prop.write(q) };
         Ok(())
@@ -400,7 +400,7 @@ pub unsafe extern "C" fn hipGetDevicePropertiesR0600(
 pub unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, device: hipDevice_t) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
+        let device = device_ordinal(rt, device)?;
         non_null(name, "hipDeviceGetName: name")?;
         if len <= 0 {
             return Err(Error::InvalidValue(format!(
@@ -419,7 +419,7 @@ pub unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, device:
 pub unsafe extern "C" fn hipDeviceGet(device: *mut hipDevice_t, ordinal: c_int) -> hipError_t {
     call(|| {
         non_null(device, "hipDeviceGet: device")?;
-        let d = device_ordinal(&rt()?, ordinal)?;
+        let d = device_ordinal(rt()?, ordinal)?;
         // SAFETY: non-null; points to a writable hipDevice_t (HIP's contract).
         unsafe { *device = d as hipDevice_t };
         Ok(())
@@ -432,7 +432,7 @@ pub unsafe extern "C" fn hipDeviceTotalMem(bytes: *mut usize, device: hipDevice_
     call(|| {
         non_null(bytes, "hipDeviceTotalMem: bytes")?;
         let rt = rt()?;
-        let d = device_ordinal(&rt, device)?;
+        let d = device_ordinal(rt, device)?;
         // SAFETY: non-null; points to a writable size_t (HIP's contract).
         unsafe { *bytes = rt.device_properties(d)?.total_memory as usize };
         Ok(())
@@ -451,7 +451,7 @@ pub unsafe extern "C" fn hipDeviceComputeCapability(
         non_null(major, "hipDeviceComputeCapability: major")?;
         non_null(minor, "hipDeviceComputeCapability: minor")?;
         let rt = rt()?;
-        let d = device_ordinal(&rt, device)?;
+        let d = device_ordinal(rt, device)?;
         let (ma, mi) = rt.device_properties(d)?.compute_capability;
         // SAFETY: both non-null and writable ints (HIP's contract).
         unsafe {

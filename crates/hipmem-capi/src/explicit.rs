@@ -77,7 +77,7 @@ pub unsafe extern "C" fn hipMemcpy(
         let (d, s) = (dst as usize as u64, src as usize as u64);
         let how = rt.resolve_copy(d, s, sizeBytes as u64, kind)?;
         // SAFETY: HIP's contract: host sides are valid for `sizeBytes` bytes.
-        unsafe { copy_sync(&rt, d, s, sizeBytes, how) }
+        unsafe { copy_sync(rt, d, s, sizeBytes, how) }
     })
 }
 
@@ -100,7 +100,20 @@ pub unsafe extern "C" fn hipMemcpyAsync(
         }
         let kind = MemcpyKind::from_raw(kind)?;
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
+        handles::with_stream(rt, stream, |stream| memcpy_async(rt, dst, src, sizeBytes, kind, stream))
+    })
+}
+
+/// The body of `hipMemcpyAsync` once the stream is known.
+fn memcpy_async(
+    rt: &Runtime,
+    dst: *mut c_void,
+    src: *const c_void,
+    sizeBytes: usize,
+    kind: MemcpyKind,
+    stream: &Stream,
+) -> Result<()> {
+    {
         let (d, s, n) = (dst as usize as u64, src as usize as u64, sizeBytes as u64);
         // Both ranges are checked here; the copies below go straight to the
         // backend (which checks its own tables of page-locked ranges).
@@ -128,10 +141,10 @@ pub unsafe extern "C" fn hipMemcpyAsync(
                 stream.synchronize()?;
                 // SAFETY: HIP's contract: host sides are valid for `sizeBytes`
                 // bytes during the call; the copy is done before it returns.
-                unsafe { copy_sync(&rt, d, s, sizeBytes, how) }
+                unsafe { copy_sync(rt, d, s, sizeBytes, how) }
             }
         }
-    })
+    }
 }
 
 /// `hipMemset`: `sizeBytes` bytes of `value` (its low byte), synchronously.
@@ -154,13 +167,14 @@ pub unsafe extern "C" fn hipMemsetAsync(
         }
         non_null(dst, "hipMemsetAsync: dst")?;
         let rt = rt()?;
-        let stream: Stream = handles::stream(&rt, stream)?;
-        rt.memset_async(
-            DevicePtr(dst as usize as u64),
-            FillValue::U8(value as u8),
-            sizeBytes as u64,
-            stream.raw(),
-        )
+        handles::with_stream(rt, stream, |s| {
+            rt.memset_async(
+                DevicePtr(dst as usize as u64),
+                FillValue::U8(value as u8),
+                sizeBytes as u64,
+                s.raw(),
+            )
+        })
     })
 }
 

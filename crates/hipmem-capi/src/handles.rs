@@ -1,16 +1,56 @@
 //! The handle tables: what a `hipStream_t`, `hipEvent_t` or `hipMemPool_t`
 //! value stands for. Every export looks its handles up here on every call, so
 //! a stale, destroyed or made-up handle is an error code.
+//!
+//! # Streams
+//!
+//! A `hipStream_t` is one of:
+//! - 0, `hipStreamLegacy` (1) or `hipStreamPerThread` (2): the device's null
+//!   stream, made once per device and lent to every call;
+//! - a stream created through `hipStreamCreate*` (kept in a table here until
+//!   `hipStreamDestroy`);
+//! - a stream made outside hipmem (by the CUDA runtime, PyTorch, NCCL, ...):
+//!   the first call that names it asks the runtime to adopt it
+//!   ([`Stream::adopt`]: on CUDA the driver checks it is a live stream of the
+//!   device's primary context; the CPU backend has no such streams and says
+//!   InvalidHandle), after which it is kept in a table here like a created
+//!   one. It is adopted as a stream of the device the call names (the
+//!   calling thread's current device for HIP's functions);
+//! - anything else: InvalidHandle.
+//!
+//! `hipStreamDestroy` takes created streams and adopted ones (hipmem then
+//! asks the driver to destroy the foreign stream, as HIP allows). A handle
+//! the library has never seen is InvalidHandle without any driver call, and
+//! a foreign handle destroyed through `hipStreamDestroy` stays refused
+//! without any driver call: the driver has no check of its own for a freed
+//! handle (it crashes on one), so hipmem never hands it one it knows is
+//! dead. (If the application then makes a new stream outside hipmem and the
+//! driver gives it the same address, hipmem refuses that one too; a new
+//! stream made by `hipStreamCreate` at that address is accepted.)
+//!
+//! # The fast path
+//!
+//! The lookup of a stream is lock-free on the hot path: the null streams
+//! are lent from a table made once, and each thread keeps a small cache of
+//! the created and adopted streams it used, lent (not cloned) to the call.
+//! A global generation, bumped by every `hipStreamDestroy` (and by
+//! [`streams_changed`]), tells a thread that its cache may hold a dead
+//! handle: the cache is then dropped and the tables are asked again, so a
+//! destroyed handle is never served from a cache. A thread's cached clone of
+//! a destroyed stream is released on that thread's next lookup (or when it
+//! exits); until then hipmem's own stream stays alive, as when another
+//! thread is still using it, and is destroyed then.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use hipmem_rs::backend::RawStream;
 use hipmem_rs::{Error, Event, MemPool, Result, Runtime, Stream};
 
-use crate::current_device;
 use crate::types::{hipEvent_t, hipMemPool_t, hipStream_t};
+use crate::{current_device, rt};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -20,67 +60,302 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// `hipStream_t` value). The table owns them until `hipStreamDestroy`.
 static STREAMS: Mutex<Option<HashMap<u64, Stream>>> = Mutex::new(None);
 
+/// Streams made outside hipmem.
+#[derive(Default)]
+struct Foreign {
+    /// Adopted, by handle: kept so that the stream keeps its pool slot
+    /// across calls (the runtime keeps its ordering clock).
+    adopted: HashMap<u64, Stream>,
+    /// Destroyed through `hipStreamDestroy`: refused without a driver call.
+    destroyed: HashSet<u64>,
+}
+
+/// The foreign streams. Adoption happens under this lock, so two threads
+/// that name a new foreign stream at once adopt it once.
+static FOREIGN: Mutex<Option<Foreign>> = Mutex::new(None);
+
+/// hipmem's own streams destroyed through `hipStreamDestroy` that another
+/// thread's cache may still hold (handle, device and the stream's
+/// process-unique id): the runtime's table of owned streams still finds
+/// such a stream by handle until its last clone goes, so a lookup that
+/// reaches the runtime checks the id against this list.
+static RETIRED: Mutex<Vec<(RawStream, u64)>> = Mutex::new(Vec::new());
+
+/// Bumped whenever a stream handle may have died (see the module docs).
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// Most streams a thread's cache holds.
+const CACHED_STREAMS: usize = 8;
+
+/// A thread's cache of created and adopted streams, valid while
+/// `generation` is the global one.
+struct StreamCache {
+    generation: u64,
+    /// (handle, stream), most recently added last.
+    entries: Vec<(u64, Stream)>,
+}
+
+thread_local! {
+    static CACHE: RefCell<StreamCache> =
+        const { RefCell::new(StreamCache { generation: 0, entries: Vec::new() }) };
+}
+
 /// `hipStreamLegacy`.
 pub const STREAM_LEGACY: u64 = 1;
 /// `hipStreamPerThread`.
 pub const STREAM_PER_THREAD: u64 = 2;
 
+fn is_null_handle(h: u64) -> bool {
+    h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD
+}
+
 /// The stream behind a `hipStream_t`: 0, `hipStreamLegacy` and
 /// `hipStreamPerThread` are the current device's null stream; others must be
-/// live streams of this library (or of the runtime: `Stream::from_raw`).
+/// streams created through `hipStreamCreate*`, streams of the runtime
+/// (`Stream::from_raw`), or streams made outside hipmem, adopted on the
+/// current device (see the module docs).
 pub fn stream(rt: &Runtime, handle: hipStream_t) -> Result<Stream> {
     stream_on(rt, current_device(), handle)
 }
 
 /// The stream behind a `hipStream_t` whose device the caller names (0,
-/// `hipStreamLegacy` and `hipStreamPerThread` are `device`'s null stream).
+/// `hipStreamLegacy` and `hipStreamPerThread` are `device`'s null stream; a
+/// foreign stream is adopted as a stream of `device`).
 pub fn stream_on(rt: &Runtime, device: usize, handle: hipStream_t) -> Result<Stream> {
-    let h = handle as usize as u64;
-    if h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD {
-        return null_stream(rt, device);
-    }
-    let found = lock(&STREAMS).as_ref().and_then(|t| t.get(&h).cloned());
-    match found {
-        Some(s) => Ok(s),
-        None => Stream::from_raw(rt, RawStream { device, handle: h }).map_err(|_| {
-            Error::InvalidHandle(format!(
-                "hipStream_t {h:#x} is not a live stream (destroyed, or never created)"
-            ))
-        }),
+    match crate::rt() {
+        Ok(global) if global.ptr_eq(rt) => with_stream_on(global, device, handle, |s| Ok(s.clone())),
+        // Another runtime: only its null streams and its own streams.
+        _ => {
+            let h = handle as usize as u64;
+            let raw =
+                if is_null_handle(h) { RawStream::null(device) } else { RawStream { device, handle: h } };
+            Stream::from_raw(rt, raw).map_err(|_| not_live(h))
+        }
     }
 }
 
+/// Runs `f` on the stream behind `handle` on the current device (see
+/// [`stream`]), lent from the tables or this thread's cache: no reference
+/// count is touched when the stream was used before.
+pub(crate) fn with_stream<R>(
+    rt: &'static Runtime,
+    handle: hipStream_t,
+    f: impl FnOnce(&Stream) -> Result<R>,
+) -> Result<R> {
+    with_stream_on(rt, current_device(), handle, f)
+}
+
+/// Runs `f` on the stream behind `handle`, whose device the caller names
+/// (see [`stream_on`]); lent as by [`with_stream`].
+pub(crate) fn with_stream_on<R>(
+    rt: &'static Runtime,
+    device: usize,
+    handle: hipStream_t,
+    f: impl FnOnce(&Stream) -> Result<R>,
+) -> Result<R> {
+    let h = handle as usize as u64;
+    if is_null_handle(h) {
+        return match null_streams(rt).get(device) {
+            Some(s) => f(s),
+            None => f(&Stream::from_raw(rt, RawStream::null(device))?),
+        };
+    }
+    // Read before any table: an entry cached under it was looked up after
+    // every destruction that the generation counts.
+    let generation = GENERATION.load(Ordering::Acquire);
+    let mut f = Some(f);
+    let hit = CACHE.try_with(|c| {
+        let cache = c.try_borrow().ok().filter(|c| c.generation == generation)?;
+        let (_, s) = cache.entries.iter().rev().find(|(k, _)| *k == h)?;
+        f.take().map(|f| f(s))
+    });
+    if let Ok(Some(result)) = hit {
+        return result;
+    }
+    let Some(f) = f else {
+        return Err(Error::Unknown("stream lookup: the call ran without its result".into()));
+    };
+    drop(refresh_cache(generation));
+    let (s, cacheable) = resolve(rt, device, h)?;
+    if cacheable {
+        drop(cache_stream(generation, h, &s));
+    }
+    f(&s)
+}
+
+/// Drops this thread's cache if it is older than `generation`; returns the
+/// dropped streams, for the caller to drop outside the cache.
+fn refresh_cache(generation: u64) -> Vec<(u64, Stream)> {
+    CACHE
+        .try_with(|c| match c.try_borrow_mut() {
+            Ok(mut cache) if cache.generation < generation => {
+                cache.generation = generation;
+                std::mem::take(&mut cache.entries)
+            }
+            _ => Vec::new(),
+        })
+        .unwrap_or_default()
+}
+
+/// Caches `stream` under `handle` if the cache is of `generation`; returns
+/// what it evicts.
+fn cache_stream(generation: u64, handle: u64, stream: &Stream) -> Option<(u64, Stream)> {
+    CACHE
+        .try_with(|c| {
+            let mut cache = c.try_borrow_mut().ok().filter(|c| c.generation == generation)?;
+            let evicted =
+                if cache.entries.len() >= CACHED_STREAMS { Some(cache.entries.remove(0)) } else { None };
+            cache.entries.push((handle, stream.clone()));
+            evicted
+        })
+        .ok()
+        .flatten()
+}
+
+/// Drops this thread's cache (a stream it may hold was destroyed).
+fn clear_cache() {
+    let old = CACHE.try_with(|c| c.try_borrow_mut().map(|mut c| std::mem::take(&mut c.entries)).ok());
+    drop(old);
+}
+
+/// Marks every cached stream as possibly dead: each thread's next lookup
+/// asks the tables again. Call after removing streams from the tables other
+/// than through [`remove_stream`] (which calls it), e.g. on a device reset.
+pub fn streams_changed() {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    clear_cache();
+}
+
+/// The stream behind a handle that is no null stream, from the tables (or
+/// adopted now): the stream and whether it may be cached (it is one of the
+/// tables').
+fn resolve(rt: &'static Runtime, device: usize, h: u64) -> Result<(Stream, bool)> {
+    if let Some(s) = lock(&STREAMS).as_ref().and_then(|t| t.get(&h).cloned()) {
+        return Ok((s, true));
+    }
+    let mut foreign = lock(&FOREIGN);
+    let foreign = foreign.get_or_insert_with(Foreign::default);
+    if let Some(s) = foreign.adopted.get(&h) {
+        return Ok((s.clone(), true));
+    }
+    if foreign.destroyed.contains(&h) {
+        return Err(Error::InvalidHandle(format!(
+            "hipStream_t {h:#x} was destroyed by hipStreamDestroy (a stream made outside hipmem)"
+        )));
+    }
+    // hipmem's own streams made through the Rust API, streams adopted
+    // through it, and new foreign streams: the runtime decides (the backend
+    // checks a new one).
+    let s = Stream::adopt(rt, RawStream { device, handle: h }).map_err(|e| match e {
+        Error::InvalidHandle(m) => Error::InvalidHandle(format!(
+            "hipStream_t {h:#x} is not a live stream (destroyed, or never created): {m}"
+        )),
+        e => e,
+    })?;
+    if s.is_owned() {
+        if lock(&RETIRED).iter().any(|&(_, id)| id == s.id()) {
+            return Err(not_live(h));
+        }
+        // Not the C ABI's to keep alive: looked up again on every call.
+        return Ok((s, false));
+    }
+    foreign.adopted.insert(h, s.clone());
+    Ok((s, true))
+}
+
+fn not_live(h: u64) -> Error {
+    Error::InvalidHandle(format!("hipStream_t {h:#x} is not a live stream (destroyed, or never created)"))
+}
+
 /// The null stream of each device of the global runtime (the only runtime
-/// the C ABI uses), made once: a call on stream 0 then costs a clone, and the
-/// stream keeps the pool slot it learned across calls.
+/// the C ABI uses), made once: a call on stream 0 borrows it, and the stream
+/// keeps the pool slot it learned across calls.
 static NULL_STREAMS: OnceLock<Vec<Stream>> = OnceLock::new();
 
-fn null_stream(rt: &Runtime, device: usize) -> Result<Stream> {
+fn null_streams(rt: &'static Runtime) -> &'static [Stream] {
     let streams = NULL_STREAMS.get_or_init(|| {
         (0..rt.device_count()).map_while(|d| rt.device(d).ok()).map(|d| d.null_stream()).collect()
     });
-    match streams.get(device) {
-        Some(s) if s.runtime().ptr_eq(rt) => Ok(s.clone()),
-        _ => Stream::from_raw(rt, RawStream::null(device)),
-    }
+    // Made from the global runtime; `rt` is always that one here.
+    if streams.first().is_none_or(|s| s.runtime().ptr_eq(rt)) { streams } else { &[] }
 }
 
 /// Keeps a created stream alive under its handle.
 pub fn add_stream(stream: Stream) -> hipStream_t {
     let h = stream.raw().handle;
     lock(&STREAMS).get_or_insert_with(HashMap::new).insert(h, stream);
+    // The driver may have handed out the address of a foreign stream
+    // destroyed earlier: it is hipmem's own stream now.
+    if let Some(f) = lock(&FOREIGN).as_mut() {
+        f.destroyed.remove(&h);
+    }
     h as usize as hipStream_t
 }
 
-/// Removes a created stream; the caller drops it (outside the lock).
+/// Removes a created stream; the caller drops it (outside the lock). Every
+/// thread's cache forgets it (see the module docs).
 pub fn remove_stream(handle: hipStream_t) -> Result<Stream> {
     let h = handle as usize as u64;
-    if h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD {
+    if is_null_handle(h) {
         return Err(Error::InvalidHandle("the null stream cannot be destroyed".into()));
     }
-    lock(&STREAMS).as_mut().and_then(|t| t.remove(&h)).ok_or_else(|| {
-        Error::InvalidHandle(format!("hipStream_t {h:#x} is not a live stream (destroyed, or never created)"))
-    })
+    let s = {
+        let mut streams = lock(&STREAMS);
+        let s = streams.as_mut().and_then(|t| t.remove(&h)).ok_or_else(|| not_live(h))?;
+        // Before anyone can miss it in the table: a lookup that then finds
+        // it in the runtime (alive through another thread's cache) refuses it.
+        lock(&RETIRED).push((s.raw(), s.id()));
+        s
+    };
+    // After the removal: a lookup that read the old generation may have
+    // found the stream, and will not keep it.
+    streams_changed();
+    Ok(s)
+}
+
+/// `hipStreamDestroy`: a created stream is released (destroyed with its
+/// last use), an adopted one destroyed through the runtime; anything else
+/// is InvalidHandle without a driver call (see the module docs).
+pub fn destroy_stream(handle: hipStream_t) -> Result<()> {
+    let h = handle as usize as u64;
+    if is_null_handle(h) {
+        return Err(Error::InvalidHandle("the null stream cannot be destroyed".into()));
+    }
+    if let Ok(s) = remove_stream(handle) {
+        drop(s);
+        prune_retired();
+        return Ok(());
+    }
+    let rt = rt()?;
+    let raw = {
+        let mut foreign = lock(&FOREIGN);
+        let foreign = foreign.get_or_insert_with(Foreign::default);
+        let raw = match foreign.adopted.remove(&h) {
+            Some(s) => s.raw(),
+            // Adopted through the Rust API, on any device.
+            None => (0..rt.device_count())
+                .map(|device| RawStream { device, handle: h })
+                .find(|&raw| rt.is_adopted_stream(raw))
+                .ok_or_else(|| not_live(h))?,
+        };
+        foreign.destroyed.insert(h);
+        raw
+    };
+    streams_changed();
+    rt.destroy_adopted_stream(raw)
+}
+
+/// Forgets retired streams whose last clone is gone (the runtime no longer
+/// finds them, or finds another stream under the handle).
+fn prune_retired() {
+    let Ok(rt) = rt() else { return };
+    let retired: Vec<(RawStream, u64)> = lock(&RETIRED).clone();
+    let gone: Vec<u64> = retired
+        .into_iter()
+        .filter(|&(raw, id)| !rt.stream_from_raw(raw).is_ok_and(|s| s.id() == id))
+        .map(|(_, id)| id)
+        .collect();
+    lock(&RETIRED).retain(|(_, id)| !gone.contains(id));
 }
 
 /// Events, by the `hipEvent_t` value handed out (never reused).
@@ -148,6 +423,7 @@ pub fn remove_device_handles(device: usize) -> (Vec<Stream>, Vec<Event>) {
         }
         None => Vec::new(),
     };
+    streams_changed();
     let events = match lock(&EVENTS).as_mut() {
         Some(t) => {
             let keys: Vec<usize> = t.iter().filter(|(_, e)| e.device() == device).map(|(k, _)| *k).collect();

@@ -10,7 +10,21 @@
 //! - every pointer argument is checked for null where HIP's contract says so;
 //! - every handle is looked up on every call in a table kept here (streams,
 //!   events, pools) or in the runtime (virtual-memory handles): a stale,
-//!   destroyed or foreign handle is an error code, never undefined behaviour.
+//!   destroyed or made-up handle is an error code, never undefined behaviour;
+//! - a `hipStream_t` may also be a stream made outside hipmem (by the CUDA
+//!   runtime, PyTorch, CuPy, NCCL): the first call that names one adopts it
+//!   through the runtime (on CUDA the driver checks that it is a live stream
+//!   of the device's primary context; the CPU backend has none and refuses
+//!   it with `hipErrorInvalidHandle`), and it is kept from then on;
+//!   `hipStreamDestroy` destroys it. A handle hipmem never saw, or a foreign
+//!   stream destroyed through `hipStreamDestroy`, never reaches the driver
+//!   again. One case stays undefined, as in CUDA itself: a handle in readable
+//!   memory that is no live stream (freed by its owner), named for the first
+//!   time, since the driver has no check for it. See [`handles`] and
+//!   `docs/c-abi.md`;
+//! - the stream lookup is lock-free on the hot path (null streams made once,
+//!   a per-thread cache of the others invalidated by every
+//!   `hipStreamDestroy`), and the runtime is borrowed, not cloned, per call.
 //!
 //! The exports are grouped as `hip-memory-api.md` groups them:
 //! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
@@ -39,6 +53,7 @@ pub mod vmm;
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
 
 use hipmem_rs::{Error, Result, Runtime};
 
@@ -94,9 +109,15 @@ pub(crate) fn peek_last_error() -> hipError_t {
     LAST_ERROR.with(|c| c.get())
 }
 
-/// The process-wide runtime (backend from `HIPMEM_BACKEND`).
-pub(crate) fn rt() -> Result<Runtime> {
-    Runtime::global()
+/// The process-wide runtime (backend from `HIPMEM_BACKEND`), opened on
+/// first use. It lives as long as the process, so every call borrows it
+/// (no reference count is touched).
+pub(crate) fn rt() -> Result<&'static Runtime> {
+    static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
+    match GLOBAL.get_or_init(Runtime::global) {
+        Ok(rt) => Ok(rt),
+        Err(e) => Err(e.clone()),
+    }
 }
 
 /// The calling thread's current device.

@@ -46,11 +46,14 @@ pub unsafe extern "C" fn hipMemPrefetchAsync(
 ) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream).map_err(|e| match e {
+        // The stream's own errors are the lookup's (the inner result is the prefetch's).
+        handles::with_stream(rt, stream, |s| {
+            Ok(rt.mem_prefetch_async(dptr(dev_ptr), count as u64, device, s.raw()))
+        })
+        .map_err(|e| match e {
             Error::InvalidHandle(m) => Error::ContextIsDestroyed(format!("hipMemPrefetchAsync: {m}")),
             e => e,
-        })?;
-        rt.mem_prefetch_async(dptr(dev_ptr), count as u64, device, stream.raw())
+        })?
     })
 }
 
@@ -150,7 +153,8 @@ pub unsafe extern "C" fn hipStreamAttachMemAsync(
 ) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
-        rt.stream_attach_mem_async(stream.raw(), dptr(dev_ptr), length as u64, flags)
+        handles::with_stream(rt, stream, |s| {
+            rt.stream_attach_mem_async(s.raw(), dptr(dev_ptr), length as u64, flags)
+        })
     })
 }

@@ -24,7 +24,7 @@ pub unsafe extern "C" fn hipDeviceCanAccessPeer(
             false
         } else {
             let rt = rt()?;
-            let (d, p) = (device_ordinal(&rt, deviceId)?, device_ordinal(&rt, peerDeviceId)?);
+            let (d, p) = (device_ordinal(rt, deviceId)?, device_ordinal(rt, peerDeviceId)?);
             rt.can_access_peer(d, p)?
         };
         // SAFETY: non-null; a writable int (HIP's contract).
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn hipDeviceEnablePeerAccess(peerDeviceId: c_int, flags: c
             )));
         }
         let rt = rt()?;
-        let peer = peer_ordinal(&rt, peerDeviceId)?;
+        let peer = peer_ordinal(rt, peerDeviceId)?;
         rt.enable_peer_access(current_device(), peer)
     })
 }
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn hipDeviceEnablePeerAccess(peerDeviceId: c_int, flags: c
 pub unsafe extern "C" fn hipDeviceDisablePeerAccess(peerDeviceId: c_int) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let peer = peer_ordinal(&rt, peerDeviceId)?;
+        let peer = peer_ordinal(rt, peerDeviceId)?;
         rt.disable_peer_access(current_device(), peer)
     })
 }
@@ -90,11 +90,11 @@ pub unsafe extern "C" fn hipMemcpyPeer(
 ) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let (dd, sd) = copy_devices(&rt, dstDeviceId, srcDeviceId)?;
+        let (dd, sd) = copy_devices(rt, dstDeviceId, srcDeviceId)?;
         if sizeBytes == 0 {
             return Ok(());
         }
-        let stream = handles::stream(&rt, std::ptr::null_mut())?;
+        let stream = handles::stream(rt, std::ptr::null_mut())?;
         let (d, s) = (DevicePtr(dst as usize as u64), DevicePtr(src as usize as u64));
         rt.memcpy_peer_async(d, dd, s, sd, sizeBytes as u64, stream.raw())?;
         stream.synchronize()
@@ -114,11 +114,11 @@ pub unsafe extern "C" fn hipMemcpyPeerAsync(
 ) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let (dd, sd) = copy_devices(&rt, dstDeviceId, srcDevice)?;
+        let (dd, sd) = copy_devices(rt, dstDeviceId, srcDevice)?;
         if sizeBytes == 0 {
             return Ok(());
         }
-        let stream = handles::stream(&rt, stream)?;
+        let stream = handles::stream(rt, stream)?;
         let (d, s) = (DevicePtr(dst as usize as u64), DevicePtr(src as usize as u64));
         rt.memcpy_peer_async(d, dd, s, sd, sizeBytes as u64, stream.raw())
     })

@@ -58,10 +58,10 @@ pub unsafe extern "C" fn hipMemcpy2D(
         }
         let kind = MemcpyKind::from_raw(kind)?;
         let rt = rt()?;
-        let stream = handles::stream(&rt, std::ptr::null_mut())?;
+        let stream = handles::stream(rt, std::ptr::null_mut())?;
         // SAFETY: forwards HIP's contract on the host sides; the copy is
         // waited for.
-        unsafe { copy_2d_on(&rt, &stream, dst, dpitch, src, spitch, width, height, kind, true) }
+        unsafe { copy_2d_on(rt, &stream, dst, dpitch, src, spitch, width, height, kind, true) }
     })
 }
 
@@ -154,9 +154,9 @@ pub unsafe extern "C" fn hipMemcpy2DAsync(
         }
         let kind = MemcpyKind::from_raw(kind)?;
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
+        let stream = handles::stream(rt, stream)?;
         // SAFETY: forwards HIP's contract on the host sides.
-        unsafe { copy_2d_on(&rt, &stream, dst, dpitch, src, spitch, width, height, kind, false) }
+        unsafe { copy_2d_on(rt, &stream, dst, dpitch, src, spitch, width, height, kind, false) }
     })
 }
 
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn hipMemset2DAsync(
             return Ok(());
         }
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
+        let stream = handles::stream(rt, stream)?;
         rt.memset_2d_async(
             DevicePtr(dst as usize as u64),
             pitch as u64,

@@ -20,8 +20,7 @@ pub unsafe extern "C" fn hipMallocAsync(
     call(|| {
         non_null(dev_ptr, "hipMallocAsync: dev_ptr")?;
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
-        let p = rt.malloc_async(size as u64, &stream)?;
+        let p = handles::with_stream(rt, stream, |s| rt.malloc_async(size as u64, s))?;
         // SAFETY: non-null; points to a writable `void*` (HIP's contract).
         unsafe { *dev_ptr = p.0 as usize as *mut c_void };
         Ok(())
@@ -34,8 +33,7 @@ pub unsafe extern "C" fn hipFreeAsync(dev_ptr: *mut c_void, stream: hipStream_t)
     call(|| {
         non_null(dev_ptr, "hipFreeAsync: dev_ptr")?;
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
-        rt.free_async(DevicePtr(dev_ptr as usize as u64), &stream)
+        handles::with_stream(rt, stream, |s| rt.free_async(DevicePtr(dev_ptr as usize as u64), s))
     })
 }
 
@@ -64,9 +62,9 @@ pub unsafe extern "C" fn hipMemPoolCreate(
         }
         let rt = rt()?;
         let device =
-            device_ordinal(&rt, props.location.id).map_err(|e| Error::InvalidValue(e.message().into()))?;
+            device_ordinal(rt, props.location.id).map_err(|e| Error::InvalidValue(e.message().into()))?;
         let pool = MemPool::create(
-            &rt,
+            rt,
             PoolProps { device, handle_types: props.handleTypes as u32, max_size: props.maxSize as u64 },
         )?;
         let h = handles::add_pool(pool);
@@ -98,9 +96,7 @@ pub unsafe extern "C" fn hipMallocFromPoolAsync(
     call(|| {
         non_null(dev_ptr, "hipMallocFromPoolAsync: dev_ptr")?;
         let pool = handles::pool(mem_pool)?;
-        let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
-        let p = pool.alloc_raw(size as u64, &stream)?;
+        let p = handles::with_stream(rt()?, stream, |s| pool.alloc_raw(size as u64, s))?;
         // SAFETY: non-null; points to a writable `void*` (HIP's contract).
         unsafe { *dev_ptr = p.0 as usize as *mut c_void };
         Ok(())
@@ -174,7 +170,7 @@ pub unsafe extern "C" fn hipDeviceGetDefaultMemPool(
     call(|| {
         non_null(mem_pool, "hipDeviceGetDefaultMemPool: mem_pool")?;
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
+        let device = device_ordinal(rt, device)?;
         write_pool(mem_pool, rt.default_mem_pool(device)?);
         Ok(())
     })
@@ -186,7 +182,7 @@ pub unsafe extern "C" fn hipDeviceSetMemPool(device: c_int, mem_pool: hipMemPool
     call(|| {
         let pool = handles::pool(mem_pool)?;
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
+        let device = device_ordinal(rt, device)?;
         rt.set_mem_pool(device, &pool)
     })
 }
@@ -197,7 +193,7 @@ pub unsafe extern "C" fn hipDeviceGetMemPool(mem_pool: *mut hipMemPool_t, device
     call(|| {
         non_null(mem_pool, "hipDeviceGetMemPool: mem_pool")?;
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
+        let device = device_ordinal(rt, device)?;
         write_pool(mem_pool, rt.mem_pool(device)?);
         Ok(())
     })
@@ -236,7 +232,7 @@ pub unsafe extern "C" fn hipMemPoolSetAccess(
         let descs = unsafe { std::slice::from_raw_parts(desc_list, count) };
         let mut parsed = Vec::with_capacity(count);
         for d in descs {
-            let device = location_device(&rt, &d.location)?;
+            let device = location_device(rt, &d.location)?;
             let flags = u32::try_from(d.flags)
                 .map_err(|_| Error::InvalidValue(format!("{} is not a hipMemAccessFlags value", d.flags)))
                 .and_then(AccessFlags::from_raw)?;
@@ -263,7 +259,7 @@ pub unsafe extern "C" fn hipMemPoolGetAccess(
         // SAFETY: non-null; points to a readable hipMemLocation (HIP's contract).
         let loc = unsafe { location.read() };
         let rt = rt()?;
-        let device = location_device(&rt, &loc)?;
+        let device = location_device(rt, &loc)?;
         let access = pool.access(device)?;
         // SAFETY: non-null; points to a writable hipMemAccessFlags (HIP's contract).
         unsafe { *flags = access.raw() as hipMemAccessFlags };
@@ -324,7 +320,7 @@ pub unsafe extern "C" fn hipMemPoolImportFromShareableHandle(
         // caller's that stays open for the duration of this call.
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         let rt = rt()?;
-        let pool = MemPool::import_shareable_handle(&rt, fd, handle_type, flags)?;
+        let pool = MemPool::import_shareable_handle(rt, fd, handle_type, flags)?;
         write_pool(mem_pool, pool);
         Ok(())
     })

@@ -37,7 +37,7 @@ pub unsafe extern "C" fn hipGetDeviceCount(count: *mut c_int) -> hipError_t {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipSetDevice(deviceId: c_int) -> hipError_t {
     call(|| {
-        let device = device_ordinal(&rt()?, deviceId)?;
+        let device = device_ordinal(rt()?, deviceId)?;
         set_current_device(device);
         Ok(())
     })
@@ -87,24 +87,20 @@ pub unsafe extern "C" fn hipStreamCreateWithFlags(stream: *mut hipStream_t, flag
 /// `hipStreamDestroy`: work already queued still runs.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamDestroy(stream: hipStream_t) -> hipError_t {
-    call(|| {
-        let s = handles::remove_stream(stream)?;
-        drop(s);
-        Ok(())
-    })
+    call(|| handles::destroy_stream(stream))
 }
 
 /// `hipStreamSynchronize`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamSynchronize(stream: hipStream_t) -> hipError_t {
-    call(|| handles::stream(&rt()?, stream)?.synchronize())
+    call(|| handles::with_stream(rt()?, stream, |s| s.synchronize()))
 }
 
 /// `hipStreamQuery`: hipSuccess when idle, hipErrorNotReady otherwise.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamQuery(stream: hipStream_t) -> hipError_t {
     call(|| {
-        if handles::stream(&rt()?, stream)?.query()? {
+        if handles::with_stream(rt()?, stream, |s| s.query())? {
             Ok(())
         } else {
             Err(Error::NotReady("the stream has work pending".into()))
@@ -123,9 +119,8 @@ pub unsafe extern "C" fn hipStreamWaitEvent(
         if flags != 0 {
             return Err(Error::InvalidValue(format!("hipStreamWaitEvent: flags must be 0, not {flags}")));
         }
-        let stream = handles::stream(&rt()?, stream)?;
         let event = handles::event(event)?;
-        stream.wait_event(&event)
+        handles::with_stream(rt()?, stream, |s| s.wait_event(&event))
     })
 }
 
@@ -145,13 +140,14 @@ pub unsafe extern "C" fn hipLaunchHostFunc(
 ) -> hipError_t {
     call(|| {
         let f = fn_.ok_or_else(|| Error::InvalidValue("hipLaunchHostFunc: null function".into()))?;
-        let stream = handles::stream(&rt()?, stream)?;
         let job = HostFn { f, user_data: userData as usize };
-        stream.launch_host_func(move || {
-            let job = job;
-            // SAFETY: HIP's contract: `fn` may be called with `userData` from
-            // another thread once the stream reaches this point.
-            unsafe { (job.f)(job.user_data as *mut c_void) }
+        handles::with_stream(rt()?, stream, move |s| {
+            s.launch_host_func(move || {
+                let job = job;
+                // SAFETY: HIP's contract: `fn` may be called with `userData` from
+                // another thread once the stream reaches this point.
+                unsafe { (job.f)(job.user_data as *mut c_void) }
+            })
         })
     })
 }
@@ -185,8 +181,7 @@ pub unsafe extern "C" fn hipEventCreateWithFlags(event: *mut hipEvent_t, flags: 
 pub unsafe extern "C" fn hipEventRecord(event: hipEvent_t, stream: hipStream_t) -> hipError_t {
     call(|| {
         let event = handles::event(event)?;
-        let stream = handles::stream(&rt()?, stream)?;
-        event.record(&stream)
+        handles::with_stream(rt()?, stream, |s| event.record(s))
     })
 }
 

@@ -36,7 +36,7 @@ pub unsafe extern "C" fn hipStreamCreateWithPriority(
 pub unsafe extern "C" fn hipStreamGetPriority(stream: hipStream_t, priority: *mut c_int) -> hipError_t {
     call(|| {
         non_null(priority, "hipStreamGetPriority: priority")?;
-        let p = if stream.is_null() { 0 } else { handles::stream(&rt()?, stream)?.priority()? };
+        let p = if stream.is_null() { 0 } else { handles::stream(rt()?, stream)?.priority()? };
         // SAFETY: non-null; a writable int (HIP's contract).
         unsafe { *priority = p };
         Ok(())
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn hipStreamGetFlags(stream: hipStream_t, flags: *mut c_ui
         let bits = if h == STREAM_LEGACY || h == STREAM_PER_THREAD {
             0
         } else {
-            handles::stream(&rt()?, stream)?.flags().bits()
+            handles::stream(rt()?, stream)?.flags().bits()
         };
         // SAFETY: non-null; a writable unsigned (HIP's contract).
         unsafe { *flags = bits };
@@ -88,7 +88,7 @@ pub unsafe extern "C" fn hipStreamAddCallback(
         if flags != 0 {
             return Err(Error::InvalidValue(format!("hipStreamAddCallback: flags must be 0, not {flags}")));
         }
-        let s = handles::stream(&rt()?, stream)?;
+        let s = handles::stream(rt()?, stream)?;
         let job = Callback { f, stream: stream as usize, user_data: userData as usize };
         s.launch_host_func(move || {
             let job = job;

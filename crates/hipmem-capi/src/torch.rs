@@ -10,7 +10,9 @@
 //! ```
 //!
 //! PyTorch passes its own CUDA streams (`cudaStream_t`; 0 is the device's
-//! legacy default stream). Memory comes from the device's current pool
+//! legacy default stream), made outside hipmem: each is adopted on its first
+//! use as a stream of the device PyTorch names (see [`crate::handles`]) and
+//! found in a per-thread cache afterwards. Memory comes from the device's current pool
 //! (`hipDeviceGetMemPool`) in that stream's order, and goes back to it in
 //! the order of the stream PyTorch frees on. A failure returns null with the
 //! reason logged (`HIPMEM_LOG`), never a crash: PyTorch turns a null into
@@ -72,9 +74,9 @@ pub extern "C" fn hipmem_torch_malloc(size: isize, device: c_int, stream: hipStr
         let size = u64::try_from(size)
             .map_err(|_| Error::InvalidValue(format!("hipmem_torch_malloc: negative size {size}")))?;
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
-        let stream = handles::stream_on(&rt, device, stream)?;
-        Ok(rt.malloc_async(size, &stream)?.0 as usize as *mut c_void)
+        let device = device_ordinal(rt, device)?;
+        let p = handles::with_stream_on(rt, device, stream, |s| rt.malloc_async(size, s))?;
+        Ok(p.0 as usize as *mut c_void)
     })
 }
 
@@ -89,9 +91,8 @@ pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int
             return Ok(());
         }
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
-        let stream = handles::stream_on(&rt, device, stream)?;
-        rt.free_async(DevicePtr(ptr as usize as u64), &stream)
+        let device = device_ordinal(rt, device)?;
+        handles::with_stream_on(rt, device, stream, |s| rt.free_async(DevicePtr(ptr as usize as u64), s))
     }));
     match result {
         Ok(Ok(())) => {}
@@ -107,7 +108,7 @@ pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int
 pub extern "C" fn hipmem_torch_empty_cache(device: c_int) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
+        let device = device_ordinal(rt, device)?;
         rt.device_synchronize(device)?;
         rt.mem_pool(device)?.trim_to(0)
     })
@@ -122,7 +123,7 @@ pub unsafe extern "C" fn hipmem_torch_stats(device: c_int, out: *mut hipmemPoolS
     call(|| {
         non_null(out, "hipmem_torch_stats: out")?;
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
+        let device = device_ordinal(rt, device)?;
         let s = rt.mem_pool(device)?.stats();
         let stats = hipmemPoolStats {
             reserved_current: s.reserved_current,
@@ -142,7 +143,7 @@ pub unsafe extern "C" fn hipmem_torch_stats(device: c_int, out: *mut hipmemPoolS
 pub extern "C" fn hipmem_torch_reset_peak(device: c_int) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let device = device_ordinal(&rt, device)?;
+        let device = device_ordinal(rt, device)?;
         let pool = rt.mem_pool(device)?;
         pool.set_attribute(PoolAttribute::ReservedMemHigh, 0)?;
         pool.set_attribute(PoolAttribute::UsedMemHigh, 0)

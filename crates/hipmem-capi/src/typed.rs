@@ -24,7 +24,7 @@ fn memset_async(dst: hipDeviceptr_t, value: FillValue, count: usize, stream: hip
             return Ok(());
         }
         let rt = rt()?;
-        let stream = handles::stream(&rt, stream)?;
+        let stream = handles::stream(rt, stream)?;
         rt.memset_elements_async(dptr(dst), value, count as u64, stream.raw())
     })
 }
@@ -293,13 +293,13 @@ pub unsafe extern "C" fn hipPointerGetAttribute(
             }
             HIP_POINTER_ATTRIBUTE_ACCESS_FLAGS => {
                 if known {
-                    (Value::U32(access_of(&rt, current_device(), p, &attrs)?), None)
+                    (Value::U32(access_of(rt, current_device(), p, &attrs)?), None)
                 } else {
                     (Value::U32(0), Some(unknown("ACCESS_FLAGS")))
                 }
             }
             HIP_POINTER_ATTRIBUTE_MEMPOOL_HANDLE => {
-                let handle = attrs.allocation.and_then(|a| pool_handle(&rt, &a));
+                let handle = attrs.allocation.and_then(|a| pool_handle(rt, &a));
                 match handle {
                     Some(h) => (Value::Ptr(h as usize as u64), None),
                     None => (

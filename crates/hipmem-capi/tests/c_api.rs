@@ -1140,3 +1140,425 @@ fn hipmem_set_inner_backend() {
         assert_eq!(hipGetLastError(), hipErrorInvalidValue);
     }
 }
+
+// ---- streams made outside hipmem (issue 13) ----------------------------------------------
+
+/// The backend the C ABI's runtime runs on.
+fn backend_kind() -> hipmem_rs::backend::BackendKind {
+    init();
+    hipmem_rs::Runtime::global().expect("the global runtime").backend_kind()
+}
+
+/// Every export that takes a stream, called on `s`: (name, code).
+unsafe fn every_stream_call(
+    s: hipStream_t,
+    pool: hipMemPool_t,
+    live: *mut c_void,
+) -> Vec<(&'static str, i32)> {
+    unsafe {
+        let mut p: *mut c_void = null_mut();
+        let mut e: hipEvent_t = null_mut();
+        assert_eq!(hipEventCreate(&mut e), hipSuccess);
+        let mut host = [0u8; 64];
+        let out = vec![
+            ("hipMallocAsync", hipMallocAsync(&mut p, 64, s)),
+            ("hipFreeAsync", hipFreeAsync(live, s)),
+            ("hipMallocFromPoolAsync", hipMallocFromPoolAsync(&mut p, 64, pool, s)),
+            ("hipMemcpyAsync", hipMemcpyAsync(host.as_mut_ptr().cast(), live, 64, hipMemcpyDeviceToHost, s)),
+            ("hipMemsetAsync", hipMemsetAsync(live, 1, 64, s)),
+            ("hipEventRecord", hipEventRecord(e, s)),
+            ("hipStreamWaitEvent", hipStreamWaitEvent(s, e, 0)),
+            ("hipStreamSynchronize", hipStreamSynchronize(s)),
+            ("hipStreamQuery", hipStreamQuery(s)),
+            ("hipLaunchHostFunc", hipLaunchHostFunc(s, Some(count_call), null_mut())),
+            ("hipMemPrefetchAsync", hipMemPrefetchAsync(live, 64, 0, s)),
+            ("hipStreamAttachMemAsync", hipStreamAttachMemAsync(s, live, 0, hipMemAttachGlobal)),
+            (
+                "hipmem_torch_malloc",
+                if hipmem_torch_malloc(64, 0, s).is_null() { hipGetLastError() } else { hipSuccess },
+            ),
+            ("hipStreamDestroy", hipStreamDestroy(s)),
+        ];
+        assert!(p.is_null(), "no allocation on a refused stream");
+        assert_eq!(hipEventDestroy(e), hipSuccess);
+        out
+    }
+}
+
+/// Checks that every stream call on `s` is InvalidHandle (hipMemPrefetchAsync:
+/// ContextIsDestroyed, HIP's code there) and that `live` stayed allocated.
+unsafe fn assert_refused_everywhere(s: hipStream_t, what: &str) {
+    unsafe {
+        let mut pool: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolCreate(&mut pool, &pool_props(0)), hipSuccess);
+        let mut live: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut live, 4096, pool, null_mut()), hipSuccess);
+        for (call, code) in every_stream_call(s, pool, live) {
+            let want = if call == "hipMemPrefetchAsync" {
+                hipErrorContextIsDestroyed
+            } else {
+                hipErrorInvalidHandle
+            };
+            assert_eq!(code, want, "{call} on {what} {s:p}");
+        }
+        // hipmem_torch_free logs and returns; the block stays allocated.
+        hipmem_torch_free(live, 4096, 0, s);
+        let mut used: u64 = 0;
+        assert_eq!(
+            hipMemPoolGetAttribute(pool, hipMemPoolAttrUsedMemCurrent, (&raw mut used).cast()),
+            hipSuccess
+        );
+        assert_eq!(used, 4096, "nothing was freed on {what} {s:p}");
+        assert_eq!(hipFreeAsync(live, null_mut()), hipSuccess);
+        assert_eq!(hipStreamSynchronize(null_mut()), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+    }
+}
+
+#[test]
+fn foreign_handles_are_invalid_everywhere_on_the_cpu_backend() {
+    if backend_kind() != hipmem_rs::backend::BackendKind::Host {
+        return;
+    }
+    // SAFETY (whole block): plain FFI calls with valid out-pointers.
+    unsafe {
+        for h in [0xdead0usize, 0xbad0, 0x7f00_dead_0000, 0x10] {
+            assert_refused_everywhere(h as hipStream_t, "a made-up handle");
+        }
+        // A destroyed stream of hipmem's, on every function.
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocAsync(&mut p, 256, s), hipSuccess, "cached by this thread");
+        assert_eq!(hipFreeAsync(p, s), hipSuccess);
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+        assert_refused_everywhere(s, "a destroyed stream");
+    }
+}
+
+/// A stream destroyed on one thread is refused on every other, including
+/// threads whose cache holds it: while one of them still holds its clone
+/// (so the runtime still finds it by handle), another's lookup refuses it.
+#[test]
+fn a_destroyed_stream_is_refused_by_threads_that_cached_it() {
+    use std::sync::{Arc, Barrier};
+    init();
+    let mut s: hipStream_t = null_mut();
+    // SAFETY: a valid out-pointer.
+    assert_eq!(unsafe { hipStreamCreate(&mut s) }, hipSuccess);
+    let h = s as usize;
+    let steps = Arc::new(Barrier::new(3));
+    // Each thread returns its codes (asserted after the join, so a failure
+    // never leaves the others waiting at a barrier).
+    let spawn = |holder: bool| {
+        let steps = Arc::clone(&steps);
+        std::thread::spawn(move || -> Vec<(&'static str, i32)> {
+            let s = h as hipStream_t;
+            let mut p: *mut c_void = null_mut();
+            let mut codes = Vec::new();
+            // SAFETY: plain FFI calls with valid out-pointers.
+            unsafe {
+                codes.push(("hipMallocAsync before", hipMallocAsync(&mut p, 512, s)));
+                codes.push(("hipFreeAsync before", hipFreeAsync(p, s)));
+                steps.wait(); // both threads cached the stream
+                steps.wait(); // the main thread destroyed it
+                if !holder {
+                    // The holder's clone keeps the stream alive meanwhile.
+                    codes.push(("hipStreamQuery after", hipStreamQuery(s)));
+                    codes.push(("hipMallocAsync after", hipMallocAsync(&mut p, 512, s)));
+                }
+                steps.wait(); // the asker is done; the holder looks now
+                if holder {
+                    codes.push(("hipStreamSynchronize after", hipStreamSynchronize(s)));
+                }
+            }
+            codes
+        })
+    };
+    let (holder, asker) = (spawn(true), spawn(false));
+    steps.wait();
+    // SAFETY: a live stream, destroyed once; then plain FFI calls.
+    let (destroyed, query) = unsafe { (hipStreamDestroy(s), hipStreamQuery(s)) };
+    steps.wait();
+    steps.wait();
+    let codes: Vec<_> = [asker, holder].into_iter().flat_map(|t| t.join().unwrap()).collect();
+    assert_eq!(destroyed, hipSuccess);
+    assert_eq!(query, hipErrorInvalidHandle, "the destroying thread");
+    assert_eq!(codes.len(), 7);
+    for (call, code) in codes {
+        let want = if call.ends_with("before") { hipSuccess } else { hipErrorInvalidHandle };
+        assert_eq!(code, want, "{call} on another thread");
+    }
+}
+
+/// 16 threads, each with streams of its own and one shared stream, allocate
+/// from one pool and free across streams and threads (blocks change hands
+/// through a shared list) while streams are created and destroyed under
+/// them: no call fails, and the pool's used bytes come back to 0.
+#[test]
+fn streams_under_16_threads_free_across_streams_and_threads() {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    init();
+    let mut pool: hipMemPool_t = null_mut();
+    let mut shared: hipStream_t = null_mut();
+    // SAFETY: valid out-pointers.
+    unsafe {
+        assert_eq!(hipMemPoolCreate(&mut pool, &pool_props(0)), hipSuccess);
+        assert_eq!(hipStreamCreateWithFlags(&mut shared, hipStreamNonBlockingFlag()), hipSuccess);
+    }
+    let (pool_h, shared_h) = (pool as usize, shared as usize);
+    let handoff: Arc<Mutex<Vec<usize>>> = Arc::new(Mutex::new(Vec::new()));
+    let window = Duration::from_millis(1200);
+    let threads: Vec<_> = (0..16u64)
+        .map(|t| {
+            let handoff = Arc::clone(&handoff);
+            std::thread::spawn(move || -> u64 {
+                let (pool, shared) = (pool_h as hipMemPool_t, shared_h as hipStream_t);
+                let mut ops = 0u64;
+                // SAFETY: plain FFI calls; every pointer freed was allocated
+                // here or handed over by another thread and is freed once.
+                unsafe {
+                    let (mut a, mut b): (hipStream_t, hipStream_t) = (null_mut(), null_mut());
+                    assert_eq!(hipStreamCreate(&mut a), hipSuccess);
+                    assert_eq!(hipStreamCreateWithFlags(&mut b, hipStreamNonBlockingFlag()), hipSuccess);
+                    let streams = [a, b, shared, null_mut()];
+                    let t0 = Instant::now();
+                    let mut i = t as usize;
+                    let mut born = 0;
+                    while t0.elapsed() < window {
+                        let (on, off) = (streams[i % 4], streams[(i + 1) % 4]);
+                        let size = 256 << (i % 7);
+                        let (mut p, mut q): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+                        assert_eq!(hipMallocFromPoolAsync(&mut p, size, pool, on), hipSuccess);
+                        assert_eq!(hipMallocFromPoolAsync(&mut q, size, pool, off), hipSuccess);
+                        assert_eq!(hipFreeAsync(p, off), hipSuccess, "cross-stream free");
+                        if i % 3 == 0 {
+                            // Someone else frees it, on their streams.
+                            handoff.lock().unwrap().push(q as usize);
+                        } else {
+                            assert_eq!(hipFreeAsync(q, on), hipSuccess);
+                        }
+                        let theirs = handoff.lock().unwrap().pop();
+                        if let Some(r) = theirs {
+                            assert_eq!(hipFreeAsync(r as *mut c_void, on), hipSuccess, "cross-thread free");
+                        }
+                        if i % 64 == 0 && born < 16 {
+                            // A stream born and destroyed: every thread's cache refreshes.
+                            // (A few only: the CPU backend's handles count up, and
+                            // other tests use made-up handles such as 0xbad0.)
+                            born += 1;
+                            let mut c: hipStream_t = null_mut();
+                            assert_eq!(hipStreamCreate(&mut c), hipSuccess);
+                            assert_eq!(hipMallocFromPoolAsync(&mut p, 4096, pool, c), hipSuccess);
+                            assert_eq!(hipFreeAsync(p, c), hipSuccess);
+                            assert_eq!(hipStreamDestroy(c), hipSuccess);
+                            assert_eq!(hipStreamQuery(c), hipErrorInvalidHandle);
+                            assert_eq!(hipGetLastError(), hipErrorInvalidHandle, "the refusal is recorded");
+                        }
+                        i += 1;
+                        ops += 1;
+                    }
+                    assert_eq!(hipStreamSynchronize(a), hipSuccess);
+                    assert_eq!(hipStreamSynchronize(b), hipSuccess);
+                    assert_eq!(hipStreamDestroy(a), hipSuccess);
+                    assert_eq!(hipStreamDestroy(b), hipSuccess);
+                    assert_eq!(hipGetLastError(), hipSuccess, "no call failed on thread {t}");
+                }
+                ops
+            })
+        })
+        .collect();
+    let ops: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(ops > 16 * 10, "only {ops} rounds in all");
+    // SAFETY: plain FFI calls; the handed-over pointers are live and freed once.
+    unsafe {
+        for r in handoff.lock().unwrap().drain(..) {
+            assert_eq!(hipFreeAsync(r as *mut c_void, shared), hipSuccess);
+        }
+        assert_eq!(hipStreamSynchronize(shared), hipSuccess);
+        assert_eq!(hipStreamDestroy(shared), hipSuccess);
+        let mut used: u64 = u64::MAX;
+        assert_eq!(
+            hipMemPoolGetAttribute(pool, hipMemPoolAttrUsedMemCurrent, (&raw mut used).cast()),
+            hipSuccess
+        );
+        assert_eq!(used, 0, "every block came back to the pool");
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+    }
+}
+
+/// The CUDA driver calls a foreign stream needs, loaded at run time (as
+/// the conformance suite's `foreign_streams` does).
+mod cuda {
+    use std::ffi::{c_int, c_uint, c_void};
+
+    type Ctx = *mut c_void;
+    type CuStream = *mut c_void;
+
+    pub struct Driver {
+        _lib: libloading::Library,
+        retain: unsafe extern "C" fn(*mut Ctx, c_int) -> u32,
+        set_current: unsafe extern "C" fn(Ctx) -> u32,
+        create: unsafe extern "C" fn(*mut CuStream, c_uint) -> u32,
+        destroy: unsafe extern "C" fn(CuStream) -> u32,
+    }
+
+    impl Driver {
+        pub fn open() -> Driver {
+            // SAFETY: loading libcuda runs its initializers, which have no
+            // preconditions; the symbols are looked up with the signatures
+            // cuda.h declares for them.
+            unsafe {
+                let lib = libloading::Library::new("libcuda.so.1").expect("libcuda.so.1");
+                let retain = *lib.get(b"cuDevicePrimaryCtxRetain\0").expect("cuDevicePrimaryCtxRetain");
+                let set_current = *lib.get(b"cuCtxSetCurrent\0").expect("cuCtxSetCurrent");
+                let create = *lib.get(b"cuStreamCreate\0").expect("cuStreamCreate");
+                let destroy = *lib.get(b"cuStreamDestroy_v2\0").expect("cuStreamDestroy_v2");
+                Driver { _lib: lib, retain, set_current, create, destroy }
+            }
+        }
+
+        /// A stream of `device`'s primary context, made by the driver.
+        pub fn create_stream(&self, device: usize, flags: u32) -> super::hipStream_t {
+            let mut ctx: Ctx = std::ptr::null_mut();
+            let mut s: CuStream = std::ptr::null_mut();
+            // SAFETY: valid out-pointers; the runtime already initialized the
+            // driver (cuInit) and retains the same primary context.
+            unsafe {
+                assert_eq!((self.retain)(&mut ctx, device as c_int), 0, "cuDevicePrimaryCtxRetain");
+                assert_eq!((self.set_current)(ctx), 0, "cuCtxSetCurrent");
+                assert_eq!((self.create)(&mut s, flags), 0, "cuStreamCreate");
+            }
+            s
+        }
+
+        pub fn destroy_stream(&self, s: super::hipStream_t) {
+            // SAFETY: a stream this driver created and nobody destroyed.
+            assert_eq!(unsafe { (self.destroy)(s) }, 0, "cuStreamDestroy");
+        }
+    }
+}
+
+/// Host function for the foreign stream test.
+static FOREIGN_HOST_FN_CALLS: AtomicUsize = AtomicUsize::new(0);
+unsafe extern "C" fn count_foreign_call(_: *mut c_void) {
+    FOREIGN_HOST_FN_CALLS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// On cuda (`HIPMEM_BACKEND=cuda`): a stream made by `cuStreamCreate` works
+/// in every function that takes a stream, memory crosses between it and a
+/// hipmem stream in both directions (ordered by events), a block freed on it
+/// comes back at once on it, and `hipStreamDestroy` destroys it.
+#[test]
+fn a_foreign_cuda_stream_works_in_every_stream_function() {
+    if backend_kind() != hipmem_rs::backend::BackendKind::Cuda {
+        return;
+    }
+    // Small: hipMallocAsync uses the device's current pool, which another
+    // test may briefly set to a pool of 4 MiB.
+    const N: usize = 256 << 10;
+    let drv = cuda::Driver::open();
+    let f = drv.create_stream(0, 1);
+    // SAFETY (whole block): FFI calls with valid out-pointers and host
+    // buffers of the sizes given; every device pointer is freed once.
+    unsafe {
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreateWithFlags(&mut s, hipStreamNonBlockingFlag()), hipSuccess);
+        let mut e: hipEvent_t = null_mut();
+        assert_eq!(hipEventCreate(&mut e), hipSuccess);
+        let mut host = vec![0u8; N];
+
+        // Allocation, memset, copy, query and synchronize on the foreign stream.
+        let (mut a, mut b): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+        assert_eq!(hipMallocAsync(&mut a, N, f), hipSuccess);
+        assert_eq!(hipMemsetAsync(a, 0x5a, N, f), hipSuccess);
+        assert_eq!(hipMallocAsync(&mut b, N, f), hipSuccess);
+        assert_eq!(hipMemcpyAsync(b, a, N, hipMemcpyDeviceToDevice, f), hipSuccess);
+        assert_eq!(hipLaunchHostFunc(f, Some(count_foreign_call), null_mut()), hipSuccess);
+        assert_eq!(hipStreamSynchronize(f), hipSuccess);
+        assert_eq!(FOREIGN_HOST_FN_CALLS.load(Ordering::SeqCst), 1);
+        assert_eq!(hipStreamQuery(f), hipSuccess);
+        assert_eq!(hipMemcpy(host.as_mut_ptr().cast(), b, N, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(host.iter().all(|&x| x == 0x5a), "memset and copy on the foreign stream");
+
+        // Memory of the hipmem stream, written there, read and freed on the
+        // foreign one after an event.
+        let mut c: *mut c_void = null_mut();
+        assert_eq!(hipMallocAsync(&mut c, N, s), hipSuccess);
+        assert_eq!(hipMemsetAsync(c, 0x33, N, s), hipSuccess);
+        assert_eq!(hipEventRecord(e, s), hipSuccess);
+        assert_eq!(hipStreamWaitEvent(f, e, 0), hipSuccess);
+        assert_eq!(hipMemcpyAsync(b, c, N, hipMemcpyDeviceToDevice, f), hipSuccess);
+        assert_eq!(hipFreeAsync(c, f), hipSuccess, "hipmem-stream memory freed on the foreign stream");
+        // Memory of the foreign stream, written there, read and freed on the
+        // hipmem stream after an event.
+        let mut d: *mut c_void = null_mut();
+        assert_eq!(hipMallocAsync(&mut d, N, f), hipSuccess);
+        assert_eq!(hipMemsetAsync(d, 0x44, N, f), hipSuccess);
+        assert_eq!(hipEventRecord(e, f), hipSuccess);
+        assert_eq!(hipStreamWaitEvent(s, e, 0), hipSuccess);
+        assert_eq!(hipMemcpyAsync(a, d, N, hipMemcpyDeviceToDevice, s), hipSuccess);
+        assert_eq!(hipFreeAsync(d, s), hipSuccess, "foreign-stream memory freed on the hipmem stream");
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(f), hipSuccess);
+        assert_eq!(hipMemcpy(host.as_mut_ptr().cast(), b, N, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(host.iter().all(|&x| x == 0x33), "the foreign stream read after the hipmem stream's event");
+        assert_eq!(hipMemcpy(host.as_mut_ptr().cast(), a, N, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(host.iter().all(|&x| x == 0x44), "the hipmem stream read after the foreign stream's event");
+
+        // A block freed on the foreign stream comes back at once there
+        // (a pool of this test's own, so no other test's synchronization
+        // moves its blocks).
+        let mut pool: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolCreate(&mut pool, &pool_props(0)), hipSuccess);
+        let keep = u64::MAX;
+        assert_eq!(
+            hipMemPoolSetAttribute(pool, hipMemPoolAttrReleaseThreshold, (&raw const keep) as *mut c_void),
+            hipSuccess
+        );
+        let (mut x, mut y): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+        assert_eq!(hipMallocFromPoolAsync(&mut x, N, pool, f), hipSuccess);
+        assert_eq!(hipMemsetAsync(x, 1, N, f), hipSuccess);
+        assert_eq!(hipFreeAsync(x, f), hipSuccess);
+        assert_eq!(hipMallocFromPoolAsync(&mut y, N, pool, f), hipSuccess);
+        assert_eq!(y, x, "a block freed on the foreign stream is reused there at once");
+        assert_eq!(hipFreeAsync(y, f), hipSuccess);
+        // PyTorch's entry points on the foreign stream.
+        let t = hipmem_torch_malloc(N as isize, 0, f);
+        assert!(!t.is_null());
+        hipmem_torch_free(t, N, 0, f);
+        assert_eq!(hipStreamSynchronize(f), hipSuccess);
+        let mut used: u64 = u64::MAX;
+        assert_eq!(
+            hipMemPoolGetAttribute(pool, hipMemPoolAttrUsedMemCurrent, (&raw mut used).cast()),
+            hipSuccess
+        );
+        assert_eq!(used, 0);
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+
+        // hipStreamDestroy of the foreign stream destroys it; the handle is
+        // then refused without reaching the driver.
+        assert_eq!(hipFreeAsync(a, f), hipSuccess);
+        assert_eq!(hipFreeAsync(b, f), hipSuccess);
+        assert_eq!(hipStreamDestroy(f), hipSuccess);
+        assert_eq!(hipStreamSynchronize(f), hipErrorInvalidHandle);
+        assert_eq!(hipStreamQuery(f), hipErrorInvalidHandle);
+        assert_eq!(hipMallocAsync(&mut a, 64, f), hipErrorInvalidHandle);
+        assert_eq!(hipStreamDestroy(f), hipErrorInvalidHandle, "destroyed once");
+
+        // A foreign stream hipmem never saw: hipStreamDestroy refuses it
+        // without asking the driver; its owner destroys it.
+        let g = drv.create_stream(0, 0);
+        assert_eq!(hipStreamDestroy(g), hipErrorInvalidHandle);
+        drv.destroy_stream(g);
+
+        // Handles outside readable memory are refused by the readability check.
+        for h in [0xdead0usize, 0xbad0] {
+            assert_eq!(hipStreamQuery(h as hipStream_t), hipErrorInvalidHandle);
+        }
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+        assert_eq!(hipEventDestroy(e), hipSuccess);
+        let _ = hipGetLastError();
+    }
+}

@@ -1,5 +1,8 @@
 //! The `hipmem` command: device information, the guided tour of HIP's memory
 //! model, and benchmarks against the driver's own paths.
+//!
+//! No `unsafe` code, except in `bench/c_abi.rs`, which calls C functions.
+#![deny(unsafe_code)]
 
 mod bench;
 mod info;

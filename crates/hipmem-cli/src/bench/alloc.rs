@@ -12,8 +12,14 @@
 //! - `random_allocations`: RMM's workload (73% allocations, 27% frees of a
 //!   random live block, sizes uniform up to 2 MiB, capped total), time and
 //!   fragmentation = peak reserved / peak requested;
+//! - `c_abi_pair_latency`: the pair through libhipmem's exported functions
+//!   (`hipMallocAsync` + `hipFreeAsync`) on the null stream, a stream made by
+//!   `hipStreamCreate` and (cuda) a stream made by the driver, next to the
+//!   same pair through the Rust API on the same kinds of stream, the median
+//!   of several repetitions, with ratios (see `c_abi.rs`);
 //! - `threads`: 1, 4 and 16 threads, each on its own stream, aggregate pairs/s.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -29,6 +35,7 @@ pub struct Scale {
     loop_iterations: usize,
     random_ops: [usize; 2],
     thread_window: Duration,
+    c_abi_repetitions: usize,
 }
 
 impl Scale {
@@ -39,6 +46,7 @@ impl Scale {
             loop_iterations: 1000,
             random_ops: [10_000, 100_000],
             thread_window: Duration::from_millis(400),
+            c_abi_repetitions: 7,
         }
     }
 
@@ -49,6 +57,7 @@ impl Scale {
             loop_iterations: 50,
             random_ops: [500, 2_000],
             thread_window: Duration::from_millis(30),
+            c_abi_repetitions: 3,
         }
     }
 }
@@ -138,9 +147,12 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
     }
     allocators.push(Allocator::Direct);
     let sizes = [256u64, 64 << 10, 2 << 20, 64 << 20];
-    let mut progress = Progress::new(sizes.len() * allocators.len() + 4 + 2 * allocators.len() + 3);
+    let c_abi_sizes = [256u64, 64 << 10];
+    let mut progress =
+        Progress::new(sizes.len() * allocators.len() + c_abi_sizes.len() + 4 + 2 * allocators.len() + 3);
 
     // ---- pair latency ----
+    let mut rust_pool_pair = HashMap::new();
     for &size in &sizes {
         let mut medians = Vec::new();
         for a in &allocators {
@@ -151,10 +163,22 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
             medians.push((a.name(), median));
         }
         let hipmem = medians[0].1;
+        rust_pool_pair.insert(size, hipmem);
         for (name, m) in &medians[1..] {
             report.push("pair_latency", name, Some(size), "median_vs_hipmem", m / hipmem, "x");
         }
     }
+
+    // ---- the same pair through the C ABI ----
+    super::c_abi::run(
+        rt,
+        &mut report,
+        &mut progress,
+        &c_abi_sizes,
+        scale.samples,
+        scale.c_abi_repetitions,
+        &rust_pool_pair,
+    )?;
 
     // ---- the seeds' loop ----
     let loop_size = 1u64 << 20;

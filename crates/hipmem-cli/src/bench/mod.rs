@@ -6,6 +6,7 @@
 //! meaningful on the GPU machine; the ratios are the point.
 
 pub mod alloc;
+pub mod c_abi;
 pub mod copy;
 pub mod managed;
 pub mod peer;
@@ -88,13 +89,13 @@ impl Report {
         }
         println!("bench {}  backend {}  device {}", self.bench, self.backend, self.device);
         println!(
-            "{:<26} {:<18} {:>10} {:<26} {:>14} {:<8}",
+            "{:<26} {:<20} {:>10} {:<26} {:>14} {:<8}",
             "case", "allocator", "size", "metric", "value", "unit"
         );
         for r in &self.results {
             let size = r.size_bytes.map(crate::report::bytes).unwrap_or_default();
             println!(
-                "{:<26} {:<18} {:>10} {:<26} {:>14} {:<8}",
+                "{:<26} {:<20} {:>10} {:<26} {:>14} {:<8}",
                 r.case,
                 r.allocator,
                 size,

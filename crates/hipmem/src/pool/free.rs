@@ -2,8 +2,10 @@
 //! pool pointer), for memory of any pool of the runtime.
 #![forbid(unsafe_code)]
 
+use std::any::Any;
+
 use super::core::StreamRef;
-use super::stream_cache::{self, FastFree};
+use super::stream_cache::{self, CachedBlock, FastFree, Slot};
 use super::table::table;
 use crate::backend::{DevicePtr, RawStream};
 use crate::error::{Error, Result};
@@ -20,22 +22,39 @@ impl Runtime {
         let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
             (slot.pool_id, slot.free_fast(ptr.0), slot.pool_alive())
         });
-        match fast {
+        let trace = |pool: u64| crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
+        let tried = match fast {
             Some((pool, FastFree::Done, true)) => {
-                crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
+                trace(pool);
                 return Some(Ok(()));
             }
-            None | Some((_, FastFree::NotHere, _)) => {}
+            None => None,
+            Some((pool, FastFree::NotHere, _)) => Some(pool),
             Some((pool, done, _)) => {
-                crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
-                let evicted = match done {
-                    FastFree::Evicted(b) => Some(b),
-                    _ => None,
-                };
+                trace(pool);
                 if let Some(core) = table(self).get(pool) {
-                    core.after_free(&core.slot_for(&StreamRef::of(stream)), evicted);
+                    core.after_free(&core.slot_for(&StreamRef::of(stream)), evicted(done));
                 }
                 return Some(Ok(()));
+            }
+        };
+        // The slot the stream carries (of the first pool used on it), which
+        // another thread may have allocated through: a free on the stream
+        // the block was allocated on needs no global lookup either.
+        if let Some(slot) = primary_slot(stream).filter(|s| tried != Some(s.pool_id)) {
+            match slot.free_fast(ptr.0) {
+                FastFree::Done if slot.pool_alive() => {
+                    trace(slot.pool_id);
+                    return Some(Ok(()));
+                }
+                FastFree::NotHere => {}
+                done => {
+                    trace(slot.pool_id);
+                    if let Some(core) = table(self).get(slot.pool_id) {
+                        core.after_free(slot, evicted(done));
+                    }
+                    return Some(Ok(()));
+                }
             }
         }
         let a = self.allocations().find(ptr.0)?;
@@ -89,6 +108,21 @@ impl Runtime {
         let pool = super::table::table_if_made(self)?.imported_containing(ptr)?;
         Some(pool.free_pointer(ptr))
     }
+}
+
+/// The block a fast free evicted from the stream's cache, if any.
+fn evicted(done: FastFree) -> Option<CachedBlock> {
+    match done {
+        FastFree::Evicted(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// The pool slot `stream` carries for its fast path, if a hipmem pool
+/// filled it.
+fn primary_slot(stream: &CoreStream) -> Option<&Slot> {
+    let front: &dyn Any = &*stream.fast_slot().get()?.front;
+    front.downcast_ref::<Slot>()
 }
 
 fn gone(ptr: DevicePtr) -> Error {

@@ -206,7 +206,12 @@ impl PoolTable {
         self.current_ids.get(device).map(|c| c.load(Ordering::Acquire)).unwrap_or(0)
     }
 
+    /// A hipmem pool by id. The devices' default pools (what `hipMallocAsync`
+    /// uses unless told otherwise) are found without the table's lock.
     pub(crate) fn get(&self, id: u64) -> Option<Arc<PoolCore>> {
+        if let Some(p) = self.defaults.iter().filter_map(OnceLock::get).find(|p| p.id == id) {
+            return Some(Arc::clone(p));
+        }
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
     }
 

@@ -240,6 +240,44 @@ fn four_threads_allocate_and_free_on_a_shared_pool() {
     assert!(rt.take_drop_errors().is_empty());
 }
 
+/// Blocks allocated on a stream by one thread and freed on the same stream
+/// by another thread that never used it (the stream's own slot takes them
+/// back), and blocks of a second pool on that stream (not the stream's own
+/// slot: found through the registry): every free lands, the statistics are
+/// exact, and a block freed on the stream comes back at once there.
+#[test]
+fn blocks_freed_on_their_stream_by_another_thread() {
+    let rt = private_runtime();
+    let (first, second) = (new_pool(&rt, 0), new_pool(&rt, 0));
+    let s = stream0(&rt);
+    let size = 64 << 10;
+    let mut blocks: Vec<DevicePtr> = (0..8).map(|_| first.alloc_raw(size, &s).unwrap()).collect();
+    blocks.extend((0..8).map(|_| second.alloc_raw(size, &s).unwrap()));
+    assert_eq!(first.stats().used_current, 8 * size);
+    assert_eq!(second.stats().used_current, 8 * size);
+    let freed = blocks.clone();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                for p in freed {
+                    rt.free_async(p, &s).unwrap();
+                }
+            })
+            .join()
+            .unwrap();
+    });
+    assert_eq!(first.stats().used_current, 0, "{:?}", first.stats());
+    assert_eq!(second.stats().used_current, 0, "{:?}", second.stats());
+    let again = first.alloc_raw(size, &s).unwrap();
+    assert!(blocks[..8].contains(&again), "a block freed on the stream comes back there at once");
+    rt.free_async(again, &s).unwrap();
+    expect_err(rt.free_async(blocks[0], &s), 1, &[]);
+    s.synchronize().unwrap();
+    first.check_invariants().unwrap();
+    second.check_invariants().unwrap();
+    assert!(rt.take_drop_errors().is_empty());
+}
+
 /// Two runtimes in one process (and one thread) keep separate pools: what one
 /// allocates never shows in the other's statistics or memory.
 #[test]

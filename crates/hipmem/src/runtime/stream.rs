@@ -290,6 +290,10 @@ impl Runtime {
         }
         self.check_device(raw.device)?;
         let mut table = self.inner.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        // Another thread may have adopted it since the look above.
+        if let Some(s) = self.adopted_in(&mut table, raw) {
+            return Ok(s);
+        }
         // New, or named with another device: the backend decides (its owner
         // may have destroyed it and made one with the same handle elsewhere).
         let flags = self.backend().stream_adopt(raw.device, raw.handle)?;
@@ -317,6 +321,11 @@ impl Runtime {
     /// handle's state, or a new one on the stream's lasting clock.
     fn adopted_stream(&self, raw: RawStream) -> Option<CoreStream> {
         let mut table = self.inner.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        self.adopted_in(&mut table, raw)
+    }
+
+    /// [`Runtime::adopted_stream`] in the locked table.
+    fn adopted_in(&self, table: &mut HashMap<u64, Adopted>, raw: RawStream) -> Option<CoreStream> {
         let a = table.get_mut(&raw.handle).filter(|a| a.device == raw.device)?;
         if let Some(state) = a.state.upgrade() {
             return Some(CoreStream { state });

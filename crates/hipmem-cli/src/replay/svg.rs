@@ -449,9 +449,16 @@ fn address_map(s: &mut String, top: f64, pool: &str, runs: &[AddressRun], w: &Wo
             largest_free = largest_free.max(r.size);
         }
     }
+    // Long unbacked stretches (between a pool's size-class parts, each as
+    // large as twice the device) are drawn short, so the backed memory gets
+    // the room: at most a twentieth of the backed bytes each.
+    let backed: u64 = shown.iter().filter(|r| r.kind.is_backed()).map(|r| r.size).sum();
+    let gap = (backed / 20).max(1);
+    let drawn = |r: &AddressRun| if r.kind == RunKind::Unbacked { r.size.min(gap) } else { r.size };
+    let drawn_extent: u64 = shown.iter().map(drawn).sum();
     let cells_per_row = (PLOT_W / CELL) as usize;
     let cells = cells_per_row * MAP_ROWS;
-    let per_cell = (extent as f64 / cells as f64).max(1.0);
+    let per_cell = (drawn_extent as f64 / cells as f64).max(1.0);
     let mut bytes = vec![[0f64; 5]; cells];
     let mut boundaries = Vec::new();
     let mut offset = 0u64;
@@ -461,7 +468,8 @@ fn address_map(s: &mut String, top: f64, pool: &str, runs: &[AddressRun], w: &Wo
             boundaries.push(offset);
         }
         prev_end = Some(r.end());
-        let (a, b) = (offset as f64 / per_cell, (offset + r.size) as f64 / per_cell);
+        let size = drawn(r);
+        let (a, b) = (offset as f64 / per_cell, (offset + size) as f64 / per_cell);
         let k = kind_index(r.kind);
         let mut c = a.floor() as usize;
         while (c as f64) < b && c < cells {
@@ -470,7 +478,7 @@ fn address_map(s: &mut String, top: f64, pool: &str, runs: &[AddressRun], w: &Wo
             bytes[c][k] += (hi - lo) * per_cell;
             c += 1;
         }
-        offset += r.size;
+        offset += size;
     }
     let dominant: Vec<Option<usize>> = bytes
         .iter()
@@ -493,7 +501,7 @@ fn address_map(s: &mut String, top: f64, pool: &str, runs: &[AddressRun], w: &Wo
             format!("; {} more reserved, unbacked", report::bytes(beyond))
         } else {
             String::new()
-        }
+        } + if drawn_extent < extent { "; long unbacked stretches drawn short" } else { "" }
     );
     let _ = writeln!(s, r#"<g id="address-map" data-pool="{}" data-extent="{extent}">"#, esc(pool));
     let _ = writeln!(
@@ -503,8 +511,8 @@ fn address_map(s: &mut String, top: f64, pool: &str, runs: &[AddressRun], w: &Wo
     );
     let _ = writeln!(s, r##"<text x="{LEFT}" y="{:.1}" fill="#374151">{}</text>"##, top + 20.0, esc(&detail));
     let rows_top = top + 34.0;
-    let row_bytes = extent as f64 / MAP_ROWS as f64;
-    let (bdiv, bunit) = byte_unit(extent);
+    let row_bytes = drawn_extent as f64 / MAP_ROWS as f64;
+    let (bdiv, bunit) = byte_unit(drawn_extent);
     for row in 0..MAP_ROWS {
         let y = rows_top + row as f64 * (ROW_H + ROW_GAP);
         let _ = writeln!(

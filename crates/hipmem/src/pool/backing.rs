@@ -63,8 +63,9 @@ pub(crate) struct VirtualRange {
 }
 
 /// The share of wall-clock time a pool may spend in driver calls that move
-/// memory (`HIPMEM_POOL_MOVE_SHARE`, percent, default 2), and the most it
-/// saves up (`MOVE_BURST`).
+/// memory (`HIPMEM_POOL_MOVE_SHARE`, percent, default 1), on top of the
+/// [`MOVE_BURST`] it starts with and saves up to: enough for the moves of a
+/// training run's first steps, at most 1% of the time after them.
 fn move_share() -> f64 {
     static SHARE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *SHARE.get_or_init(|| {
@@ -72,13 +73,13 @@ fn move_share() -> f64 {
             .ok()
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|p| (0.0..=100.0).contains(p))
-            .unwrap_or(2.0)
+            .unwrap_or(1.0)
             / 100.0
     })
 }
 
 /// Seconds of moving a pool may save up (and starts with).
-const MOVE_BURST: f64 = 0.05;
+const MOVE_BURST: f64 = 0.25;
 
 /// A physical granule.
 #[derive(Clone, Debug)]

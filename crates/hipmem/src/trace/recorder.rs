@@ -265,12 +265,41 @@ pub(super) fn record(kind: EventKind, pool: u64, stream: u64, device: usize, add
 pub fn init_from_env() {
     ENV_ONCE.call_once(|| {
         if let Some(path) = std::env::var_os("HIPMEM_TRACE").filter(|p| !p.is_empty()) {
-            if let Err(e) = start_inner(Path::new(&path)) {
+            let path = env_trace_path(Path::new(&path), std::process::id());
+            if let Err(e) = start_inner(&path) {
                 report(&format!("HIPMEM_TRACE: {}; not recording", e.message()));
             }
         }
         let _ = STATE.compare_exchange(UNINIT, OFF, Ordering::AcqRel, Ordering::Acquire);
     });
+}
+
+/// The file `HIPMEM_TRACE` names for process `pid`: `%p` in it becomes the
+/// process id; without one, a file another live process is recording (a
+/// parent whose children inherited `HIPMEM_TRACE`, say) is left to it and
+/// this process records to `path.<pid>` beside it.
+fn env_trace_path(path: &Path, pid: u32) -> PathBuf {
+    let text = path.to_string_lossy();
+    if text.contains("%p") {
+        return PathBuf::from(text.replace("%p", &pid.to_string()));
+    }
+    if let Some(owner) = recording_process(path) {
+        if owner != pid && Path::new(&format!("/proc/{owner}")).exists() {
+            let mut other = path.as_os_str().to_os_string();
+            other.push(format!(".{pid}"));
+            return PathBuf::from(other);
+        }
+    }
+    path.to_path_buf()
+}
+
+/// The process id in the header of the trace at `path`, if it has one.
+fn recording_process(path: &Path) -> Option<u32> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(File::open(path).ok()?).read_line(&mut line).ok()?;
+    let header: serde_json::Value = serde_json::from_str(&line).ok()?;
+    header.get("pid")?.as_u64().and_then(|p| u32::try_from(p).ok())
 }
 
 /// Starts recording every allocation event of this process to `path` (created
@@ -525,5 +554,31 @@ impl Writer {
         // Whatever is queued is lost.
         let lost = self.rx.try_iter().filter(|m| matches!(m, Msg::Event(_))).count() as u64;
         self.shared.dropped.fetch_add(lost, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_paths_are_per_process_where_another_process_records() {
+        let dir = std::env::temp_dir();
+        let me = std::process::id();
+        assert_eq!(env_trace_path(Path::new("/x/run-%p.jsonl"), 42), PathBuf::from("/x/run-42.jsonl"));
+        let fresh = dir.join(format!("hipmem-env-path-{me}-fresh.jsonl"));
+        assert_eq!(env_trace_path(&fresh, me), fresh, "no file yet: the path itself");
+        // A file whose header names a live process (pid 1) is left to it.
+        let taken = dir.join(format!("hipmem-env-path-{me}-taken.jsonl"));
+        std::fs::write(&taken, "{\"format\":\"hipmem-trace\",\"pid\":1}\n").unwrap();
+        let mut other = taken.clone().into_os_string();
+        other.push(format!(".{me}"));
+        assert_eq!(env_trace_path(&taken, me), PathBuf::from(other));
+        // One of this process's own, or of a process that is gone, is reused.
+        std::fs::write(&taken, format!("{{\"pid\":{me}}}\n")).unwrap();
+        assert_eq!(env_trace_path(&taken, me), taken);
+        std::fs::write(&taken, "{\"pid\":4294967}\n").unwrap();
+        assert_eq!(env_trace_path(&taken, me), taken);
+        std::fs::remove_file(&taken).unwrap();
     }
 }

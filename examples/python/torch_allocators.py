@@ -11,6 +11,9 @@ warm-up:
   cudamallocasync  PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (the driver's pool)
   hipmem       libhipmem through torch.cuda.memory.CUDAPluggableAllocator
                (peaks: the pool's ReservedMemHigh / UsedMemHigh, reset after the warm-up)
+  hipmem-lowmem  the same with an unlimited budget for moving memory
+               (HIPMEM_POOL_MOVE_BURST_MS=60000): least memory, more driver time
+               (not in the default set; name it with --allocators)
 
     python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
@@ -46,7 +49,10 @@ def setup_allocator(name, lib):
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     import torch
 
-    if name != "hipmem":
+    if name == "hipmem-lowmem":
+        os.environ["HIPMEM_POOL_MOVE_BURST_MS"] = "60000"
+        os.environ["HIPMEM_POOL_MOVE_SHARE"] = "100"
+    if not name.startswith("hipmem"):
         def stats():
             return {
                 "reserved_high": torch.cuda.max_memory_reserved(),
@@ -351,7 +357,7 @@ def main():
     allocators = [a for a in args.allocators.split(",") if a]
     if args.record:
         allocators = ["native"]
-    if "hipmem" in allocators and not args.lib:
+    if any(a.startswith("hipmem") for a in allocators) and not args.lib:
         raise SystemExit("--lib path/to/libhipmem.so (or HIPMEM_LIB) is needed for the hipmem allocator")
     if args.lib:
         args.lib = os.path.abspath(args.lib)

@@ -64,7 +64,7 @@ pub(crate) struct VirtualRange {
 
 /// The share of wall-clock time a pool may spend in driver calls that move
 /// memory (`HIPMEM_POOL_MOVE_SHARE`, percent, default 1), on top of the
-/// [`MOVE_BURST`] it starts with and saves up to: enough for the moves of a
+/// burst ([`move_burst`]) it starts with and saves up to: enough for the moves of a
 /// training run's first steps, at most 1% of the time after them.
 fn move_share() -> f64 {
     static SHARE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
@@ -78,8 +78,19 @@ fn move_share() -> f64 {
     })
 }
 
-/// Seconds of moving a pool may save up (and starts with).
-const MOVE_BURST: f64 = 0.25;
+/// Seconds of moving a pool may save up (and starts with):
+/// `HIPMEM_POOL_MOVE_BURST_MS`, default 250.
+fn move_burst() -> f64 {
+    static BURST: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *BURST.get_or_init(|| {
+        std::env::var("HIPMEM_POOL_MOVE_BURST_MS")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|ms| (0.0..=60_000.0).contains(ms))
+            .unwrap_or(250.0)
+            / 1000.0
+    })
+}
 
 /// A physical granule.
 #[derive(Clone, Debug)]
@@ -99,7 +110,7 @@ impl VirtualRange {
             aliases: BTreeMap::new(),
             phys: HashMap::new(),
             clock: 0,
-            tokens: MOVE_BURST,
+            tokens: move_burst(),
             refilled: std::time::Instant::now(),
         }
     }
@@ -107,7 +118,7 @@ impl VirtualRange {
     /// Adds the moving time earned since the last refill.
     fn refill(&mut self, now: std::time::Instant) {
         let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * move_share();
-        self.tokens = (self.tokens + earned).min(MOVE_BURST);
+        self.tokens = (self.tokens + earned).min(move_burst());
         self.refilled = now;
     }
 
@@ -458,8 +469,12 @@ impl PoolCore {
         let started = std::time::Instant::now();
         vr.refill(started);
         if vr.tokens <= 0.0 {
-            // Growing is not charged: a caching allocator pays it too.
-            if let Ok(found) = self.map_for(rt, vm, vr, class, want, false) {
+            // Growing is not charged: a caching allocator pays it too. Like
+            // one, it grows by more than asked (up to eight times the
+            // request, at most 1/32 of what the pool holds), so that the
+            // requests that follow fit without growing again.
+            let span = (vr.physical_bytes() / 32).min(want.saturating_mul(8)).max(want);
+            if let Ok(found) = self.map_for(rt, vm, vr, class, want, false, span) {
                 return Ok(found);
             }
         }
@@ -519,10 +534,10 @@ impl PoolCore {
             }
         }
         // 3. Map: granules not in use elsewhere, new ones for the rest.
-        let mut result = self.map_for(rt, vm, vr, class, want, true);
+        let mut result = self.map_for(rt, vm, vr, class, want, true, want);
         if result.is_err() && self.evict_aliases(vm, vr, Some(class), usize::MAX) > 0 {
             // Addresses ran out in this class: its shadowed aliases went.
-            result = self.map_for(rt, vm, vr, class, want, true);
+            result = self.map_for(rt, vm, vr, class, want, true, want);
         }
         let mapped = vr.aliases.len();
         if mapped > ALIASES_HIGH * vr.phys.len().max(1) {
@@ -641,8 +656,10 @@ impl PoolCore {
         class: usize,
         want: u64,
         use_donors: bool,
+        span: u64,
     ) -> Result<(u64, u64)> {
         let g = vr.granularity;
+        let span = span.max(want);
         let plan = {
             let mut heap = lock(&self.heap);
             let reserved = vr.physical_bytes();
@@ -658,7 +675,8 @@ impl PoolCore {
                 .collect();
             let donors = if use_donors { vr.donors(&heap) } else { Vec::new() };
             let room = (self.props.max_size > 0).then(|| self.props.max_size.saturating_sub(reserved) / g);
-            let Some(plan) = remap::plan(want, g, &holes, &donors, room) else {
+            let plan = (span > want).then(|| remap::plan(span, g, &holes, &donors, room)).flatten();
+            let Some(plan) = plan.or_else(|| remap::plan(want, g, &holes, &donors, room)) else {
                 let largest = holes.iter().map(|h| h.size).max().unwrap_or(0);
                 return Err(Error::OutOfMemory(match room {
                     Some(room) if room * g + donors.len() as u64 * g < want => format!(

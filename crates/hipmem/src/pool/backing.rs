@@ -474,12 +474,12 @@ impl PoolCore {
             // request, at most 1/32 of what the pool holds), so that the
             // requests that follow fit without growing again.
             let span = (vr.physical_bytes() / 32).min(want.saturating_mul(8)).max(want);
-            if let Ok(found) = self.map_for(rt, vm, vr, class, want, false, span) {
+            if let Ok(found) = self.map_for(vm, vr, class, want, false, span) {
                 return Ok(found);
             }
         }
         let before = self.calls.snapshot();
-        let result = self.grow_by_moving(rt, vm, vr, class, want);
+        let result = self.grow_by_moving(vm, vr, class, want);
         let after = self.calls.snapshot();
         // Charged only if memory moved (an unmap, or a map of a granule that
         // existed): plain growth is what any allocator pays.
@@ -496,7 +496,6 @@ impl PoolCore {
     /// granules.
     fn grow_by_moving(
         &self,
-        rt: &Runtime,
         vm: &dyn VirtualMemory,
         vr: &mut VirtualRange,
         class: usize,
@@ -534,10 +533,10 @@ impl PoolCore {
             }
         }
         // 3. Map: granules not in use elsewhere, new ones for the rest.
-        let mut result = self.map_for(rt, vm, vr, class, want, true, want);
+        let mut result = self.map_for(vm, vr, class, want, true, want);
         if result.is_err() && self.evict_aliases(vm, vr, Some(class), usize::MAX) > 0 {
             // Addresses ran out in this class: its shadowed aliases went.
-            result = self.map_for(rt, vm, vr, class, want, true, want);
+            result = self.map_for(vm, vr, class, want, true, want);
         }
         let mapped = vr.aliases.len();
         if mapped > ALIASES_HIGH * vr.phys.len().max(1) {
@@ -650,7 +649,6 @@ impl PoolCore {
     /// Step 3 of [`PoolCore::grow_virtual`].
     fn map_for(
         &self,
-        _rt: &Runtime,
         vm: &dyn VirtualMemory,
         vr: &mut VirtualRange,
         class: usize,

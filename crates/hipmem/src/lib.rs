@@ -50,7 +50,8 @@ pub use ipc::{ImportedBuffer, IpcListener, IpcStream, PeerCredentials, PeerPolic
 pub use managed::{Advice, AttachFlags, Location, ManagedBuffer, ManagedStatistics, RangeAttribute};
 pub use pinned::{HostRegistration, MappedSlice, PageLockedSlice, PinnedBuffer, PinnedPool, PinnedPoolStats};
 pub use pool::{
-    AccessFlags, MemPool, PoolAttribute, PoolBacking, PoolBuffer, PoolProps, PoolStats, PtrExportData,
+    AccessFlags, MemPool, MoveBudget, PoolAttribute, PoolBacking, PoolBuffer, PoolProps, PoolStats,
+    PtrExportData,
 };
 pub use runtime::{CoreStream, Device, DeviceSlice, MemcpyKind, MemoryType, PointerAttributes, Runtime};
 pub use vmm::{

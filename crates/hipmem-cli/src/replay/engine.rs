@@ -21,6 +21,9 @@ use super::workload::{OpKind, Workload};
 pub enum PoolKind {
     /// hipmem's pool on one reserved virtual address range.
     Vmm,
+    /// The same, moving memory whenever that keeps it smaller
+    /// (`MoveBudget::LEAST_MEMORY`).
+    VmmLeastMemory,
     /// hipmem's pool on separate device allocations.
     Segments,
     /// The driver's own pool (cuMemPool*, cuda only).
@@ -31,12 +34,14 @@ pub enum PoolKind {
 
 impl PoolKind {
     /// Every kind, in the order of the report.
-    pub const ALL: [PoolKind; 4] = [PoolKind::Vmm, PoolKind::Segments, PoolKind::Driver, PoolKind::Malloc];
+    pub const ALL: [PoolKind; 5] =
+        [PoolKind::Vmm, PoolKind::VmmLeastMemory, PoolKind::Segments, PoolKind::Driver, PoolKind::Malloc];
 
     /// The name in reports.
     pub fn name(self) -> &'static str {
         match self {
             PoolKind::Vmm => "hipmem-vmm",
+            PoolKind::VmmLeastMemory => "hipmem-vmm-lowmem",
             PoolKind::Segments => "hipmem-segments",
             PoolKind::Driver => "driver-pool",
             PoolKind::Malloc => "malloc",
@@ -47,6 +52,7 @@ impl PoolKind {
     pub fn parse(s: &str) -> Option<PoolKind> {
         match s {
             "vmm" | "hipmem-vmm" => Some(PoolKind::Vmm),
+            "vmm-lowmem" | "hipmem-vmm-lowmem" => Some(PoolKind::VmmLeastMemory),
             "segments" | "hipmem-segments" => Some(PoolKind::Segments),
             "driver" | "driver-pool" => Some(PoolKind::Driver),
             "malloc" | "direct" => Some(PoolKind::Malloc),
@@ -56,7 +62,7 @@ impl PoolKind {
 
     /// Whether this is one of hipmem's own pools.
     pub fn is_hipmem(self) -> bool {
-        matches!(self, PoolKind::Vmm | PoolKind::Segments)
+        matches!(self, PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::Segments)
     }
 }
 
@@ -106,15 +112,21 @@ impl Target {
     fn create(rt: &Runtime, kind: PoolKind, device: usize) -> Result<Target, String> {
         let props = PoolProps { device, ..Default::default() };
         let pool = match kind {
-            PoolKind::Vmm | PoolKind::Segments => {
-                let backing =
-                    if kind == PoolKind::Vmm { PoolBacking::VirtualMemory } else { PoolBacking::Segments };
+            PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::Segments => {
+                let backing = if kind == PoolKind::Segments {
+                    PoolBacking::Segments
+                } else {
+                    PoolBacking::VirtualMemory
+                };
                 let pool = MemPool::create_with_backing(rt, props, backing).map_err(|e| e.to_string())?;
                 if pool.backing() != backing {
                     return Err(format!(
                         "the {} backend has no virtual memory management",
                         rt.backend_kind()
                     ));
+                }
+                if kind == PoolKind::VmmLeastMemory {
+                    pool.set_move_budget(hipmem::MoveBudget::LEAST_MEMORY).map_err(|e| e.to_string())?;
                 }
                 pool
             }

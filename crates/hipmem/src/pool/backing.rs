@@ -62,34 +62,43 @@ pub(crate) struct VirtualRange {
     refilled: std::time::Instant,
 }
 
-/// The share of wall-clock time a pool may spend in driver calls that move
-/// memory (`HIPMEM_POOL_MOVE_SHARE`, percent, default 1), on top of the
-/// burst ([`move_burst`]) it starts with and saves up to: enough for the moves of a
-/// training run's first steps, at most 1% of the time after them.
-fn move_share() -> f64 {
-    static SHARE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *SHARE.get_or_init(|| {
-        std::env::var("HIPMEM_POOL_MOVE_SHARE")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|p| (0.0..=100.0).contains(p))
-            .unwrap_or(1.0)
-            / 100.0
-    })
+/// How much driver time a pool on virtual memory may spend moving memory
+/// (see [`PoolCore::grow_virtual`]): a burst it starts with and saves up to,
+/// in seconds, and the share of wall-clock time it earns.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct MoveBudget {
+    /// Seconds of moving it starts with and may save up.
+    pub burst_s: f64,
+    /// The share of wall-clock time it earns (0 to 1).
+    pub share: f64,
 }
 
-/// Seconds of moving a pool may save up (and starts with):
-/// `HIPMEM_POOL_MOVE_BURST_MS`, default 250.
-fn move_burst() -> f64 {
-    static BURST: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *BURST.get_or_init(|| {
-        std::env::var("HIPMEM_POOL_MOVE_BURST_MS")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|ms| (0.0..=60_000.0).contains(ms))
-            .unwrap_or(250.0)
-            / 1000.0
-    })
+impl MoveBudget {
+    /// No moving unless the pool cannot grow: the default (a GPU spends
+    /// about 30 µs per MiB moved, so a workload that moves memory every
+    /// step runs slower than one whose pool grew once).
+    pub const GROW_FIRST: MoveBudget = MoveBudget { burst_s: 0.0, share: 0.0 };
+    /// Move whenever that keeps the pool smaller: the least memory, the
+    /// most driver time.
+    pub const LEAST_MEMORY: MoveBudget = MoveBudget { burst_s: f64::INFINITY, share: 1.0 };
+
+    /// The budget of new pools: `HIPMEM_POOL_MOVE_BURST_MS` (default 0) and
+    /// `HIPMEM_POOL_MOVE_SHARE` (percent, default 0).
+    pub(crate) fn from_env() -> MoveBudget {
+        static ENV: std::sync::OnceLock<MoveBudget> = std::sync::OnceLock::new();
+        *ENV.get_or_init(|| {
+            let var = |name: &str, max: f64| {
+                std::env::var(name)
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .filter(|v| (0.0..=max).contains(v))
+            };
+            MoveBudget {
+                burst_s: var("HIPMEM_POOL_MOVE_BURST_MS", 1e9).map_or(0.0, |ms| ms / 1000.0),
+                share: var("HIPMEM_POOL_MOVE_SHARE", 100.0).map_or(0.0, |p| p / 100.0),
+            }
+        })
+    }
 }
 
 /// A physical granule.
@@ -110,15 +119,15 @@ impl VirtualRange {
             aliases: BTreeMap::new(),
             phys: HashMap::new(),
             clock: 0,
-            tokens: move_burst(),
+            tokens: 0.0,
             refilled: std::time::Instant::now(),
         }
     }
 
     /// Adds the moving time earned since the last refill.
-    fn refill(&mut self, now: std::time::Instant) {
-        let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * move_share();
-        self.tokens = (self.tokens + earned).min(move_burst());
+    fn refill(&mut self, now: std::time::Instant, budget: MoveBudget) {
+        let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * budget.share;
+        self.tokens = (self.tokens + earned).min(budget.burst_s);
         self.refilled = now;
     }
 
@@ -386,6 +395,30 @@ impl PoolCore {
         Ok(())
     }
 
+    /// The pool's budget for moving memory.
+    pub(crate) fn move_budget(&self) -> MoveBudget {
+        lock(&self.move_budget).unwrap_or_else(MoveBudget::from_env)
+    }
+
+    /// Sets the pool's budget for moving memory (its saved-up time starts
+    /// at the new burst).
+    pub(crate) fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
+        if !(budget.burst_s >= 0.0) || !(0.0..=1.0).contains(&budget.share) {
+            return Err(Error::InvalidValue(format!(
+                "a moving budget needs a burst of 0 or more seconds and a share from 0 to 1, not {budget:?}"
+            )));
+        }
+        let Backing::Virtual(range) = &self.backing else {
+            return Err(Error::InvalidValue("a pool on segments never moves memory".into()));
+        };
+        *lock(&self.move_budget) = Some(budget);
+        if let Some(vr) = lock(range).as_mut() {
+            vr.tokens = budget.burst_s;
+            vr.refilled = std::time::Instant::now();
+        }
+        Ok(())
+    }
+
     /// The size class a request of `want` bytes is placed in: by size on
     /// virtual memory (each class has its own part of the reservation),
     /// one class with segments.
@@ -467,7 +500,7 @@ impl PoolCore {
         // as a caching allocator would, and moves memory only when it
         // cannot grow.
         let started = std::time::Instant::now();
-        vr.refill(started);
+        vr.refill(started, self.move_budget());
         if vr.tokens <= 0.0 {
             // Growing is not charged: a caching allocator pays it too. Like
             // one, it grows by more than asked (up to eight times the
@@ -840,7 +873,9 @@ impl PoolCore {
             heap.add_reservation_for(class, base.0 + class as u64 * part, part);
         }
         drop(heap);
-        *guard = Some(VirtualRange::new(base.0, size, granularity));
+        let mut vr = VirtualRange::new(base.0, size, granularity);
+        vr.tokens = self.move_budget().burst_s;
+        *guard = Some(vr);
         Ok(())
     }
 

@@ -99,6 +99,8 @@ pub(crate) struct PoolCore {
     pub(super) calls: CallCounts,
     /// The physical unit on virtual memory, if set (0: the default).
     pub(super) unit: AtomicU64,
+    /// The budget for moving memory, if set (else the environment's).
+    pub(super) move_budget: Mutex<Option<super::backing::MoveBudget>>,
     pub(super) used_high: Mutex<u64>,
     /// The most bytes ever live in the pool (never reset): how much new
     /// memory growth may make before it must move free memory instead.
@@ -144,6 +146,7 @@ impl PoolCore {
             reserved_high: AtomicU64::new(0),
             calls: CallCounts::default(),
             unit: AtomicU64::new(0),
+            move_budget: Mutex::new(None),
             used_high: Mutex::new(0),
             live_high: AtomicU64::new(0),
             access: Mutex::new(access),

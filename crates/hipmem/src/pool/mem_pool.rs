@@ -13,7 +13,9 @@ use super::core::{PoolCore, StreamRef};
 use super::driver_pool::DriverPool;
 use super::imported::ImportedPool;
 use super::table::{check_own_stream, table};
-use super::{AccessFlags, BackendCalls, PoolAttribute, PoolBacking, PoolProps, PoolStats, handle_type};
+use super::{
+    AccessFlags, BackendCalls, MoveBudget, PoolAttribute, PoolBacking, PoolProps, PoolStats, handle_type,
+};
 use crate::backend::DevicePtr;
 use crate::error::{Error, Result};
 use crate::runtime::{CoreStream, Runtime};
@@ -380,6 +382,20 @@ impl MemPool {
             PoolRef::Hipmem(c) => c.set_mapping_unit(bytes),
             PoolRef::Driver(_) | PoolRef::Imported(_) => {
                 Err(Error::InvalidValue("only hipmem's own pools have a mapping unit".into()))
+            }
+        }
+    }
+
+    /// Sets how much driver time a hipmem pool on virtual memory may spend
+    /// moving memory between addresses to stay small
+    /// ([`MoveBudget::GROW_FIRST`] by default: only when it cannot grow;
+    /// [`MoveBudget::LEAST_MEMORY`]: whenever that keeps it smaller).
+    /// InvalidValue for other pools or a budget out of range.
+    pub fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.set_move_budget(budget),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("only hipmem's own pools move memory".into()))
             }
         }
     }

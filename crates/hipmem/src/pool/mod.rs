@@ -55,6 +55,7 @@ pub(crate) mod table;
 pub mod usage;
 
 pub use crate::backend::virtual_memory::AccessFlags;
+pub use backing::MoveBudget;
 pub use buffer::PoolBuffer;
 pub use mem_pool::MemPool;
 pub use props::{BackendCalls, PoolAttribute, PoolBacking, PoolProps, PoolStats, PtrExportData, handle_type};

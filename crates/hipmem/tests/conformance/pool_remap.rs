@@ -9,14 +9,15 @@
 //! A backend without virtual memory has pools on segments: the tests say so
 //! and skip what does not apply.
 
-use hipmem::{DevicePtr, MemPool, PoolAttribute, PoolBacking, PoolProps, Runtime, Stream};
+use hipmem::{DevicePtr, MemPool, MoveBudget, PoolAttribute, PoolBacking, PoolProps, Runtime, Stream};
 
 use crate::pool_stats::Rng;
 use crate::pools::{MIB, fill_u32, granules, read_u32s, stream0};
 use crate::private_runtime;
 
-/// A pool on virtual memory that keeps what it holds at synchronization;
-/// None (with a note) where the backend has no virtual memory.
+/// A pool on virtual memory that keeps what it holds at synchronization and
+/// moves memory whenever that keeps it smaller; None (with a note) where the
+/// backend has no virtual memory.
 fn vmm_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
     let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
     let pool = MemPool::create_with_backing(rt, props, PoolBacking::VirtualMemory).unwrap();
@@ -25,7 +26,21 @@ fn vmm_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
         return None;
     }
     pool.set_release_threshold(u64::MAX);
+    pool.set_move_budget(MoveBudget::LEAST_MEMORY).unwrap();
     Some(pool)
+}
+
+#[test]
+fn a_moving_budget_is_checked() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "a_moving_budget_is_checked") else { return };
+    for bad in [MoveBudget { burst_s: -1.0, share: 0.0 }, MoveBudget { burst_s: 0.0, share: 1.5 }] {
+        crate::expect_err(pool.set_move_budget(bad), 1, &["budget"]);
+    }
+    crate::expect_err(pool.set_move_budget(MoveBudget { burst_s: f64::NAN, share: 0.0 }), 1, &["budget"]);
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let segments = MemPool::create_with_backing(&rt, PoolProps::default(), PoolBacking::Segments).unwrap();
+    crate::expect_err(segments.set_move_budget(MoveBudget::LEAST_MEMORY), 1, &["segments"]);
 }
 
 /// The driver's mapping granularity on device 0 (sizes of the data-heavy

@@ -403,7 +403,7 @@ impl PoolCore {
     /// Sets the pool's budget for moving memory (its saved-up time starts
     /// at the new burst).
     pub(crate) fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
-        if !(budget.burst_s >= 0.0) || !(0.0..=1.0).contains(&budget.share) {
+        if budget.burst_s.is_nan() || budget.burst_s < 0.0 || !(0.0..=1.0).contains(&budget.share) {
             return Err(Error::InvalidValue(format!(
                 "a moving budget needs a burst of 0 or more seconds and a share from 0 to 1, not {budget:?}"
             )));

@@ -10,8 +10,9 @@
 //! with `HIPMEM_TRACE=path`. This program makes the committed CI fixture
 //! `crates/hipmem-cli/fixtures/traces/training_loop.jsonl`.
 //!
-//! `HIPMEM_BACKEND=host cargo run -p hipmem --example trace_workload -- OUT.jsonl [STEPS]`
-//! then `hipmem replay OUT.jsonl --svg out.svg`.
+//! `HIPMEM_BACKEND=host HIPMEM_TRACE=OUT.jsonl cargo run -p hipmem --example trace_workload`
+//! (or `-- OUT.jsonl [STEPS]` without `HIPMEM_TRACE`), then
+//! `hipmem replay OUT.jsonl --svg out.svg`.
 
 use hipmem::{DevicePtr, MemPool, PoolAttribute, Runtime, Stream, trace};
 
@@ -45,8 +46,12 @@ fn main() -> hipmem::Result<()> {
     let mut args = std::env::args().skip(1);
     let out = args.next().unwrap_or_else(|| "trace_workload.jsonl".into());
     let steps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(12);
+    // HIPMEM_TRACE, where set, records the run by itself (the runtime reads
+    // it when it opens); otherwise the trace is started here.
     let rt = Runtime::from_env()?;
-    trace::start(&out)?;
+    if std::env::var_os("HIPMEM_TRACE").is_none() {
+        trace::start(&out)?;
+    }
     let device = rt.device(0)?;
     let compute = device.create_stream()?;
     let loader = device.create_stream()?;
@@ -103,6 +108,10 @@ fn main() -> hipmem::Result<()> {
     pool.trim_to(0)?;
     trace::stop()?;
     let status = trace::status();
-    println!("{out}: {} events", status.events_written);
+    println!(
+        "{}: {} events",
+        status.path.as_ref().map(|p| p.display().to_string()).unwrap_or(out),
+        status.events_written
+    );
     Ok(())
 }

@@ -501,7 +501,7 @@ fn address_map(s: &mut String, top: f64, pool: &str, runs: &[AddressRun], w: &Wo
             format!("; {} more reserved, unbacked", report::bytes(beyond))
         } else {
             String::new()
-        } + if drawn_extent < extent { "; long unbacked stretches drawn short" } else { "" }
+        } + if drawn_extent < extent { "; long gaps drawn short" } else { "" }
     );
     let _ = writeln!(s, r#"<g id="address-map" data-pool="{}" data-extent="{extent}">"#, esc(pool));
     let _ = writeln!(

@@ -424,6 +424,10 @@ impl PoolCore {
     /// one class with segments.
     pub(super) fn class_of(&self, want: u64) -> usize {
         match self.backing {
+            // A pool that only grows keeps one heap for every size: best fit
+            // over all its free memory. One that moves memory keeps the
+            // sizes apart, so that a size's places repeat.
+            Backing::Virtual(_) if self.one_class.load(Ordering::Relaxed) => 0,
             Backing::Virtual(_) => super::placement::size_class(want),
             Backing::Segments => 0,
         }
@@ -874,7 +878,9 @@ impl PoolCore {
         }
         drop(heap);
         let mut vr = VirtualRange::new(base.0, size, granularity);
-        vr.tokens = self.move_budget().burst_s;
+        let budget = self.move_budget();
+        vr.tokens = budget.burst_s;
+        self.one_class.store(budget == MoveBudget::GROW_FIRST, Ordering::Relaxed);
         *guard = Some(vr);
         Ok(())
     }

@@ -101,6 +101,9 @@ pub(crate) struct PoolCore {
     pub(super) unit: AtomicU64,
     /// The budget for moving memory, if set (else the environment's).
     pub(super) move_budget: Mutex<Option<super::backing::MoveBudget>>,
+    /// Set when the pool first maps memory under a budget that never
+    /// moves: every size shares one heap (see `class_of`).
+    pub(super) one_class: AtomicBool,
     pub(super) used_high: Mutex<u64>,
     /// The most bytes ever live in the pool (never reset): how much new
     /// memory growth may make before it must move free memory instead.
@@ -147,6 +150,7 @@ impl PoolCore {
             calls: CallCounts::default(),
             unit: AtomicU64::new(0),
             move_budget: Mutex::new(None),
+            one_class: AtomicBool::new(false),
             used_high: Mutex::new(0),
             live_high: AtomicU64::new(0),
             access: Mutex::new(access),

@@ -390,7 +390,11 @@ impl MemPool {
     /// moving memory between addresses to stay small
     /// ([`MoveBudget::GROW_FIRST`] by default: only when it cannot grow;
     /// [`MoveBudget::LEAST_MEMORY`]: whenever that keeps it smaller).
-    /// InvalidValue for other pools or a budget out of range.
+    /// Set it before the pool's first allocation: a pool that first maps
+    /// memory under [`MoveBudget::GROW_FIRST`] keeps one heap for every size
+    /// (best fit over all its free memory), one that may move keeps three
+    /// size classes apart, and that choice stays. InvalidValue for other
+    /// pools or a budget out of range.
     pub fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
         match &self.pool {
             PoolRef::Hipmem(c) => c.set_move_budget(budget),

@@ -218,6 +218,17 @@ impl CoreStream {
 }
 
 impl Runtime {
+    /// A stream's state on `clock`, with an empty fast-path slot.
+    fn stream_state(
+        &self,
+        raw: RawStream,
+        flags: StreamFlags,
+        owned: bool,
+        clock: Arc<StreamClock>,
+    ) -> Arc<StreamState> {
+        Arc::new(StreamState { rt: self.clone(), raw, flags, owned, clock, fast_slot: OnceLock::new() })
+    }
+
     /// Wraps a backend stream. An owned stream goes into the table of raw
     /// handles and is destroyed with its last handle.
     fn register_stream(&self, raw: RawStream, flags: StreamFlags, owned: bool) -> CoreStream {
@@ -226,8 +237,7 @@ impl Runtime {
         } else {
             Arc::clone(&self.inner.null_clocks[raw.device])
         };
-        let state =
-            Arc::new(StreamState { rt: self.clone(), raw, flags, owned, clock, fast_slot: OnceLock::new() });
+        let state = self.stream_state(raw, flags, owned, clock);
         if owned {
             self.inner
                 .streams
@@ -298,14 +308,7 @@ impl Runtime {
         // may have destroyed it and made one with the same handle elsewhere).
         let flags = self.backend().stream_adopt(raw.device, raw.handle)?;
         let clock = Arc::new(StreamClock::new(self.next_id()));
-        let state = Arc::new(StreamState {
-            rt: self.clone(),
-            raw,
-            flags,
-            owned: false,
-            clock: Arc::clone(&clock),
-            fast_slot: OnceLock::new(),
-        });
+        let state = self.stream_state(raw, flags, false, Arc::clone(&clock));
         let old = table
             .insert(raw.handle, Adopted { device: raw.device, flags, clock, state: Arc::downgrade(&state) });
         drop(table);
@@ -330,14 +333,7 @@ impl Runtime {
         if let Some(state) = a.state.upgrade() {
             return Some(CoreStream { state });
         }
-        let state = Arc::new(StreamState {
-            rt: self.clone(),
-            raw,
-            flags: a.flags,
-            owned: false,
-            clock: Arc::clone(&a.clock),
-            fast_slot: OnceLock::new(),
-        });
+        let state = self.stream_state(raw, a.flags, false, Arc::clone(&a.clock));
         a.state = Arc::downgrade(&state);
         Some(CoreStream { state })
     }

@@ -4,11 +4,10 @@
 //! `cuStreamGetPriority` (the optional entry points loaded on first use).
 
 use std::ffi::{c_int, c_uint};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use super::driver::{self, CUdevice, CUresult, CUstream};
-use super::{CudaBackend, Handle, StreamEntry, lock, result};
+use super::{CudaBackend, result};
 use crate::backend::device_info::{DeviceAttribute, PriorityRange};
 use crate::backend::{RawStream, StreamFlags};
 use crate::error::Result;
@@ -205,34 +204,19 @@ impl CudaBackend {
         priority: i32,
     ) -> Result<RawStream> {
         let e = entries()?;
-        let dev = self.bound(device)?;
         let cu_flags =
             if flags.non_blocking { driver::CU_STREAM_NON_BLOCKING } else { driver::CU_STREAM_DEFAULT };
-        let entry = match self.take_retired(device, cu_flags, priority) {
-            Some(entry) => entry,
-            None => {
-                let mut raw: CUstream = std::ptr::null_mut();
-                // SAFETY: valid out-pointer; the device's context is current.
-                let r = unsafe { (e.create_with_priority)(&mut raw, cu_flags, priority) };
-                self.check(r, || {
-                    format!(
-                        "cuStreamCreateWithPriority(flags {cu_flags}, priority {priority}) on device {device}"
-                    )
-                })?;
-                Arc::new(StreamEntry {
-                    driver: self.driver,
-                    device,
-                    ctx: dev.ctx,
-                    raw: Handle(raw),
-                    cu_flags,
-                    priority,
-                    owned: AtomicBool::new(true),
-                })
-            }
-        };
-        let handle = entry.raw.0 as u64;
-        lock(&self.streams).insert(handle, entry);
-        Ok(RawStream { device, handle })
+        self.new_stream(device, cu_flags, priority, || {
+            let mut raw: CUstream = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; the device's context is current.
+            let r = unsafe { (e.create_with_priority)(&mut raw, cu_flags, priority) };
+            self.check(r, || {
+                format!(
+                    "cuStreamCreateWithPriority(flags {cu_flags}, priority {priority}) on device {device}"
+                )
+            })?;
+            Ok(raw)
+        })
     }
 
     pub(super) fn cuda_stream_priority(&self, stream: RawStream) -> Result<i32> {

@@ -165,14 +165,40 @@ impl CudaBackend {
     }
 
     /// Resolves `stream` and makes its device's context current.
-    /// A stream hipmem destroyed earlier with these flags and priority, taken
-    /// back into use (see `retired`).
-    fn take_retired(&self, device: usize, cu_flags: u32, priority: i32) -> Option<Arc<StreamEntry>> {
-        let mut retired = lock(&self.retired);
-        let at = retired
-            .iter()
-            .position(|e| e.device == device && e.cu_flags == cu_flags && e.priority == priority)?;
-        Some(retired.swap_remove(at))
+    /// A new stream of `device` for hipmem (entered in the table): one
+    /// hipmem destroyed earlier with these flags and priority, taken back
+    /// into use (see `retired`), else one `create` makes in the device's
+    /// context (current here).
+    fn new_stream(
+        &self,
+        device: usize,
+        cu_flags: u32,
+        priority: i32,
+        create: impl FnOnce() -> Result<driver::CUstream>,
+    ) -> Result<RawStream> {
+        let dev = self.bound(device)?;
+        let recycled = {
+            let mut retired = lock(&self.retired);
+            let at = retired
+                .iter()
+                .position(|e| e.device == device && e.cu_flags == cu_flags && e.priority == priority);
+            at.map(|i| retired.swap_remove(i))
+        };
+        let entry = match recycled {
+            Some(e) => e,
+            None => Arc::new(StreamEntry {
+                driver: self.driver,
+                device,
+                ctx: dev.ctx,
+                raw: Handle(create()?),
+                cu_flags,
+                priority,
+                owned: AtomicBool::new(true),
+            }),
+        };
+        let handle = entry.raw.0 as u64;
+        lock(&self.streams).insert(handle, entry);
+        Ok(RawStream { device, handle })
     }
 
     fn target(&self, stream: RawStream) -> Result<Target<'_>> {
@@ -520,30 +546,13 @@ impl Backend for CudaBackend {
     }
 
     fn stream_create(&self, device: usize, flags: StreamFlags) -> Result<RawStream> {
-        let dev = self.bound(device)?;
         let cu_flags =
             if flags.non_blocking { driver::CU_STREAM_NON_BLOCKING } else { driver::CU_STREAM_DEFAULT };
-        // A stream hipmem destroyed earlier, with the same flags, first.
-        let entry = match self.take_retired(device, cu_flags, 0) {
-            Some(e) => e,
-            None => {
-                let raw = result::stream_create(self.driver, cu_flags, || {
-                    format!("cuStreamCreate(flags {cu_flags}) on device {device}")
-                })?;
-                Arc::new(StreamEntry {
-                    driver: self.driver,
-                    device,
-                    ctx: dev.ctx,
-                    raw: Handle(raw),
-                    cu_flags,
-                    priority: 0,
-                    owned: AtomicBool::new(true),
-                })
-            }
-        };
-        let handle = entry.raw.0 as u64;
-        lock(&self.streams).insert(handle, entry);
-        Ok(RawStream { device, handle })
+        self.new_stream(device, cu_flags, 0, || {
+            result::stream_create(self.driver, cu_flags, || {
+                format!("cuStreamCreate(flags {cu_flags}) on device {device}")
+            })
+        })
     }
 
     fn stream_destroy(&self, stream: RawStream) -> Result<()> {

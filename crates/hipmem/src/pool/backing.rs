@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::AccessFlags;
 use super::core::{CallCounts, MAX_GROWTH_STEP, MIN_SEGMENT, PoolCore, lock};
-use super::placement::{BLOCK_ALIGN, BlockKind, CLASSES, Heap, Owner};
+use super::placement::{BLOCK_ALIGN, BlockKind, CLASSES, Heap};
 use super::remap::{self, Cover, Donor, Hole};
 use crate::backend::DevicePtr;
 use crate::backend::virtual_memory::VirtualMemory;
@@ -40,6 +40,19 @@ pub(crate) struct Alias {
     pub(super) pid: u64,
     /// When it was last made active (the range's clock).
     pub(super) used: u64,
+}
+
+/// What a growth asks of [`PoolCore::map_for`].
+#[derive(Copy, Clone, Debug)]
+struct Ask {
+    /// The block's size.
+    want: u64,
+    /// How much to map (at least `want`; the rest stays free).
+    span: u64,
+    /// The stream asking: free memory pending on it joins the block.
+    stream: u64,
+    /// Whether granules not in use elsewhere may be moved under the block.
+    use_donors: bool,
 }
 
 /// A planned switch: (granule, its active alias, the alias to make active).
@@ -438,9 +451,9 @@ impl PoolCore {
     /// returns (address, size). On virtual memory, physical memory of wholly
     /// free chunks is moved under the block first and new memory is created
     /// only for the rest (`remap.rs`); with segments, a new segment.
-    pub(crate) fn grow(&self, rt: &Runtime, want: u64) -> Result<(u64, u64)> {
+    pub(crate) fn grow(&self, rt: &Runtime, want: u64, stream: u64) -> Result<(u64, u64)> {
         if let Backing::Virtual(range) = &self.backing {
-            return self.grow_virtual(rt, range, want);
+            return self.grow_virtual(rt, range, want, stream);
         }
         let reserved = lock(&self.heap).reserved();
         let step = (reserved / 32).clamp(MIN_SEGMENT, MAX_GROWTH_STEP);
@@ -489,6 +502,7 @@ impl PoolCore {
         rt: &Runtime,
         range: &Mutex<Option<VirtualRange>>,
         want: u64,
+        stream: u64,
     ) -> Result<(u64, u64)> {
         let vm = rt
             .backend()
@@ -511,12 +525,12 @@ impl PoolCore {
             // request, at most 1/32 of what the pool holds), so that the
             // requests that follow fit without growing again.
             let span = (vr.physical_bytes() / 32).min(want.saturating_mul(8)).max(want);
-            if let Ok(found) = self.map_for(vm, vr, class, want, false, span) {
+            if let Ok(found) = self.map_for(vm, vr, class, Ask { want, span, stream, use_donors: false }) {
                 return Ok(found);
             }
         }
         let before = self.calls.snapshot();
-        let result = self.grow_by_moving(vm, vr, class, want);
+        let result = self.grow_by_moving(vm, vr, class, want, stream);
         let after = self.calls.snapshot();
         // Charged only if memory moved (an unmap, or a map of a granule that
         // existed): plain growth is what any allocator pays.
@@ -537,6 +551,7 @@ impl PoolCore {
         vr: &mut VirtualRange,
         class: usize,
         want: u64,
+        stream: u64,
     ) -> Result<(u64, u64)> {
         // 1. Where a block of this size went last: switch its granules back,
         //    and point the few aliases whose granule is in use elsewhere at
@@ -570,10 +585,10 @@ impl PoolCore {
             }
         }
         // 3. Map: granules not in use elsewhere, new ones for the rest.
-        let mut result = self.map_for(vm, vr, class, want, true, want);
+        let mut result = self.map_for(vm, vr, class, Ask { want, span: want, stream, use_donors: true });
         if result.is_err() && self.evict_aliases(vm, vr, Some(class), usize::MAX) > 0 {
             // Addresses ran out in this class: its shadowed aliases went.
-            result = self.map_for(vm, vr, class, want, true, want);
+            result = self.map_for(vm, vr, class, Ask { want, span: want, stream, use_donors: true });
         }
         let mapped = vr.aliases.len();
         if mapped > ALIASES_HIGH * vr.phys.len().max(1) {
@@ -689,13 +704,12 @@ impl PoolCore {
         vm: &dyn VirtualMemory,
         vr: &mut VirtualRange,
         class: usize,
-        want: u64,
-        use_donors: bool,
-        span: u64,
+        ask: Ask,
     ) -> Result<(u64, u64)> {
+        let Ask { want, span, stream, use_donors } = ask;
         let g = vr.granularity;
         let span = span.max(want);
-        let plan = {
+        let (plan, owners) = {
             let mut heap = lock(&self.heap);
             let reserved = vr.physical_bytes();
             let holes: Vec<Hole> = heap
@@ -704,8 +718,8 @@ impl PoolCore {
                 .map(|(start, size)| Hole {
                     start,
                     size,
-                    before: heap.global_free_ending_at(start),
-                    after: heap.global_free_starting_at(start + size),
+                    before: heap.usable_free_ending_at(start, stream),
+                    after: heap.usable_free_starting_at(start + size, stream),
                 })
                 .collect();
             let donors = if use_donors { vr.donors(&heap) } else { Vec::new() };
@@ -726,18 +740,17 @@ impl PoolCore {
             };
             // Out of the free space until the block is taken: the runs it
             // joins, and the granules it takes over (their old addresses).
-            if let Some((addr, len)) = plan.prefix {
-                heap.take(addr, len);
-            }
-            if let Some((addr, len)) = plan.suffix {
-                heap.take(addr, len);
-            }
+            // (Each keeps its owner: global, or pending on this stream.)
+            let owners = (
+                plan.prefix.and_then(|(addr, len)| heap.take(addr, len)),
+                plan.suffix.and_then(|(addr, len)| heap.take(addr, len)),
+            );
             for &(pid, _) in &plan.reuse {
                 if let Some(p) = vr.phys.get(&pid) {
                     heap.shadow(p.active, g);
                 }
             }
-            plan
+            (plan, owners)
         };
         tracing::trace!(target: "hipmem::pool", want, moved = plan.reuse.len(), new = plan.new_granules.len(), "remapping");
         // Without the heap's lock: map.
@@ -788,11 +801,11 @@ impl PoolCore {
         self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
         // The runs the block was to join go back to the free space (and
         // merge with what was just mapped next to them).
-        if let Some((addr, _)) = plan.prefix {
-            heap.release_block(addr, Owner::Global);
+        if let (Some((addr, _)), Some(owner)) = (plan.prefix, owners.0) {
+            heap.release_block(addr, owner);
         }
-        if let Some((addr, _)) = plan.suffix {
-            heap.release_block(addr, Owner::Global);
+        if let (Some((addr, _)), Some(owner)) = (plan.suffix, owners.1) {
+            heap.release_block(addr, owner);
         }
         if let Some(e) = failed {
             return Err(e);

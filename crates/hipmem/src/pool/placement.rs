@@ -118,6 +118,9 @@ pub struct Heap {
     /// Where the last blocks of each size went (most recent last), when the
     /// heap keeps them ([`Heap::keep_places`]).
     places: Option<HashMap<u64, Vec<u64>>>,
+    /// Global memory absorbed by a stream's pending block (see `merge`):
+    /// start → (end, the stream).
+    lent: BTreeMap<u64, (u64, u64)>,
 }
 
 /// Places kept per size, and sizes at most.
@@ -249,18 +252,20 @@ impl Heap {
         self.segments.get(&segment).map(|s| s.class).unwrap_or(0)
     }
 
-    /// The global free block that ends exactly at `addr`, if any: its size.
-    pub fn global_free_ending_at(&self, addr: u64) -> u64 {
+    /// The free block that ends exactly at `addr` and that stream `stream`
+    /// may use at once (global, or pending on that stream), if any: its size.
+    pub fn usable_free_ending_at(&self, addr: u64, stream: u64) -> u64 {
         match self.blocks.range(..addr).next_back() {
-            Some((&a, b)) if a + b.size == addr && b.state == State::Free(Owner::Global) => b.size,
+            Some((&a, b)) if a + b.size == addr && usable_by(b.state, stream) => b.size,
             _ => 0,
         }
     }
 
-    /// The global free block that starts exactly at `addr`, if any: its size.
-    pub fn global_free_starting_at(&self, addr: u64) -> u64 {
+    /// The free block that starts exactly at `addr` and that stream `stream`
+    /// may use at once, if any: its size.
+    pub fn usable_free_starting_at(&self, addr: u64, stream: u64) -> u64 {
         match self.blocks.get(&addr) {
-            Some(b) if b.state == State::Free(Owner::Global) => b.size,
+            Some(b) if usable_by(b.state, stream) => b.size,
             _ => 0,
         }
     }
@@ -564,6 +569,9 @@ impl Heap {
         self.blocks.insert(addr, Block { size, segment: block.segment, state: State::Allocated, freed: 0 });
         self.allocated += size;
         self.note_place(addr, size);
+        if owner != Owner::Global {
+            self.end_lending(addr, addr + size);
+        }
         let rest = block.size - size;
         if rest > 0 {
             let rest_addr = addr + size;
@@ -590,43 +598,52 @@ impl Heap {
         (b.state == State::Allocated && addr < base + b.size).then_some((base, b.size))
     }
 
-    /// Marks the allocated block at `addr` free with `owner` and coalesces it.
-    /// Returns false if there is no allocated block there.
+    /// Marks the allocated block at `addr` free with `owner` and coalesces it
+    /// (a stream's pending block absorbs global neighbours, see
+    /// `merge_owner`). Returns false if there is no allocated block there.
     pub fn release_block(&mut self, addr: u64, owner: Owner) -> bool {
+        self.release_block_as(addr, owner, true)
+    }
+
+    /// [`Heap::release_block`]; with `absorb` false, global and pending
+    /// blocks stay apart.
+    fn release_block_as(&mut self, addr: u64, owner: Owner, absorb: bool) -> bool {
         let Some(block) = self.blocks.get(&addr).copied() else { return false };
         if block.state != State::Allocated {
             return false;
         }
         self.allocated -= block.size;
         let (mut start, mut size, mut owner) = (addr, block.size, owner);
-        // Merge with the previous block.
-        if let Some((&p_addr, p)) = self.blocks.range(..addr).next_back() {
+        // Merge with the previous blocks (absorbing a global block can bring
+        // a pending block of the same stream next to this one: a promotion
+        // leaves them apart).
+        while let Some((&p_addr, p)) = self.blocks.range(..start).next_back() {
             let p = *p;
-            if p.segment == block.segment && p_addr + p.size == addr {
-                if let State::Free(p_owner) = p.state {
-                    if let Some(merged) = merge_owner(owner, p_owner) {
-                        self.unindex(p_addr, p.size, p_owner);
-                        self.blocks.remove(&start);
-                        start = p_addr;
-                        size += p.size;
-                        owner = merged;
-                    }
-                }
+            let State::Free(p_owner) = p.state else { break };
+            if p.segment != block.segment || p_addr + p.size != start {
+                break;
             }
+            let Some(merged) = merge(owner, p_owner, absorb) else { break };
+            self.note_lent((start, size, owner), (p_addr, p.size, p_owner), merged);
+            self.unindex(p_addr, p.size, p_owner);
+            self.blocks.remove(&start);
+            start = p_addr;
+            size += p.size;
+            owner = merged;
         }
-        // Merge with the next block.
-        let next_addr = addr + block.size;
-        if let Some(n) = self.blocks.get(&next_addr).copied() {
-            if n.segment == block.segment {
-                if let State::Free(n_owner) = n.state {
-                    if let Some(merged) = merge_owner(owner, n_owner) {
-                        self.unindex(next_addr, n.size, n_owner);
-                        self.blocks.remove(&next_addr);
-                        size += n.size;
-                        owner = merged;
-                    }
-                }
+        // Merge with the next blocks.
+        while let Some(n) = self.blocks.get(&(start + size)).copied() {
+            let State::Free(n_owner) = n.state else { break };
+            if n.segment != block.segment {
+                break;
             }
+            let Some(merged) = merge(owner, n_owner, absorb) else { break };
+            let n_addr = start + size;
+            self.note_lent((start, size, owner), (n_addr, n.size, n_owner), merged);
+            self.unindex(n_addr, n.size, n_owner);
+            self.blocks.remove(&n_addr);
+            size += n.size;
+            owner = merged;
         }
         self.frees += 1;
         self.blocks.insert(
@@ -635,6 +652,84 @@ impl Heap {
         );
         self.index(start, size, owner);
         true
+    }
+
+    /// Two free runs (addr, len, owner) merge into one owned by `merged`:
+    /// the global one, if absorbed by a stream, is lent to that stream.
+    fn note_lent(&mut self, a: (u64, u64, Owner), b: (u64, u64, Owner), merged: Owner) {
+        let Owner::Stream { stream, .. } = merged else { return };
+        for (addr, len, owner) in [a, b] {
+            if owner == Owner::Global && len > 0 {
+                self.lent.insert(addr, (addr + len, stream));
+            }
+        }
+    }
+
+    /// `[from, to)` is no longer global memory lent to a pending block (it
+    /// was taken, or the block turned global).
+    fn end_lending(&mut self, from: u64, to: u64) {
+        if self.lent.is_empty() {
+            return;
+        }
+        let mut split: Vec<(u64, (u64, u64))> = Vec::new();
+        let hits: Vec<(u64, (u64, u64))> = self
+            .lent
+            .range(..to)
+            .rev()
+            .take_while(|&(_, &(end, _))| end > from)
+            .map(|(&a, &v)| (a, v))
+            .collect();
+        for (a, (end, stream)) in hits {
+            self.lent.remove(&a);
+            if a < from {
+                split.push((a, (from, stream)));
+            }
+            if end > to {
+                split.push((to, (end, stream)));
+            }
+        }
+        self.lent.extend(split);
+    }
+
+    /// Gives back to every stream the global memory that pending blocks of
+    /// streams other than `except` absorbed (see `merge`): each such range
+    /// becomes a global free block again, and the pending parts around it
+    /// keep their owner. A stream that would otherwise grow the pool, or run
+    /// out of memory, calls this first, and so does a trim. Returns the
+    /// bytes given back.
+    pub fn reclaim_lent(&mut self, except: Option<u64>) -> u64 {
+        let ranges: Vec<(u64, u64)> = self
+            .lent
+            .iter()
+            .filter(|(_, (_, s))| Some(*s) != except)
+            .map(|(&a, &(end, _))| (a, end))
+            .collect();
+        let mut bytes = 0;
+        for (from, to) in ranges {
+            self.lent.remove(&from);
+            let Some((&start, b)) = self.blocks.range(..=from).next_back() else { continue };
+            let b = *b;
+            let State::Free(owner @ Owner::Stream { .. }) = b.state else { continue };
+            if to > start + b.size {
+                continue;
+            }
+            self.unindex(start, b.size, owner);
+            self.blocks.remove(&start);
+            if from > start {
+                self.blocks.insert(start, Block { size: from - start, ..b });
+                self.index(start, from - start, owner);
+            }
+            if to < start + b.size {
+                self.blocks.insert(to, Block { size: start + b.size - to, ..b });
+                self.index(to, start + b.size - to, owner);
+            }
+            // Freed as global memory, merging with global neighbours.
+            self.blocks.insert(from, Block { size: to - from, state: State::Allocated, ..b });
+            self.allocated += to - from;
+            self.release_block_as(from, Owner::Global, false);
+            bytes += to - from;
+        }
+        bytes
     }
 
     /// Makes every block pending on `stream` with a tag below `completed_below`
@@ -658,7 +753,8 @@ impl Heap {
             self.blocks.insert(addr, Block { state: State::Allocated, ..block });
             self.allocated += block.size;
             bytes += block.size;
-            self.release_block(addr, Owner::Global);
+            self.end_lending(addr, addr + block.size);
+            self.release_block_as(addr, Owner::Global, false);
         }
         bytes
     }
@@ -797,8 +893,10 @@ impl Heap {
                             return Err(format!("free block {a:#x} is not indexed"));
                         }
                         if let Some(State::Free(p)) = prev {
-                            if merge_owner(o, p).is_some() {
-                                return Err(format!("adjacent free blocks not merged at {a:#x}"));
+                            if merge(o, p, false).is_some() {
+                                return Err(format!(
+                                    "adjacent free blocks not merged at {a:#x}: {p:?} then {o:?}"
+                                ));
                             }
                         }
                     }
@@ -819,15 +917,49 @@ impl Heap {
         if allocated != self.allocated || global_free != self.global_free_bytes || reserved != self.reserved {
             return Err("totals disagree".into());
         }
+        for (&from, &(to, stream)) in &self.lent {
+            let holder = self.blocks.range(..=from).next_back();
+            let inside = holder.is_some_and(|(&a, b)| {
+                to <= a + b.size
+                    && matches!(b.state, State::Free(Owner::Stream { stream: s, .. }) if s == stream)
+            });
+            if !inside || to <= from {
+                return Err(format!(
+                    "lent range {from:#x}..{to:#x} is not inside a pending block of stream {stream}"
+                ));
+            }
+        }
         Ok(())
     }
 }
 
-fn merge_owner(a: Owner, b: Owner) -> Option<Owner> {
+/// Whether a block in `state` is free for `stream` with no wait.
+fn usable_by(state: State, stream: u64) -> bool {
+    match state {
+        State::Free(Owner::Global) => true,
+        State::Free(Owner::Stream { stream: s, .. }) => s == stream,
+        _ => false,
+    }
+}
+
+/// The owner of two adjacent free blocks merged into one, if they merge. A
+/// stream's pending block absorbs global free blocks next to it (`absorb`;
+/// a promotion does not, or completed frees would turn pending again): the
+/// run is then free for that stream at once, as each part was, and for the
+/// others once the newest free in it completes. A stream that frees
+/// continuously (a GPU running ahead of the host) thus keeps whole runs
+/// where its recent frees and the free memory around them would otherwise
+/// stay apart until the frees complete, and best fit and growth see the
+/// whole run. The absorbed memory is only lent: another stream that needs
+/// it takes it back ([`Heap::reclaim_lent`]).
+fn merge(a: Owner, b: Owner, absorb: bool) -> Option<Owner> {
     match (a, b) {
         (Owner::Global, Owner::Global) => Some(Owner::Global),
         (Owner::Stream { stream: s, tag: t }, Owner::Stream { stream: s2, tag: t2 }) if s == s2 => {
             Some(Owner::Stream { stream: s, tag: t.max(t2) })
+        }
+        (Owner::Global, o @ Owner::Stream { .. }) | (o @ Owner::Stream { .. }, Owner::Global) if absorb => {
+            Some(o)
         }
         _ => None,
     }
@@ -865,16 +997,40 @@ mod tests {
         h.take(a, MB);
         h.release_block(a, Owner::Stream { stream: 7, tag: 3 });
         h.check_invariants().unwrap();
-        // The pending block keeps to itself: the untouched remainder stays global.
-        assert_eq!(h.best_fit_global(MB), Some((a + MB, MB)));
-        assert_eq!(h.best_fit_pending(7, MB, |_| true), Some((a, MB)));
-        assert_eq!(h.best_fit_pending(7, 2 * MB, |_| true), None);
+        // The pending block absorbs the global remainder next to it: stream 7
+        // may use the whole run at once, the others once the free completes.
+        assert_eq!(h.best_fit_global(MB), None);
+        assert_eq!(h.best_fit_pending(7, 2 * MB, |_| true), Some((a, 2 * MB)));
         assert_eq!(h.best_fit_pending(7, MB, |t| t < 3), None);
+        assert_eq!(h.usable_free_ending_at(a + 2 * MB, 7), 2 * MB);
+        assert_eq!(h.usable_free_ending_at(a + 2 * MB, 8), 0);
         assert!(h.releasable_segments().is_empty());
         assert_eq!(h.promote(7, 3), 0);
-        assert_eq!(h.promote(7, 4), MB);
+        assert_eq!(h.promote(7, 4), 2 * MB);
         h.check_invariants().unwrap();
         assert_eq!(h.releasable_segments().len(), 1);
+    }
+
+    #[test]
+    fn a_promoted_block_is_not_absorbed_again() {
+        let mut h = Heap::new();
+        h.add_segment(0x100_0000, 2 * MB);
+        let (a, _) = h.best_fit_global(2 * MB).unwrap();
+        h.take(a, MB);
+        h.take(a + MB, MB);
+        h.release_block(a, Owner::Stream { stream: 7, tag: 3 });
+        h.release_block(a + MB, Owner::Stream { stream: 8, tag: 1 });
+        h.check_invariants().unwrap();
+        // Stream 7's free completes; stream 8's does not: the completed
+        // block turns global and stays so beside stream 8's pending one.
+        assert_eq!(h.promote(7, 4), MB);
+        h.check_invariants().unwrap();
+        assert_eq!(h.best_fit_global(MB), Some((a, MB)));
+        assert_eq!(h.best_fit_pending(8, MB, |_| true), Some((a + MB, MB)));
+        // Stream 8's completes: one global run.
+        assert_eq!(h.promote(8, 2), MB);
+        h.check_invariants().unwrap();
+        assert_eq!(h.best_fit_global(2 * MB), Some((a, 2 * MB)));
     }
 
     #[test]
@@ -914,7 +1070,7 @@ mod tests {
         assert!(h.back(base, 2 * MB));
         let (a, _) = h.best_fit_global(MB).unwrap();
         h.take(a, MB);
-        assert_eq!(h.global_free_ending_at(base + 2 * MB), MB);
+        assert_eq!(h.usable_free_ending_at(base + 2 * MB, 0), MB);
         // A second chunk right after: its free space joins the first chunk's.
         assert!(h.back(base + 2 * MB, 2 * MB));
         assert_eq!(h.best_fit_global(3 * MB), Some((base + MB, 3 * MB)));
@@ -982,5 +1138,63 @@ mod tests {
         h.check_invariants().unwrap();
         assert_eq!(h.allocated(), 0);
         assert_eq!(h.releasable_segments().len(), 1);
+    }
+
+    #[test]
+    fn lending_keeps_the_heap_consistent_under_random_operations() {
+        // A small xorshift: deterministic, no dependency.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut h = Heap::new();
+        h.add_segment(0x100_0000, 64 * MB);
+        let mut live: Vec<u64> = Vec::new();
+        let mut tags = [1u64; 3];
+        let mut log: Vec<String> = Vec::new();
+        for step in 0..20_000 {
+            match rnd(8) {
+                0..=2 => {
+                    let size = (1 + rnd(64)) * 64 * 1024;
+                    let s = rnd(3);
+                    let pick = h.best_fit_global(size).or_else(|| h.best_fit_pending(s, size, |_| true));
+                    if let Some((a, _)) = pick {
+                        log.push(format!("take {a:#x} {size:#x} by {s}"));
+                        h.take(a, size);
+                        live.push(a);
+                    }
+                }
+                3..=5 if !live.is_empty() => {
+                    let a = live.swap_remove(rnd(live.len() as u64) as usize);
+                    let s = rnd(4);
+                    let owner = if s == 3 {
+                        Owner::Global
+                    } else {
+                        Owner::Stream { stream: s, tag: tags[s as usize] }
+                    };
+                    log.push(format!("free {a:#x} {owner:?}"));
+                    h.release_block(a, owner);
+                }
+                6 => {
+                    let s = rnd(3);
+                    tags[s as usize] += 1;
+                    let below = tags[s as usize] - rnd(2);
+                    log.push(format!("promote {s} below {below}"));
+                    h.promote(s, below);
+                }
+                _ => {
+                    let except = rnd(4);
+                    log.push(format!("reclaim except {except}"));
+                    h.reclaim_lent((except < 3).then_some(except));
+                }
+            }
+            if let Err(e) = h.check_invariants() {
+                let tail = log.len().saturating_sub(12);
+                panic!("step {step}: {e}; last operations: {:#?}", &log[tail..]);
+            }
+        }
     }
 }

@@ -67,6 +67,8 @@ impl PoolCore {
             }
             lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag());
         }
+        // Memory that pending blocks absorbed is free for everyone again.
+        lock(&self.heap).reclaim_lent(None);
         // Release whole segments (largest first) or granules, never below `keep`.
         let reserved = lock(&self.heap).reserved();
         if reserved > keep {

@@ -2,13 +2,20 @@
 //! take, cheapest first.
 //!
 //! Allocation on stream `S`, cheapest first:
-//! 1. `S`'s slot cache: a block freed on `S` (no shared lock, no driver call).
+//! 1. `S`'s slot cache: a block of exactly that size freed on `S` (no shared
+//!    lock, no driver call). On a miss the cache goes back to the heap, where
+//!    its blocks merge with their neighbours before best fit.
 //! 2. The shared heap, best fit among blocks free for every stream and blocks
-//!    pending on `S` itself.
+//!    pending on `S` itself. A block pending on `S` absorbs the global free
+//!    memory next to it (`placement.rs`): `S` may use the whole run at once,
+//!    as it may in PyTorch's allocator. `S`'s frees that the device has
+//!    completed turn global (a marker event tells, when `S` is busy).
 //! 3. Blocks pending on another stream `T`, if a reuse rule allows it:
 //!    follow event dependencies (`S` waited on an event recorded on `T` after
 //!    the free) or opportunistic (the free has completed on the device).
 //!    Before this step the other streams' caches are flushed into the heap.
+//!    Before growing, global memory that other streams' pending blocks
+//!    absorbed is given back.
 //! 4. Growth: a new segment from the backend (within the pool's maxSize).
 //! 5. Internal dependencies, when growing is impossible: make `S` wait for `T`
 //!    (an event from the event pool) and take `T`'s pending block.
@@ -20,7 +27,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::core::{MIN_SEGMENT, PoolCore, lock};
+use super::core::{MIN_SEGMENT, ORPHAN_STREAM, PoolCore, lock};
 use super::placement::{CLASSES, Owner};
 use super::stream_cache::{CachedBlock, Slot};
 use crate::backend::RawStream;
@@ -30,37 +37,42 @@ use crate::runtime::ordering::StreamClock;
 
 impl PoolCore {
     pub(super) fn alloc_slow(&self, want: u64, requested: u64, slot: &Arc<Slot>) -> Result<(u64, u64)> {
-        let me = slot.stream_id();
         let rt = self.runtime()?;
-        // Once enough of this stream's frees are pending, ask whether the
-        // stream is idle: its completed frees then coalesce with free space.
-        let pending = lock(&self.heap).pending_bytes(me);
-        if pending >= MIN_SEGMENT {
-            self.promote_if_idle(&rt, slot);
+        // The stream's cache serves exact sizes only: on a miss its blocks go
+        // back to the heap first, where they merge with their neighbours, so
+        // that best fit sees every free byte (a cache of large blocks held
+        // apart from the heap costs 5-15% more memory on replayed PyTorch runs).
+        self.flush_slot_cache(slot);
+        // Once enough of this stream's frees are pending, those the device
+        // has completed turn global and merge with free space.
+        if lock(&self.heap).pending_bytes(slot.stream_id()) >= MIN_SEGMENT {
+            self.promote_completed(&rt, slot);
         }
         // 2-3. Reuse from the heap.
         if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
             return Ok(found);
         }
-        if self.flush_other_caches(me) {
+        if self.flush_other_caches(slot.stream_id()) {
             if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
                 return Ok(found);
             }
         }
-        // Before growing: this stream's cache goes to the heap (its blocks
-        // can then merge, be split, or lend their memory), and if the
-        // stream's own frees have completed (the stream is idle), they turn
-        // global and merge with their neighbours.
-        let flushed = self.flush_slot_cache(slot);
-        let promoted = self.promote_if_idle(&rt, slot);
-        if flushed || promoted {
+        // Before growing: every completed free of this stream turns global.
+        if self.promote_completed(&rt, slot) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
+        // Before growing: global memory that other streams' pending blocks
+        // absorbed (see `placement.rs`) is given back.
+        if lock(&self.heap).reclaim_lent(Some(slot.stream_id())) > 0 {
             if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
                 return Ok(found);
             }
         }
         // 4. Grow: on virtual memory, wholly free memory elsewhere is moved
         //    under the block first, new memory made for the rest only.
-        let grow_err = match self.grow(&rt, want) {
+        let grow_err = match self.grow(&rt, want, slot.stream_id()) {
             Ok(found) => return Ok(found),
             Err(e) => e,
         };
@@ -87,7 +99,7 @@ impl PoolCore {
         for pool in super::table::table(&rt).hipmem_pools_of(self.device) {
             pool.release_unused_to(&rt, 0);
         }
-        if let Ok(found) = self.grow(&rt, want) {
+        if let Ok(found) = self.grow(&rt, want, slot.stream_id()) {
             return Ok(found);
         }
         // 7. Out of memory.
@@ -228,18 +240,28 @@ impl PoolCore {
         Some((addr, want))
     }
 
-    /// Promotes the stream's pending blocks if the stream has no work left.
-    /// Returns whether anything turned global.
-    pub(super) fn promote_if_idle(&self, rt: &Runtime, slot: &Slot) -> bool {
-        if !lock(&self.heap).has_pending(slot.stream_id()) {
+    /// Promotes the stream's pending blocks whose frees the device has
+    /// completed: all of them if the stream is idle, else those before its
+    /// newest completed marker. A stream that stays busy (a GPU running
+    /// ahead of the host, as in every training loop) gets a marker event
+    /// when none is outstanding, so that its frees are known complete at the
+    /// next call. Returns whether anything turned global.
+    pub(super) fn promote_completed(&self, rt: &Runtime, slot: &Slot) -> bool {
+        let me = slot.stream_id();
+        if me == ORPHAN_STREAM || !lock(&self.heap).has_pending(me) {
             return false;
         }
         let before = slot.clock.advance();
-        if !rt.backend().stream_query(slot.raw).unwrap_or(false) {
-            return false;
+        if rt.backend().stream_query(slot.raw).unwrap_or(false) {
+            slot.clock.mark_completed(before);
+            rt.retire_completed_markers(self.device, &slot.clock);
+        } else {
+            rt.refresh_clock(self.device, &slot.clock);
+            if slot.clock.newest_pending_marker().is_none() {
+                let _ = rt.record_marker(&slot.clock, slot.raw);
+            }
         }
-        slot.clock.mark_completed(before);
-        lock(&self.heap).promote(slot.stream_id(), slot.clock.completed_tag()) > 0
+        lock(&self.heap).promote(me, slot.clock.completed_tag()) > 0
     }
 
     pub(super) fn clock_of(&self, stream: u64) -> Option<Arc<StreamClock>> {

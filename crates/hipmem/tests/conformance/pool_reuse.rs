@@ -276,3 +276,45 @@ fn a_pending_free_does_not_lock_up_memory_no_stream_used() {
     t.synchronize().unwrap();
     pool.check_invariants().unwrap();
 }
+
+/// A busy stream's free joins the free memory next to it at once: the
+/// stream may allocate across both (stream order makes its own free safe to
+/// reuse, and the rest was free for everyone), as it may in PyTorch's
+/// allocator, where every free block belongs to a stream. Another stream
+/// still gets the part that was free for everyone back.
+#[test]
+fn a_busy_streams_free_joins_the_free_memory_next_to_it() {
+    let rt = private_runtime();
+    let dev = rt.device(0).unwrap();
+    let s = stream0(&rt);
+    let t = stream0(&rt);
+    let flag = dev.alloc_zeroed::<u32>(1).unwrap();
+    // No growth past 2 MiB, no reuse across streams without an event.
+    let pool = new_pool(&rt, 2 * MIB);
+    set_reuse(&pool, 1, 0, 0);
+    let a = pool.alloc_raw(MIB, &s).unwrap();
+    assert_eq!(pool.stats().reserved_current, 2 * MIB, "the test expects one 2 MiB run");
+    let t0 = std::time::Instant::now();
+    s.delay(DELAY, &flag, 1).unwrap();
+    rt.free_async(a, &s).unwrap();
+    // 1.5 MiB fits only across S's pending MiB and the free MiB after it.
+    let b = pool.alloc_raw(3 * MIB / 2, &s);
+    assert_pending!(t0, !s.query().unwrap(), "the delay kernel ended too early for this test");
+    let b =
+        b.unwrap_or_else(|e| panic!("S could not reuse its own free with the free memory next to it: {e}"));
+    assert_eq!(b, a, "S's block starts where its free was");
+    pool.check_invariants().unwrap();
+    // T gets the last half MiB, which no stream's free touched.
+    let c = pool.alloc_raw(MIB / 2, &t);
+    assert_pending!(t0, !s.query().unwrap(), "the delay kernel ended too early for this test");
+    let c = c.unwrap_or_else(|e| panic!("T could not get the memory that was free for everyone: {e}"));
+    assert!(disjoint(c, MIB / 2, b, 3 * MIB / 2), "T got {c}, inside S's block {b}");
+    pool.check_invariants().unwrap();
+    rt.free_async(b, &s).unwrap();
+    rt.free_async(c, &t).unwrap();
+    s.synchronize().unwrap();
+    t.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0, "trim releases everything once the frees completed");
+    pool.check_invariants().unwrap();
+}

@@ -156,6 +156,13 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
     for (op, us) in ops {
         report.push("granule_ops", op, Some(g), "per_granule", us, "us");
     }
+    // The same per MiB when one physical allocation holds many granules
+    // (created, mapped and given access in one call each).
+    for chunk in [1u64, 4, 16, 64, 256] {
+        for (op, us) in chunk_ops(rt, g, chunk * g, 256 * g)? {
+            report.push("chunk_ops", op, Some(chunk * g), "per_mib", us, "us");
+        }
+    }
     // RMM's random_allocations on hipmem's pool, without and with
     // virtual-memory backing: fragmentation = peak reserved / peak requested.
     for ops in scale.random_ops {
@@ -331,4 +338,30 @@ fn granule_ops(rt: &Runtime, g: u64, n: u64) -> Result<Vec<(&'static str, f64)>>
         ("unmap", unmap),
         ("unmap_and_release", release),
     ])
+}
+
+/// Creates, maps with access, then unmaps and releases `total` bytes in
+/// physical allocations of `chunk` bytes each: the cost per MiB of each half.
+fn chunk_ops(rt: &Runtime, g: u64, chunk: u64, total: u64) -> Result<Vec<(&'static str, f64)>> {
+    let Some(vm) = rt.backend().virtual_memory() else { return Ok(Vec::new()) };
+    let n = (total / chunk).max(1);
+    let per_mib = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / ((n * chunk) as f64 / (1 << 20) as f64);
+    let a = vm.address_reserve(n * chunk, g, DevicePtr::NULL)?;
+    let t = Instant::now();
+    let mut handles = Vec::new();
+    for i in 0..n {
+        let h = vm.mem_create(0, chunk, 0)?;
+        handles.push(h);
+        vm.mem_map(DevicePtr(a.0 + i * chunk), chunk, 0, h)?;
+        vm.mem_set_access(DevicePtr(a.0 + i * chunk), chunk, 0, 3)?;
+    }
+    let make = per_mib(t);
+    let t = Instant::now();
+    for (i, &h) in handles.iter().enumerate() {
+        vm.mem_unmap(DevicePtr(a.0 + i as u64 * chunk), chunk)?;
+        vm.mem_release(h)?;
+    }
+    let release = per_mib(t);
+    vm.address_free(a, n * chunk)?;
+    Ok(vec![("create_map_access", make), ("unmap_release", release)])
 }

@@ -27,7 +27,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::core::{MIN_SEGMENT, ORPHAN_STREAM, PoolCore, lock};
+use super::core::{ORPHAN_STREAM, PoolCore, lock};
 use super::placement::{CLASSES, Owner};
 use super::stream_cache::{CachedBlock, Slot};
 use crate::backend::RawStream;
@@ -43,12 +43,9 @@ impl PoolCore {
         // that best fit sees every free byte (a cache of large blocks held
         // apart from the heap costs 5-15% more memory on replayed PyTorch runs).
         self.flush_slot_cache(slot);
-        // Once enough of this stream's frees are pending, those the device
-        // has completed turn global and merge with free space.
-        if lock(&self.heap).pending_bytes(slot.stream_id()) >= MIN_SEGMENT {
-            self.promote_completed(&rt, slot);
-        }
-        // 2-3. Reuse from the heap.
+        // 2-3. Reuse from the heap (this stream's pending blocks have absorbed
+        // the free memory around them: no driver call is needed here to learn
+        // which of its frees completed).
         if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
             return Ok(found);
         }
@@ -57,7 +54,8 @@ impl PoolCore {
                 return Ok(found);
             }
         }
-        // Before growing: every completed free of this stream turns global.
+        // Before growing: every completed free of this stream turns global
+        // (free for the other streams, and for moving memory).
         if self.promote_completed(&rt, slot) {
             if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
                 return Ok(found);

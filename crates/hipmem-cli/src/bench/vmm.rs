@@ -158,9 +158,16 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
     }
     // The same per MiB when one physical allocation holds many granules
     // (created, mapped and given access in one call each).
-    for chunk in [1u64, 4, 16, 64, 256] {
-        for (op, us) in chunk_ops(rt, g, chunk * g, 256 * g)? {
+    for chunk in [1u64, 4, 16, 32, 64, 256] {
+        for (op, us) in chunk_ops(rt, g, chunk * g, 256 * g, chunk * g)? {
             report.push("chunk_ops", op, Some(chunk * g), "per_mib", us, "us");
+        }
+    }
+    // A large physical allocation mapped in 4-granule slices (one map and
+    // one access call per slice), as a pool's units would be.
+    for chunk in [64u64, 256] {
+        for (op, us) in chunk_ops(rt, g, chunk * g, 256 * g, 4 * g)? {
+            report.push("chunk_ops_sliced", op, Some(chunk * g), "per_mib", us, "us");
         }
     }
     // RMM's random_allocations on hipmem's pool, without and with
@@ -341,8 +348,9 @@ fn granule_ops(rt: &Runtime, g: u64, n: u64) -> Result<Vec<(&'static str, f64)>>
 }
 
 /// Creates, maps with access, then unmaps and releases `total` bytes in
-/// physical allocations of `chunk` bytes each: the cost per MiB of each half.
-fn chunk_ops(rt: &Runtime, g: u64, chunk: u64, total: u64) -> Result<Vec<(&'static str, f64)>> {
+/// physical allocations of `chunk` bytes each, each mapped in slices of
+/// `slice` bytes: the cost per MiB of each half.
+fn chunk_ops(rt: &Runtime, g: u64, chunk: u64, total: u64, slice: u64) -> Result<Vec<(&'static str, f64)>> {
     let Some(vm) = rt.backend().virtual_memory() else { return Ok(Vec::new()) };
     let n = (total / chunk).max(1);
     let per_mib = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / ((n * chunk) as f64 / (1 << 20) as f64);
@@ -352,13 +360,18 @@ fn chunk_ops(rt: &Runtime, g: u64, chunk: u64, total: u64) -> Result<Vec<(&'stat
     for i in 0..n {
         let h = vm.mem_create(0, chunk, 0)?;
         handles.push(h);
-        vm.mem_map(DevicePtr(a.0 + i * chunk), chunk, 0, h)?;
-        vm.mem_set_access(DevicePtr(a.0 + i * chunk), chunk, 0, 3)?;
+        for off in (0..chunk).step_by(slice as usize) {
+            let at = DevicePtr(a.0 + i * chunk + off);
+            vm.mem_map(at, slice, off, h)?;
+            vm.mem_set_access(at, slice, 0, 3)?;
+        }
     }
     let make = per_mib(t);
     let t = Instant::now();
     for (i, &h) in handles.iter().enumerate() {
-        vm.mem_unmap(DevicePtr(a.0 + i as u64 * chunk), chunk)?;
+        for off in (0..chunk).step_by(slice as usize) {
+            vm.mem_unmap(DevicePtr(a.0 + i as u64 * chunk + off), slice)?;
+        }
         vm.mem_release(h)?;
     }
     let release = per_mib(t);

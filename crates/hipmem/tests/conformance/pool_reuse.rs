@@ -68,13 +68,19 @@ fn another_stream_without_a_dependency_gets_other_memory_while_the_free_is_pendi
         s.delay(DELAY, &flag, 1).unwrap();
         rt.free_async(a, &s).unwrap();
         let b = pool.alloc_raw(SIZE, &t).unwrap();
-        assert_pending!(t0, !s.query().unwrap(), "the delay kernel ended too early for this test");
-        assert!(
-            disjoint(a, SIZE, b, SIZE),
-            "stream T got {b}, overlapping {a} freed on busy stream S (opportunistic {opportunistic})"
-        );
-        // T was not made to wait for S: the pool could grow.
-        assert!(t.query().unwrap(), "T waits for S although the pool could grow");
+        // S still busy after T's allocation: the free was pending when T's
+        // block was chosen. (A host stalled past the delay, as under a
+        // loaded GPU suite, may legitimately see the free complete.)
+        let s_busy = !s.query().unwrap();
+        assert_pending!(t0, s_busy, "the delay kernel ended too early for this test");
+        if s_busy {
+            assert!(
+                disjoint(a, SIZE, b, SIZE),
+                "stream T got {b}, overlapping {a} freed on busy stream S (opportunistic {opportunistic})"
+            );
+            // T was not made to wait for S: the pool could grow.
+            assert!(t.query().unwrap(), "T waits for S although the pool could grow");
+        }
         rt.free_async(b, &t).unwrap();
         s.synchronize().unwrap();
         t.synchronize().unwrap();

@@ -14,7 +14,8 @@
 //!    follow event dependencies (`S` waited on an event recorded on `T` after
 //!    the free) or opportunistic (the free has completed on the device).
 //!    Before this step the other streams' caches are flushed into the heap.
-//!    Before growing, global memory that other streams' pending blocks
+//!    Before growing, the other streams' frees that their marker events show
+//!    complete turn global, and global memory that their pending blocks
 //!    absorbed is given back.
 //! 4. Growth: a new segment from the backend (within the pool's maxSize).
 //! 5. Internal dependencies, when growing is impossible: make `S` wait for `T`
@@ -61,9 +62,12 @@ impl PoolCore {
                 return Ok(found);
             }
         }
-        // Before growing: global memory that other streams' pending blocks
-        // absorbed (see `placement.rs`) is given back.
-        if lock(&self.heap).reclaim_lent(Some(slot.stream_id())) > 0 {
+        // Before growing: the other streams' frees known complete (their
+        // marker events are asked, no stream is) turn global, and global
+        // memory that their pending blocks absorbed (see `placement.rs`) is
+        // given back.
+        let promoted = self.promote_others_completed(&rt, slot.stream_id());
+        if lock(&self.heap).reclaim_lent(Some(slot.stream_id())) + promoted > 0 {
             if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
                 return Ok(found);
             }
@@ -260,6 +264,21 @@ impl PoolCore {
             }
         }
         lock(&self.heap).promote(me, slot.clock.completed_tag()) > 0
+    }
+
+    /// Promotes the pending blocks of every stream but `me` whose frees
+    /// their markers show complete. Returns the bytes made global.
+    fn promote_others_completed(&self, rt: &Runtime, me: u64) -> u64 {
+        let mut bytes = 0;
+        for other in self.all_slots() {
+            let id = other.stream_id();
+            if id == me || id == ORPHAN_STREAM || !lock(&self.heap).has_pending(id) {
+                continue;
+            }
+            rt.refresh_clock(self.device, &other.clock);
+            bytes += lock(&self.heap).promote(id, other.clock.completed_tag());
+        }
+        bytes
     }
 
     pub(super) fn clock_of(&self, stream: u64) -> Option<Arc<StreamClock>> {

@@ -15,8 +15,8 @@
 //!    the free) or opportunistic (the free has completed on the device).
 //!    Before this step the other streams' caches are flushed into the heap.
 //!    Before growing, the other streams' frees that their marker events show
-//!    complete turn global, and global memory that their pending blocks
-//!    absorbed is given back.
+//!    complete turn global (if opportunistic reuse is allowed), and global
+//!    memory that their pending blocks absorbed is given back.
 //! 4. Growth: a new segment from the backend (within the pool's maxSize).
 //! 5. Internal dependencies, when growing is impossible: make `S` wait for `T`
 //!    (an event from the event pool) and take `T`'s pending block.
@@ -66,7 +66,11 @@ impl PoolCore {
         // marker events are asked, no stream is) turn global, and global
         // memory that their pending blocks absorbed (see `placement.rs`) is
         // given back.
-        let promoted = self.promote_others_completed(&rt, slot.stream_id());
+        let promoted = if self.policy.allow_opportunistic.load(Ordering::Relaxed) {
+            self.promote_others_completed(&rt, slot.stream_id())
+        } else {
+            0
+        };
         if lock(&self.heap).reclaim_lent(Some(slot.stream_id())) + promoted > 0 {
             if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
                 return Ok(found);
@@ -267,7 +271,8 @@ impl PoolCore {
     }
 
     /// Promotes the pending blocks of every stream but `me` whose frees
-    /// their markers show complete. Returns the bytes made global.
+    /// their markers show complete (opportunistic reuse, for every stream at
+    /// once). Returns the bytes made global.
     fn promote_others_completed(&self, rt: &Runtime, me: u64) -> u64 {
         let mut bytes = 0;
         for other in self.all_slots() {

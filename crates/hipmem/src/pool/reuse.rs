@@ -152,7 +152,7 @@ impl PoolCore {
         let mut heap = lock(&self.heap);
         // Where a block of this size went before, if it is free for this
         // stream (a repeating workload keeps its layout).
-        if let Some(at) = heap.place_fit(class, want, me) {
+        if let Some(at) = heap.place_fit(class, want, me, self.one_class.load(Ordering::Relaxed)) {
             if heap.take_range(at, want).is_some() {
                 return Some((at, want));
             }

@@ -14,6 +14,8 @@ warm-up:
   hipmem-lowmem  the same with an unlimited budget for moving memory
                (HIPMEM_POOL_MOVE_BURST_MS=60000): least memory, more driver time
                (not in the default set; name it with --allocators)
+  hipmem-grouped  hipmem mapping each growth of 64 MiB or more in one call
+               (HIPMEM_POOL_GROUP_MIB=64; not in the default set)
 
     python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
@@ -52,6 +54,8 @@ def setup_allocator(name, lib):
     if name == "hipmem-lowmem":
         os.environ["HIPMEM_POOL_MOVE_BURST_MS"] = "60000"
         os.environ["HIPMEM_POOL_MOVE_SHARE"] = "100"
+    if name == "hipmem-grouped":
+        os.environ["HIPMEM_POOL_GROUP_MIB"] = "64"
     if not name.startswith("hipmem"):
         def stats():
             return {

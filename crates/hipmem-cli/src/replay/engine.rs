@@ -24,6 +24,9 @@ pub enum PoolKind {
     /// The same, moving memory whenever that keeps it smaller
     /// (`MoveBudget::LEAST_MEMORY`).
     VmmLeastMemory,
+    /// The default pool, mapping each growth of 64 MiB or more in one call
+    /// (`MemPool::set_growth_mapping`).
+    VmmGrouped,
     /// hipmem's pool on separate device allocations.
     Segments,
     /// The driver's own pool (cuMemPool*, cuda only).
@@ -34,14 +37,21 @@ pub enum PoolKind {
 
 impl PoolKind {
     /// Every kind, in the order of the report.
-    pub const ALL: [PoolKind; 5] =
-        [PoolKind::Vmm, PoolKind::VmmLeastMemory, PoolKind::Segments, PoolKind::Driver, PoolKind::Malloc];
+    pub const ALL: [PoolKind; 6] = [
+        PoolKind::Vmm,
+        PoolKind::VmmLeastMemory,
+        PoolKind::VmmGrouped,
+        PoolKind::Segments,
+        PoolKind::Driver,
+        PoolKind::Malloc,
+    ];
 
     /// The name in reports.
     pub fn name(self) -> &'static str {
         match self {
             PoolKind::Vmm => "hipmem-vmm",
             PoolKind::VmmLeastMemory => "hipmem-vmm-lowmem",
+            PoolKind::VmmGrouped => "hipmem-vmm-grouped",
             PoolKind::Segments => "hipmem-segments",
             PoolKind::Driver => "driver-pool",
             PoolKind::Malloc => "malloc",
@@ -53,6 +63,7 @@ impl PoolKind {
         match s {
             "vmm" | "hipmem-vmm" => Some(PoolKind::Vmm),
             "vmm-lowmem" | "hipmem-vmm-lowmem" => Some(PoolKind::VmmLeastMemory),
+            "vmm-grouped" | "hipmem-vmm-grouped" => Some(PoolKind::VmmGrouped),
             "segments" | "hipmem-segments" => Some(PoolKind::Segments),
             "driver" | "driver-pool" => Some(PoolKind::Driver),
             "malloc" | "direct" => Some(PoolKind::Malloc),
@@ -62,7 +73,7 @@ impl PoolKind {
 
     /// Whether this is one of hipmem's own pools.
     pub fn is_hipmem(self) -> bool {
-        matches!(self, PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::Segments)
+        matches!(self, PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmGrouped | PoolKind::Segments)
     }
 }
 
@@ -112,7 +123,7 @@ impl Target {
     fn create(rt: &Runtime, kind: PoolKind, device: usize) -> Result<Target, String> {
         let props = PoolProps { device, ..Default::default() };
         let pool = match kind {
-            PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::Segments => {
+            PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmGrouped | PoolKind::Segments => {
                 let backing = if kind == PoolKind::Segments {
                     PoolBacking::Segments
                 } else {
@@ -127,6 +138,9 @@ impl Target {
                 }
                 if kind == PoolKind::VmmLeastMemory {
                     pool.set_move_budget(hipmem::MoveBudget::LEAST_MEMORY).map_err(|e| e.to_string())?;
+                }
+                if kind == PoolKind::VmmGrouped {
+                    pool.set_growth_mapping(64 << 20).map_err(|e| e.to_string())?;
                 }
                 pool
             }

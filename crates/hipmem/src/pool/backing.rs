@@ -67,6 +67,11 @@ pub(crate) struct VirtualRange {
     pub(super) aliases: BTreeMap<u64, Alias>,
     /// Physical granules by id: the active alias, every alias.
     pub(super) phys: HashMap<u64, Phys>,
+    /// Physical allocations that back several consecutive units mapped in
+    /// one call, by first address (see [`PoolCore::set_growth_mapping`]).
+    pub(super) groups: BTreeMap<u64, Group>,
+    /// The last id given to a unit of a group.
+    next_unit: u64,
     clock: u64,
     /// Seconds of driver time the pool may still spend moving memory (may
     /// go negative: the last move is charged in full).
@@ -121,7 +126,25 @@ pub(crate) struct Phys {
     pub(super) active: u64,
     /// Every address it is mapped at (the active one included).
     pub(super) aliases: Vec<u64>,
+    /// The first address of the group mapping it belongs to, if any: such a
+    /// unit never moves and goes back to the backend with its whole group.
+    pub(super) group: Option<u64>,
 }
+
+/// One physical allocation behind several consecutive units, mapped (and
+/// given access) in one call each: on a GPU a mapping of 64 MiB or more
+/// costs about 1 µs per MiB, one of up to 32 MiB about 25 (`hipmem bench
+/// vmm`, `chunk_ops`).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Group {
+    /// The backend's handle.
+    pub(super) handle: u64,
+    /// Its size (a whole number of units).
+    pub(super) len: u64,
+}
+
+/// The ids of grouped units (a unit alone is known by its backend handle).
+const GROUPED_UNIT: u64 = 1 << 63;
 
 impl VirtualRange {
     fn new(base: u64, size: u64, granularity: u64) -> VirtualRange {
@@ -131,6 +154,8 @@ impl VirtualRange {
             granularity,
             aliases: BTreeMap::new(),
             phys: HashMap::new(),
+            groups: BTreeMap::new(),
+            next_unit: 0,
             clock: 0,
             tokens: 0.0,
             refilled: std::time::Instant::now(),
@@ -181,12 +206,13 @@ impl VirtualRange {
         true
     }
 
-    /// Granules not in use (their active alias all global free), except
-    /// those whose active alias lies in `[skip.0, skip.1)`.
+    /// Granules not in use (their active alias all global free) that may
+    /// move (not part of a group).
     fn donors(&self, heap: &Heap) -> Vec<Donor> {
         let g = self.granularity;
         self.phys
             .iter()
+            .filter(|(_, p)| p.group.is_none())
             .filter_map(|(&pid, p)| {
                 let (_, freed) = heap.global_free_run(p.active, g)?;
                 Some(Donor { pid, active: p.active, freed })
@@ -343,11 +369,19 @@ impl Drop for PoolCore {
                 let Some(vm) = self.backend.virtual_memory() else { return };
                 if let Some(vr) = range.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     let _ = self.backend.device_synchronize(self.device);
-                    for &addr in vr.aliases.keys() {
-                        let _ = vm.mem_unmap(DevicePtr(addr), vr.granularity);
+                    for (&addr, alias) in &vr.aliases {
+                        if vr.phys.get(&alias.pid).is_none_or(|p| p.group.is_none()) {
+                            let _ = vm.mem_unmap(DevicePtr(addr), vr.granularity);
+                        }
                     }
-                    for &pid in vr.phys.keys() {
-                        let _ = vm.mem_release(pid);
+                    for (&pid, p) in &vr.phys {
+                        if p.group.is_none() {
+                            let _ = vm.mem_release(pid);
+                        }
+                    }
+                    for (&base, group) in &vr.groups {
+                        let _ = vm.mem_unmap(DevicePtr(base), group.len);
+                        let _ = vm.mem_release(group.handle);
                     }
                     if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
                         tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");
@@ -405,6 +439,39 @@ impl PoolCore {
             return Err(Error::InvalidValue("the pool has mapped memory already; its unit is fixed".into()));
         }
         self.unit.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The least a pool that only grows maps in one call (0: every unit
+    /// alone): set with [`PoolCore::set_growth_mapping`], else
+    /// `HIPMEM_POOL_GROUP_MIB` (default 0).
+    pub(crate) fn growth_mapping(&self) -> u64 {
+        match self.group.load(Ordering::Relaxed) {
+            u64::MAX => {
+                static ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+                *ENV.get_or_init(|| {
+                    std::env::var("HIPMEM_POOL_GROUP_MIB")
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .map_or(0, |mib| mib.saturating_mul(1 << 20))
+                })
+            }
+            n => n,
+        }
+    }
+
+    /// Sets the least a pool on virtual memory that only grows maps in one
+    /// call: a growth of at least `bytes` in new units is one physical
+    /// allocation, mapped and given access once, released whole (0: every
+    /// unit alone).
+    pub(crate) fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
+        if !matches!(self.backing, Backing::Virtual(_)) {
+            return Err(Error::InvalidValue("a pool on segments maps nothing".into()));
+        }
+        if bytes == u64::MAX {
+            return Err(Error::InvalidValue(format!("{bytes} bytes is not a mapping size")));
+        }
+        self.group.store(bytes, Ordering::Relaxed);
         Ok(())
     }
 
@@ -681,7 +748,7 @@ impl PoolCore {
                     crate::trace::pool_grow(self.id, self.device, r, g);
                     heap.back(r, g);
                     vr.aliases.insert(r, Alias { pid, used: now });
-                    vr.phys.insert(pid, Phys { active: r, aliases: vec![r] });
+                    vr.phys.insert(pid, Phys { active: r, aliases: vec![r], group: None });
                 }
             }
         }
@@ -770,7 +837,27 @@ impl PoolCore {
                 }
             }
         }
-        if failed.is_none() {
+        // New units in one run, enough of them: one physical allocation and
+        // one mapping (a pool that only grows, and is not shared: its units
+        // never move, and export hands out one handle per unit).
+        let group_min = self.growth_mapping();
+        let grouped = failed.is_none()
+            && !use_donors
+            && group_min > 0
+            && self.props.handle_types == 0
+            && plan.reuse.is_empty()
+            && plan.new_granules.len() as u64 * g >= group_min
+            && plan.new_granules.windows(2).all(|w| w[1] == w[0] + g);
+        let mut group: Option<(u64, Group)> = None;
+        if grouped {
+            let (first, len) = (plan.new_granules[0], plan.new_granules.len() as u64 * g);
+            match map_new_granule(&self.calls, vm, &access, self.device, first, len, self.props.handle_types)
+            {
+                Ok(handle) => group = Some((first, Group { handle, len })),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if failed.is_none() && !grouped {
             for &at in &plan.new_granules {
                 match map_new_granule(&self.calls, vm, &access, self.device, at, g, self.props.handle_types) {
                     Ok(pid) => mapped.push((at, pid, true)),
@@ -789,11 +876,23 @@ impl PoolCore {
             vr.aliases.insert(at, Alias { pid, used: now });
             if new {
                 crate::trace::pool_grow(self.id, self.device, at, g);
-                vr.phys.insert(pid, Phys { active: at, aliases: vec![at] });
+                vr.phys.insert(pid, Phys { active: at, aliases: vec![at], group: None });
             } else if let Some(p) = vr.phys.get_mut(&pid) {
                 p.active = at;
                 p.aliases.push(at);
             }
+        }
+        if let Some((first, gr)) = group {
+            tracing::trace!(target: "hipmem::pool", "mapped a group of {} units at={first:#x}", gr.len / g);
+            heap.back(first, gr.len);
+            crate::trace::pool_grow(self.id, self.device, first, gr.len);
+            for at in (first..first + gr.len).step_by(g as usize) {
+                vr.next_unit += 1;
+                let id = GROUPED_UNIT | vr.next_unit;
+                vr.aliases.insert(at, Alias { pid: id, used: now });
+                vr.phys.insert(id, Phys { active: at, aliases: vec![at], group: Some(first) });
+            }
+            vr.groups.insert(first, gr);
         }
         for old in undo {
             heap.unshadow(old, g);
@@ -956,6 +1055,46 @@ impl PoolCore {
                         Err(e) => tracing::warn!(target: "hipmem", "releasing a pool granule failed: {e}"),
                     }
                     released += g;
+                }
+                // Groups whose every unit is free go back whole, the longest
+                // unused first.
+                let mut idle: Vec<(u64, u64, Group)> = {
+                    let heap = lock(&self.heap);
+                    vr.groups
+                        .iter()
+                        .filter_map(|(&base, &gr)| {
+                            let (_, freed) = heap.global_free_run(base, gr.len)?;
+                            Some((freed, base, gr))
+                        })
+                        .collect()
+                };
+                idle.sort_unstable_by_key(|&(freed, base, _)| (freed, base));
+                for (_, base, gr) in idle {
+                    if released >= bytes {
+                        break;
+                    }
+                    let mut heap = lock(&self.heap);
+                    if heap.reserved().saturating_sub(gr.len) < floor || !heap.unback(base, gr.len) {
+                        continue;
+                    }
+                    for at in (base..base + gr.len).step_by(g as usize) {
+                        if let Some(alias) = vr.aliases.remove(&at) {
+                            vr.phys.remove(&alias.pid);
+                        }
+                    }
+                    vr.groups.remove(&base);
+                    drop(heap);
+                    tracing::trace!(target: "hipmem::pool", "released a group of {} units at={base:#x}", gr.len / g);
+                    match vm.mem_unmap(DevicePtr(base), gr.len) {
+                        Ok(()) => CallCounts::add(&self.calls.unmaps),
+                        Err(e) => tracing::warn!(target: "hipmem", "unmapping a pool group failed: {e}"),
+                    }
+                    crate::trace::pool_release(self.id, self.device, base, gr.len);
+                    match vm.mem_release(gr.handle) {
+                        Ok(()) => CallCounts::add(&self.calls.granules_released),
+                        Err(e) => tracing::warn!(target: "hipmem", "releasing a pool group failed: {e}"),
+                    }
+                    released += gr.len;
                 }
                 // A destroyed pool with nothing mapped gives its addresses back.
                 let part = vr.size / CLASSES as u64;

@@ -99,6 +99,8 @@ pub(crate) struct PoolCore {
     pub(super) calls: CallCounts,
     /// The physical unit on virtual memory, if set (0: the default).
     pub(super) unit: AtomicU64,
+    /// The least a growth maps in one call (`u64::MAX`: the environment's).
+    pub(super) group: AtomicU64,
     /// The budget for moving memory, if set (else the environment's).
     pub(super) move_budget: Mutex<Option<super::backing::MoveBudget>>,
     /// Set when the pool first maps memory under a budget that never
@@ -149,6 +151,7 @@ impl PoolCore {
             reserved_high: AtomicU64::new(0),
             calls: CallCounts::default(),
             unit: AtomicU64::new(0),
+            group: AtomicU64::new(u64::MAX),
             move_budget: Mutex::new(None),
             one_class: AtomicBool::new(false),
             used_high: Mutex::new(0),

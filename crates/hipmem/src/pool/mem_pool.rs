@@ -386,6 +386,34 @@ impl MemPool {
         }
     }
 
+    /// A hipmem pool on virtual memory that only grows: the least it maps
+    /// in one call (0: each unit alone). None for other pools.
+    pub fn growth_mapping(&self) -> Option<u64> {
+        match &self.pool {
+            PoolRef::Hipmem(c) if c.mapping_unit().is_some() => Some(c.growth_mapping()),
+            _ => None,
+        }
+    }
+
+    /// Sets the least a hipmem pool on virtual memory maps in one call when
+    /// it grows without moving memory (see [`MoveBudget::GROW_FIRST`]): new
+    /// units of one growth that add up to `bytes` or more are one physical
+    /// allocation, mapped and given access in one call each, and released
+    /// only whole (when all of them are free). On a GPU a mapping of 64 MiB
+    /// or more costs about 1 µs per MiB, one of up to 32 MiB about 25 µs
+    /// (`hipmem bench vmm`, `chunk_ops`). 0 (the default, or
+    /// `HIPMEM_POOL_GROUP_MIB`) maps each unit alone. Pools made for
+    /// sharing (a handle type) always map units alone. InvalidValue for
+    /// other pools.
+    pub fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.set_growth_mapping(bytes),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("only hipmem's own pools map memory in units".into()))
+            }
+        }
+    }
+
     /// Sets how much driver time a hipmem pool on virtual memory may spend
     /// moving memory between addresses to stay small
     /// ([`MoveBudget::GROW_FIRST`] by default: only when it cannot grow;

@@ -317,3 +317,56 @@ fn concurrent_allocations_that_fit_never_fail() {
     pool.check_invariants().unwrap();
     assert_eq!(pool.stats().used_current, 0);
 }
+
+/// A pool that only grows may map a large growth as one physical
+/// allocation (one create, one map, one access call): its data is intact,
+/// its statistics exact, and it goes back to the backend only whole, when
+/// every unit of it is free.
+#[test]
+fn a_large_growth_is_one_mapping_released_only_whole() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "a_large_growth_is_one_mapping_released_only_whole") else { return };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let u = unit(&pool);
+    pool.set_growth_mapping(8 * u).unwrap();
+    assert_eq!(pool.growth_mapping(), Some(8 * u));
+    let s = stream0(&rt);
+    let before = pool.backend_calls().unwrap();
+    // Ten units in one growth: one group.
+    let big = pool.alloc_raw(10 * u, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.granules_created - before.granules_created, 1, "one physical allocation");
+    assert_eq!(after.maps - before.maps, 1, "one mapping");
+    assert_eq!(pool.stats().reserved_current, 10 * u);
+    fill_u32(&rt, big, 10 * u, 0x5a5a_0001, &s);
+    // A small request grows by one unit, alone.
+    let small = pool.alloc_raw(u / 2, &s).unwrap();
+    fill_u32(&rt, small, u / 2, 0x5a5a_0002, &s);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, big, 10 * u).iter().all(|&v| v == 0x5a5a_0001));
+    assert!(read_u32s(&rt, small, u / 2).iter().all(|&v| v == 0x5a5a_0002));
+    assert_eq!(pool.stats().reserved_current, 11 * u);
+    // One unit of the group in use: the group stays; the lone unit goes.
+    rt.free_async(big, &s).unwrap();
+    let inside = pool.alloc_raw(u, &s).unwrap();
+    rt.free_async(small, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 10 * u, "a group goes back only whole");
+    assert_eq!(pool.stats().used_current, granules(u));
+    rt.free_async(inside, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let st = pool.stats();
+    assert_eq!((st.reserved_current, st.used_current), (0, 0));
+    let end = pool.backend_calls().unwrap();
+    assert_eq!(end.granules_released - before.granules_released, 2, "the group and the lone unit");
+    pool.check_invariants().unwrap();
+    // Off again: each unit alone.
+    pool.set_growth_mapping(0).unwrap();
+    let before = pool.backend_calls().unwrap();
+    let big = pool.alloc_raw(10 * u, &s).unwrap();
+    assert_eq!(pool.backend_calls().unwrap().granules_created - before.granules_created, 10);
+    rt.free_async(big, &s).unwrap();
+    s.synchronize().unwrap();
+}

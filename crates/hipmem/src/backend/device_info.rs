@@ -6,7 +6,7 @@
 //! driver (and HIP's CUDA-compatible attribute set) can report; a
 //! multi-dimensional limit (a texture's width and height) is one variant per
 //! dimension. Each backend answers what it can through
-//! [`Backend::device_attribute`](super::Backend::device_attribute); the
+//! [`super::Backend::device_attribute`]; the
 //! default answers the attributes [`DeviceProperties`] already holds and
 //! reports every other one as NotSupported.
 //!
@@ -271,7 +271,7 @@ attributes! {
 
 /// Answers what [`DeviceProperties`] holds (what every backend reports);
 /// every other attribute is NotSupported. The default of
-/// [`Backend::device_attribute`](super::Backend::device_attribute).
+/// [`super::Backend::device_attribute`].
 pub fn attribute_from_properties(
     backend: &(impl Backend + ?Sized),
     device: usize,

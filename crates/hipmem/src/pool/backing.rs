@@ -81,7 +81,7 @@ pub(crate) struct VirtualRange {
 }
 
 /// How much driver time a pool on virtual memory may spend moving memory
-/// (see [`PoolCore::grow_virtual`]): a burst it starts with and saves up to,
+/// (when a pool grows on virtual memory): a burst it starts with and saves up to,
 /// in seconds, and the share of wall-clock time it earns.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct MoveBudget {

@@ -111,7 +111,7 @@ pub struct Event {
     pub kind: EventKind,
     /// The pool's id ([`crate::MemPool::id`]); 0: no pool (hipMalloc / hipFree).
     pub pool: u64,
-    /// The stream's id ([`crate::Stream::id`]); 0: none or the legacy null stream.
+    /// The stream's id ([`crate::CoreStream::id`]); 0: none or the legacy null stream.
     pub stream: u64,
     /// The device ordinal.
     pub device: u32,

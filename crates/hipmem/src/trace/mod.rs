@@ -5,7 +5,7 @@
 //! (physical memory mapped and unmapped), trims and OutOfMemory, with pool,
 //! stream, device, address, size and time, whichever door they came in by
 //! (the Rust API, the C ABI). The file is JSON Lines with a header line
-//! ([`format`], `docs/trace-format.md`); `hipmem replay` replays it into any
+//! ([`mod@format`], `docs/trace-format.md`); `hipmem replay` replays it into any
 //! pool and `hipmem trace summary` describes it.
 //!
 //! Cost: with recording off, an event site is one relaxed atomic load and a

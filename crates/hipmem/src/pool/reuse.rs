@@ -8,8 +8,9 @@
 //! 2. The shared heap, best fit among blocks free for every stream and blocks
 //!    pending on `S` itself. A block pending on `S` absorbs the global free
 //!    memory next to it (`placement.rs`): `S` may use the whole run at once,
-//!    as it may in PyTorch's allocator. `S`'s frees that the device has
-//!    completed turn global (a marker event tells, when `S` is busy).
+//!    as it may in PyTorch's allocator. Before the pool grows, `S`'s frees
+//!    that the device has completed turn global (a marker event tells,
+//!    when `S` is busy).
 //! 3. Blocks pending on another stream `T`, if a reuse rule allows it:
 //!    follow event dependencies (`S` waited on an event recorded on `T` after
 //!    the free) or opportunistic (the free has completed on the device).

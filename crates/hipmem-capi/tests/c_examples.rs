@@ -161,6 +161,39 @@ fn finish(child: std::process::Child, name: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// Opens `fifo` for writing once `reader` has opened it for reading: a
+/// blocking open would wait forever if the reader exited first (or never got
+/// that far), so this polls a non-blocking open, fails with the reader's
+/// output if it exits, and gives up after 30 s.
+fn open_fifo_for_writing(
+    fifo: &std::path::Path,
+    reader: &mut std::process::Child,
+    name: &str,
+) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK on Linux: the open fails with ENXIO while no reader has it open.
+    const O_NONBLOCK: i32 = 0o4000;
+    const ENXIO: i32 = 6;
+    let start = std::time::Instant::now();
+    loop {
+        match std::fs::OpenOptions::new().write(true).custom_flags(O_NONBLOCK).open(fifo) {
+            Ok(f) => return f,
+            Err(e) if e.raw_os_error() == Some(ENXIO) => {}
+            Err(e) => panic!("opening {} for writing: {e}", fifo.display()),
+        }
+        if reader.try_wait().expect("poll the listing").is_some() {
+            let out =
+                reader.stdout.take().map(std::io::read_to_string).and_then(Result::ok).unwrap_or_default();
+            panic!("{name} exited before it opened {} for reading:\n{out}", fifo.display());
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = reader.kill();
+            panic!("{name} did not open {} for reading within 30 s", fifo.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Seed 004's four IPC listings, as printed. They cannot succeed: the
 /// pointer exporter exports a hipMalloc pointer (not pool memory), the
 /// importers read what a FIFO carries (a descriptor's number, or export data
@@ -193,10 +226,10 @@ fn the_seed_ipc_listings_build_and_fail_cleanly_as_printed() {
 
     // 2. The pointer importer, fed 64 bytes of zeros through the FIFO.
     fresh_fifo();
-    let importer = spawn_listing(&exes[1]);
+    let mut importer = spawn_listing(&exes[1]);
     {
         use std::io::Write;
-        let mut w = std::fs::OpenOptions::new().write(true).open(fifo).expect("open the FIFO for writing");
+        let mut w = open_fifo_for_writing(fifo, &mut importer, names[1]);
         w.write_all(&[0u8; 64]).unwrap();
     }
     let (code, text) = finish(importer, names[1]);

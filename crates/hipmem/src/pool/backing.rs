@@ -174,6 +174,17 @@ impl VirtualRange {
         self.tokens -= spent.as_secs_f64();
     }
 
+    /// Every mapping as it was made: (address, length), each unit alone
+    /// (every alias) and each group whole.
+    pub(super) fn mappings(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let alone = self
+            .aliases
+            .iter()
+            .filter(|(_, alias)| self.phys.get(&alias.pid).is_none_or(|p| p.group.is_none()))
+            .map(|(&addr, _)| (addr, self.granularity));
+        alone.chain(self.groups.iter().map(|(&base, g)| (base, g.len)))
+    }
+
     /// The physical bytes the range holds.
     pub(super) fn physical_bytes(&self) -> u64 {
         self.phys.len() as u64 * self.granularity
@@ -369,19 +380,12 @@ impl Drop for PoolCore {
                 let Some(vm) = self.backend.virtual_memory() else { return };
                 if let Some(vr) = range.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     let _ = self.backend.device_synchronize(self.device);
-                    for (&addr, alias) in &vr.aliases {
-                        if vr.phys.get(&alias.pid).is_none_or(|p| p.group.is_none()) {
-                            let _ = vm.mem_unmap(DevicePtr(addr), vr.granularity);
-                        }
+                    for (addr, len) in vr.mappings() {
+                        let _ = vm.mem_unmap(DevicePtr(addr), len);
                     }
-                    for (&pid, p) in &vr.phys {
-                        if p.group.is_none() {
-                            let _ = vm.mem_release(pid);
-                        }
-                    }
-                    for (&base, group) in &vr.groups {
-                        let _ = vm.mem_unmap(DevicePtr(base), group.len);
-                        let _ = vm.mem_release(group.handle);
+                    let handles = vr.phys.iter().filter(|(_, p)| p.group.is_none()).map(|(&pid, _)| pid);
+                    for handle in handles.chain(vr.groups.values().map(|g| g.handle)) {
+                        let _ = vm.mem_release(handle);
                     }
                     if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
                         tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");

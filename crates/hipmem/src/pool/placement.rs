@@ -86,6 +86,16 @@ pub enum BlockKind {
     Other,
 }
 
+impl BlockKind {
+    fn of(state: State) -> BlockKind {
+        match state {
+            State::Free(Owner::Global) => BlockKind::Free,
+            State::Shadowed => BlockKind::Shadowed,
+            _ => BlockKind::Other,
+        }
+    }
+}
+
 /// Size classes a heap keeps apart (a pool on virtual memory gives each its
 /// own reservation, so blocks of one class never split a free run of
 /// another; physical memory still moves between them).
@@ -222,14 +232,9 @@ impl Heap {
     /// order: (address, size, what it is).
     pub fn class_blocks(&self, class: usize) -> impl Iterator<Item = (u64, u64, BlockKind)> + '_ {
         self.segments.values().filter(move |s| s.class == class).flat_map(move |seg| {
-            self.blocks.range(seg.base..seg.base + seg.size).map(|(&a, b)| {
-                let kind = match b.state {
-                    State::Free(Owner::Global) => BlockKind::Free,
-                    State::Shadowed => BlockKind::Shadowed,
-                    _ => BlockKind::Other,
-                };
-                (a, b.size, kind)
-            })
+            self.blocks
+                .range(seg.base..seg.base + seg.size)
+                .map(|(&a, b)| (a, b.size, BlockKind::of(b.state)))
         })
     }
 
@@ -238,14 +243,7 @@ impl Heap {
     pub fn blocks_between(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, u64, BlockKind)> + '_ {
         let first =
             self.blocks.range(..=from).next_back().filter(|(a, b)| **a + b.size > from).map(|(a, _)| *a);
-        self.blocks.range(first.unwrap_or(from)..to).map(|(&a, b)| {
-            let kind = match b.state {
-                State::Free(Owner::Global) => BlockKind::Free,
-                State::Shadowed => BlockKind::Shadowed,
-                _ => BlockKind::Other,
-            };
-            (a, b.size, kind)
-        })
+        self.blocks.range(first.unwrap_or(from)..to).map(|(&a, b)| (a, b.size, BlockKind::of(b.state)))
     }
 
     fn class_of(&self, segment: u64) -> usize {
@@ -535,12 +533,7 @@ impl Heap {
         places.iter().rev().copied().find(|&at| {
             let Some((&a, b)) = self.blocks.range(..=at).next_back() else { return false };
             let edge = !edge_only || at == a || at + size == a + b.size;
-            let fits = at + size <= a + b.size && self.class_of(b.segment) == class && edge;
-            fits && match b.state {
-                State::Free(Owner::Global) => true,
-                State::Free(Owner::Stream { stream: s, .. }) => s == stream,
-                _ => false,
-            }
+            at + size <= a + b.size && self.class_of(b.segment) == class && edge && usable_by(b.state, stream)
         })
     }
 

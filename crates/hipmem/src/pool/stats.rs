@@ -110,14 +110,8 @@ impl PoolCore {
         // A pool on virtual memory maps the access into every chunk it has.
         if let (Backing::Virtual(range), Some(vm)) = (&self.backing, self.backend.virtual_memory()) {
             if let Some(vr) = lock(range).as_ref() {
-                // Units alone one by one, groups whole (as each was mapped).
-                for (&addr, alias) in &vr.aliases {
-                    if vr.phys.get(&alias.pid).is_none_or(|p| p.group.is_none()) {
-                        vm.mem_set_access(DevicePtr(addr), vr.granularity, device, flags.raw())?;
-                    }
-                }
-                for (&base, group) in &vr.groups {
-                    vm.mem_set_access(DevicePtr(base), group.len, device, flags.raw())?;
+                for (addr, len) in vr.mappings() {
+                    vm.mem_set_access(DevicePtr(addr), len, device, flags.raw())?;
                 }
             }
         }

@@ -14,8 +14,11 @@ warm-up:
   hipmem-lowmem  the same with an unlimited budget for moving memory
                (HIPMEM_POOL_MOVE_BURST_MS=60000): least memory, more driver time
                (not in the default set; name it with --allocators)
-  hipmem-grouped  hipmem mapping each growth of 64 MiB or more in one call
-               (HIPMEM_POOL_GROUP_MIB=64; not in the default set)
+  hipmem-units  hipmem mapping each 8 MiB unit alone, not each growth of
+               64 MiB or more in one call (HIPMEM_POOL_GROUP_MIB=0; not in the
+               default set)
+  hipmem-segments  hipmem's pool on separate device allocations, no virtual
+               memory (HIPMEM_POOL_BACKING=segments; not in the default set)
 
     python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
@@ -54,8 +57,10 @@ def setup_allocator(name, lib):
     if name == "hipmem-lowmem":
         os.environ["HIPMEM_POOL_MOVE_BURST_MS"] = "60000"
         os.environ["HIPMEM_POOL_MOVE_SHARE"] = "100"
-    if name == "hipmem-grouped":
-        os.environ["HIPMEM_POOL_GROUP_MIB"] = "64"
+    if name == "hipmem-units":
+        os.environ["HIPMEM_POOL_GROUP_MIB"] = "0"
+    if name == "hipmem-segments":
+        os.environ["HIPMEM_POOL_BACKING"] = "segments"
     if not name.startswith("hipmem"):
         def stats():
             return {

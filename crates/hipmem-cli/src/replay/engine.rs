@@ -19,14 +19,15 @@ use super::workload::{OpKind, Workload};
 /// An allocator to replay into.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PoolKind {
-    /// hipmem's pool on one reserved virtual address range.
+    /// hipmem's pool on one reserved virtual address range (the default:
+    /// each growth of 64 MiB or more mapped in one call).
     Vmm,
     /// The same, moving memory whenever that keeps it smaller
     /// (`MoveBudget::LEAST_MEMORY`).
     VmmLeastMemory,
-    /// The default pool, mapping each growth of 64 MiB or more in one call
-    /// (`MemPool::set_growth_mapping`).
-    VmmGrouped,
+    /// The default pool mapping each unit alone
+    /// (`MemPool::set_growth_mapping(0)`), for comparison.
+    VmmUnits,
     /// hipmem's pool on separate device allocations.
     Segments,
     /// The driver's own pool (cuMemPool*, cuda only).
@@ -40,7 +41,7 @@ impl PoolKind {
     pub const ALL: [PoolKind; 6] = [
         PoolKind::Vmm,
         PoolKind::VmmLeastMemory,
-        PoolKind::VmmGrouped,
+        PoolKind::VmmUnits,
         PoolKind::Segments,
         PoolKind::Driver,
         PoolKind::Malloc,
@@ -51,7 +52,7 @@ impl PoolKind {
         match self {
             PoolKind::Vmm => "hipmem-vmm",
             PoolKind::VmmLeastMemory => "hipmem-vmm-lowmem",
-            PoolKind::VmmGrouped => "hipmem-vmm-grouped",
+            PoolKind::VmmUnits => "hipmem-vmm-units",
             PoolKind::Segments => "hipmem-segments",
             PoolKind::Driver => "driver-pool",
             PoolKind::Malloc => "malloc",
@@ -63,7 +64,7 @@ impl PoolKind {
         match s {
             "vmm" | "hipmem-vmm" => Some(PoolKind::Vmm),
             "vmm-lowmem" | "hipmem-vmm-lowmem" => Some(PoolKind::VmmLeastMemory),
-            "vmm-grouped" | "hipmem-vmm-grouped" => Some(PoolKind::VmmGrouped),
+            "vmm-units" | "hipmem-vmm-units" => Some(PoolKind::VmmUnits),
             "segments" | "hipmem-segments" => Some(PoolKind::Segments),
             "driver" | "driver-pool" => Some(PoolKind::Driver),
             "malloc" | "direct" => Some(PoolKind::Malloc),
@@ -73,7 +74,7 @@ impl PoolKind {
 
     /// Whether this is one of hipmem's own pools.
     pub fn is_hipmem(self) -> bool {
-        matches!(self, PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmGrouped | PoolKind::Segments)
+        matches!(self, PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmUnits | PoolKind::Segments)
     }
 }
 
@@ -123,7 +124,7 @@ impl Target {
     fn create(rt: &Runtime, kind: PoolKind, device: usize) -> Result<Target, String> {
         let props = PoolProps { device, ..Default::default() };
         let pool = match kind {
-            PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmGrouped | PoolKind::Segments => {
+            PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmUnits | PoolKind::Segments => {
                 let backing = if kind == PoolKind::Segments {
                     PoolBacking::Segments
                 } else {
@@ -139,8 +140,8 @@ impl Target {
                 if kind == PoolKind::VmmLeastMemory {
                     pool.set_move_budget(hipmem::MoveBudget::LEAST_MEMORY).map_err(|e| e.to_string())?;
                 }
-                if kind == PoolKind::VmmGrouped {
-                    pool.set_growth_mapping(64 << 20).map_err(|e| e.to_string())?;
+                if kind == PoolKind::VmmUnits {
+                    pool.set_growth_mapping(0).map_err(|e| e.to_string())?;
                 }
                 pool
             }

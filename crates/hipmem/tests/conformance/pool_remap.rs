@@ -370,3 +370,36 @@ fn a_large_growth_is_one_mapping_released_only_whole() {
     rt.free_async(big, &s).unwrap();
     s.synchronize().unwrap();
 }
+
+/// By default a new pool that only grows maps each growth of 64 MiB or
+/// more as one physical allocation (unless `HIPMEM_POOL_GROUP_MIB` says
+/// otherwise), and its data is intact.
+#[test]
+fn a_new_pool_maps_a_growth_of_64_mib_in_one_call() {
+    if std::env::var_os("HIPMEM_POOL_GROUP_MIB").is_some() {
+        return;
+    }
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "a_new_pool_maps_a_growth_of_64_mib_in_one_call") else { return };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    assert_eq!(pool.growth_mapping(), Some(64 << 20));
+    let u = unit(&pool);
+    if u > 16 << 20 {
+        eprintln!("a unit of {u} bytes: a 64 MiB growth is too few units to check");
+        return;
+    }
+    let s = stream0(&rt);
+    let before = pool.backend_calls().unwrap();
+    let big = pool.alloc_raw(64 << 20, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.granules_created - before.granules_created, 1, "one physical allocation");
+    assert_eq!(after.maps - before.maps, 1, "one mapping");
+    fill_u32(&rt, big, 64 << 20, 0x6464_0001, &s);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, big, 64 << 20).iter().all(|&v| v == 0x6464_0001));
+    rt.free_async(big, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0);
+    pool.check_invariants().unwrap();
+}

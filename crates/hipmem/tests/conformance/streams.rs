@@ -278,13 +278,20 @@ fn a_non_blocking_stream_does_not_wait_for_the_null_stream() {
     nb.copy_device_to_device(&flag, &out).unwrap();
     nb.fill(&filled, 2).unwrap();
     nb.synchronize().unwrap();
+    // The copy had completed by now: if that was well within the delay,
+    // it ran before the null-stream kernel wrote its flag.
+    let copied_within_delay = t0.elapsed() < DELAY / 2;
     assert_pending!(
         t0,
         !null_done.query().unwrap(),
         "the non-blocking stream waited for the null stream's delay"
     );
     null_done.synchronize().unwrap();
-    assert_eq!(read0(&out), 0, "the non-blocking stream's copy ran after the null-stream kernel");
+    if copied_within_delay {
+        assert_eq!(read0(&out), 0, "the non-blocking stream's copy ran after the null-stream kernel");
+    } else {
+        eprintln!("note: the host stalled past the delay; not checking the copy's order");
+    }
     assert_eq!(filled.to_vec().unwrap(), vec![2; 16]);
     assert_eq!(read0(&flag), 7);
 }

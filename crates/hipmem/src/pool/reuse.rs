@@ -15,6 +15,10 @@
 //!    follow event dependencies (`S` waited on an event recorded on `T` after
 //!    the free) or opportunistic (the free has completed on the device).
 //!    Before this step the other streams' caches are flushed into the heap.
+//!    A stream `T` whose frees are not known complete and that has no marker
+//!    event outstanding is asked once (`hipStreamQuery`): if idle, all its
+//!    frees so far are complete and the search runs again; if busy, it gets
+//!    a marker, so that the next search knows.
 //!    Before growing, the other streams' frees that their marker events show
 //!    complete turn global (if opportunistic reuse is allowed), and global
 //!    memory that their pending blocks absorbed is given back.
@@ -149,6 +153,20 @@ impl PoolCore {
         insert_waits: bool,
         class: usize,
     ) -> Option<(u64, u64)> {
+        self.reuse_from_heap_once(rt, want, slot, insert_waits, class, false)
+    }
+
+    /// One search of [`PoolCore::reuse_from_heap_in`]; `asked`: the other
+    /// streams were asked already (the search runs again at most once).
+    fn reuse_from_heap_once(
+        &self,
+        rt: &Runtime,
+        want: u64,
+        slot: &Arc<Slot>,
+        insert_waits: bool,
+        class: usize,
+        asked: bool,
+    ) -> Option<(u64, u64)> {
         let me = slot.stream_id();
         let mut heap = lock(&self.heap);
         // Where a block of this size went before, if it is free for this
@@ -198,16 +216,30 @@ impl PoolCore {
             heap.take(addr, want);
             return Some((addr, want));
         }
-        // Make progress visible for next time: a marker on streams whose
-        // frees were not yet known complete (only when opportunistic reuse can use it).
+        // Streams whose frees are not yet known complete (only when
+        // opportunistic reuse can use them) and that have no marker to tell:
+        // one that is idle has completed every free so far (asked once, then
+        // the search runs again); a busy one gets a marker, so that the next
+        // call knows.
         if opportunistic && !insert_waits {
             drop(heap);
+            let mut learnt = false;
             for other in waits {
                 if let Some((c, raw)) = self.stream_of(other) {
                     if c.newest_pending_marker().is_none() && c.completed_tag() <= c.free_tag() {
-                        let _ = rt.record_marker(&c, raw);
+                        // Frees made after this point get a later tag.
+                        let before = c.advance();
+                        if !asked && rt.backend().stream_query(raw).unwrap_or(false) {
+                            c.mark_completed(before);
+                            learnt = true;
+                        } else {
+                            let _ = rt.record_marker(&c, raw);
+                        }
                     }
                 }
+            }
+            if learnt {
+                return self.reuse_from_heap_once(rt, want, slot, insert_waits, class, true);
             }
             return None;
         }

@@ -184,6 +184,39 @@ fn opportunistic_reuse_takes_memory_whose_free_has_completed() {
     }
 }
 
+/// Memory freed on a stream that has since gone idle, seen by no
+/// synchronize, query or marker of hipmem's, is reused by another stream
+/// (opportunistic reuse) instead of new memory: the pool asks the idle
+/// stream when it finds nothing it knows is free.
+#[test]
+fn opportunistic_reuse_asks_a_stream_that_went_idle() {
+    let rt = private_runtime();
+    let dev = rt.device(0).unwrap();
+    let s = stream0(&rt);
+    let t = stream0(&rt);
+    let flag = dev.alloc_zeroed::<u32>(1).unwrap();
+    let pool = new_pool(&rt, 0);
+    set_reuse(&pool, 0, 1, 0);
+    pool.set_release_threshold(u64::MAX);
+    let a = pool.alloc_raw(SIZE, &s).unwrap();
+    let reserved = pool.stats().reserved_current;
+    s.delay(DELAY / 3, &flag, 1).unwrap();
+    rt.free_async(a, &s).unwrap();
+    // Wait for S through the backend, behind the pool's back.
+    let start = std::time::Instant::now();
+    while !rt.backend().stream_query(s.raw()).unwrap() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(20), "S never became idle");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let b = pool.alloc_raw(SIZE, &t).unwrap();
+    assert_eq!(a, b, "T did not reuse memory freed on a stream that had gone idle");
+    assert_eq!(pool.stats().reserved_current, reserved, "the pool grew");
+    assert!(t.query().unwrap(), "opportunistic reuse made T wait");
+    rt.free_async(b, &t).unwrap();
+    t.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}
+
 /// The pool cannot grow (maxSize reached): with internal dependencies the
 /// allocation on T takes the block freed on busy S and T waits for S; without
 /// them it is OutOfMemory.

@@ -227,10 +227,7 @@ impl PoolCore {
             for other in waits {
                 if let Some((c, raw)) = self.stream_of(other) {
                     if c.newest_pending_marker().is_none() && c.completed_tag() <= c.free_tag() {
-                        // Frees made after this point get a later tag.
-                        let before = c.advance();
-                        if !asked && rt.backend().stream_query(raw).unwrap_or(false) {
-                            c.mark_completed(before);
+                        if !asked && self.learn_if_idle(rt, &c, raw) {
                             learnt = true;
                         } else {
                             let _ = rt.record_marker(&c, raw);
@@ -290,17 +287,26 @@ impl PoolCore {
         if me == ORPHAN_STREAM || !lock(&self.heap).has_pending(me) {
             return false;
         }
-        let before = slot.clock.advance();
-        if rt.backend().stream_query(slot.raw).unwrap_or(false) {
-            slot.clock.mark_completed(before);
-            rt.retire_completed_markers(self.device, &slot.clock);
-        } else {
+        if !self.learn_if_idle(rt, &slot.clock, slot.raw) {
             rt.refresh_clock(self.device, &slot.clock);
             if slot.clock.newest_pending_marker().is_none() {
                 let _ = rt.record_marker(&slot.clock, slot.raw);
             }
         }
         lock(&self.heap).promote(me, slot.clock.completed_tag()) > 0
+    }
+
+    /// Asks whether `raw` is idle (`hipStreamQuery`); if it is, `clock`
+    /// learns that every free made on it so far has completed.
+    fn learn_if_idle(&self, rt: &Runtime, clock: &StreamClock, raw: RawStream) -> bool {
+        // Frees made after this point get a later tag.
+        let before = clock.advance();
+        let idle = rt.backend().stream_query(raw).unwrap_or(false);
+        if idle {
+            clock.mark_completed(before);
+            rt.retire_completed_markers(self.device, clock);
+        }
+        idle
     }
 
     /// Promotes the pending blocks of every stream but `me` whose frees

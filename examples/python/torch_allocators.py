@@ -74,29 +74,17 @@ def setup_allocator(name, lib):
 
         return torch, stats, reset
 
-    import ctypes
+    import hipmem_torch
 
-    os.environ.setdefault("HIPMEM_BACKEND", "cuda")
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
-    torch.cuda.memory.change_current_allocator(alloc)
-    hip = ctypes.CDLL(lib)
-
-    class PoolStats(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_uint64) for n in
-                    ("reserved_current", "reserved_high", "used_current", "used_high")]
+    pool = hipmem_torch.use_hipmem(lib)
 
     def stats():
-        s = PoolStats()
-        rc = hip.hipmem_torch_stats(torch.cuda.current_device(), ctypes.byref(s))
-        if rc != 0:
-            raise RuntimeError(f"hipmem_torch_stats failed: {rc}")
+        s = pool.stats(torch.cuda.current_device())
         return {"reserved_high": s.reserved_high, "allocated_high": s.used_high}
 
     def reset():
         torch.cuda.synchronize()
-        rc = hip.hipmem_torch_reset_peak(torch.cuda.current_device())
-        if rc != 0:
-            raise RuntimeError(f"hipmem_torch_reset_peak failed: {rc}")
+        pool.reset_peak(torch.cuda.current_device())
 
     return torch, stats, reset
 

@@ -35,22 +35,12 @@ def worker(rank, args, world):
 
     stats = None
     if args.allocator == "hipmem":
-        import ctypes
+        import hipmem_torch
 
-        os.environ.setdefault("HIPMEM_BACKEND", "cuda")
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(args.lib, "hipmem_torch_malloc", "hipmem_torch_free")
-        torch.cuda.memory.change_current_allocator(alloc)
-        hip = ctypes.CDLL(args.lib)
-
-        class PoolStats(ctypes.Structure):
-            _fields_ = [(n, ctypes.c_uint64) for n in
-                        ("reserved_current", "reserved_high", "used_current", "used_high")]
+        pool = hipmem_torch.use_hipmem(args.lib)
 
         def stats():
-            s = PoolStats()
-            rc = hip.hipmem_torch_stats(rank, ctypes.byref(s))
-            if rc != 0:
-                raise RuntimeError(f"hipmem_torch_stats failed: {rc}")
+            s = pool.stats(rank)
             return s.reserved_high, s.used_high, s.reserved_current
 
     import torch.distributed as dist

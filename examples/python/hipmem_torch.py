@@ -1,0 +1,55 @@
+"""hipmem as PyTorch's allocator, and its pool statistics, for the examples.
+
+    import hipmem_torch                                   # examples/python/
+    pool = hipmem_torch.use_hipmem("/path/to/libhipmem.so")   # before PyTorch allocates
+    ...
+    s = pool.stats(device)       # reserved_current, reserved_high, used_current, used_high
+    pool.reset_peak(device)      # the two High values start again from the current ones
+    pool.empty_cache(device)     # torch.cuda.empty_cache() for hipmem's pool
+
+PyTorch keeps no statistics for a pluggable allocator, so these read hipmem's
+(`hipmem_torch_stats`, `hipmem_torch_reset_peak`, `hipmem_torch_empty_cache`).
+"""
+
+import ctypes
+import os
+
+
+class PoolStats(ctypes.Structure):
+    """`hipmemPoolStats`: bytes the pool holds and bytes live, now and at most."""
+    _fields_ = [(n, ctypes.c_uint64) for n in
+                ("reserved_current", "reserved_high", "used_current", "used_high")]
+
+
+class Pool:
+    """The statistics and cache calls of libhipmem's PyTorch interface."""
+
+    def __init__(self, lib):
+        self.hip = ctypes.CDLL(lib)
+
+    def _check(self, what, rc):
+        if rc != 0:
+            raise RuntimeError(f"{what} failed: hipError_t {rc}")
+
+    def stats(self, device):
+        s = PoolStats()
+        self._check("hipmem_torch_stats", self.hip.hipmem_torch_stats(device, ctypes.byref(s)))
+        return s
+
+    def reset_peak(self, device):
+        self._check("hipmem_torch_reset_peak", self.hip.hipmem_torch_reset_peak(device))
+
+    def empty_cache(self, device):
+        self._check("hipmem_torch_empty_cache", self.hip.hipmem_torch_empty_cache(device))
+
+
+def use_hipmem(lib):
+    """Makes libhipmem PyTorch's CUDA allocator (call before PyTorch's first
+    CUDA allocation; HIPMEM_BACKEND defaults to cuda); returns its Pool."""
+    import torch
+
+    lib = os.path.abspath(lib)
+    os.environ.setdefault("HIPMEM_BACKEND", "cuda")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    return Pool(lib)

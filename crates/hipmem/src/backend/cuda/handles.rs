@@ -71,10 +71,48 @@ pub(super) fn bind_context(d: &Driver, ctx: CUcontext) -> Result<()> {
 pub(super) struct Device {
     pub(super) ordinal: usize,
     pub(super) cu: CUdevice,
-    pub(super) ctx: Handle<driver::CUctx_st>,
+    /// The primary context, retained on first use: a process that works on
+    /// one GPU of several makes no context (and spends no memory) on the
+    /// others, as the CUDA runtime does.
+    ctx: OnceLock<Handle<driver::CUctx_st>>,
+    ctx_init: Mutex<()>,
     pub(super) multiprocessors: u32,
     pub(super) kernels: OnceLock<Kernels>,
     pub(super) kernels_init: Mutex<()>,
+}
+
+impl Device {
+    /// A device whose primary context is not retained yet.
+    pub(super) fn new(ordinal: usize, cu: CUdevice, multiprocessors: u32) -> Device {
+        Device {
+            ordinal,
+            cu,
+            ctx: OnceLock::new(),
+            ctx_init: Mutex::new(()),
+            multiprocessors,
+            kernels: OnceLock::new(),
+            kernels_init: Mutex::new(()),
+        }
+    }
+
+    /// The primary context, retained (once) on first use.
+    pub(super) fn ctx(&self, d: &Driver) -> Result<Handle<driver::CUctx_st>> {
+        if let Some(c) = self.ctx.get() {
+            return Ok(*c);
+        }
+        let _one = self.ctx_init.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.ctx.get() {
+            return Ok(*c);
+        }
+        let c = Handle(result::primary_ctx_retain(d, self.cu)?);
+        let _ = self.ctx.set(c);
+        Ok(c)
+    }
+
+    /// The primary context if it was retained.
+    pub(super) fn retained_ctx(&self) -> Option<Handle<driver::CUctx_st>> {
+        self.ctx.get().copied()
+    }
 }
 
 /// A stream the backend created or adopted. One it created is destroyed

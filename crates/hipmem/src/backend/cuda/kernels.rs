@@ -44,7 +44,7 @@ impl CudaBackend {
             return Ok(k);
         }
         let d = self.driver;
-        bind_context(d, dev.ctx.0)?;
+        bind_context(d, dev.ctx(d)?.0)?;
         let ptx = CString::new(KERNELS_PTX)
             .map_err(|_| Error::Unknown("kernels.ptx contains a NUL byte".into()))?;
         let module = result::module_load_ptx(d, &ptx, || {
@@ -205,7 +205,6 @@ impl CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Mutex, OnceLock};
 
     #[test]
     fn the_ptx_has_every_kernel() {
@@ -218,14 +217,7 @@ mod tests {
 
     #[test]
     fn grids_are_bounded_and_never_empty() {
-        let dev = Device {
-            ordinal: 0,
-            cu: 0,
-            ctx: Handle(std::ptr::null_mut()),
-            multiprocessors: 132,
-            kernels: OnceLock::new(),
-            kernels_init: Mutex::new(()),
-        };
+        let dev = Device::new(0, 0, 132);
         assert_eq!(CudaBackend::grid_for(&dev, 0), 1);
         assert_eq!(CudaBackend::grid_for(&dev, 1), 1);
         assert_eq!(CudaBackend::grid_for(&dev, 257), 2);

@@ -16,8 +16,10 @@
 //! driver; device addresses are validated by the driver (the runtime layer
 //! above checks them against its own registry first).
 //!
-//! Contexts: every call that needs one makes the device's primary context
-//! current on the calling thread. The context last made current by hipmem is
+//! Contexts: a device's primary context is retained on first use (a process
+//! that works on one GPU of several makes no context on the others, as the
+//! CUDA runtime does), and every call that needs one makes it current on
+//! the calling thread. The context last made current by hipmem is
 //! cached in a thread-local, so the common case makes no driver call; code
 //! that changes the current context behind hipmem's back on the same thread
 //! (without going through hipmem) is not noticed.
@@ -40,7 +42,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use driver::Driver;
@@ -90,7 +92,8 @@ impl fmt::Debug for CudaBackend {
 }
 
 impl CudaBackend {
-    /// Loads the driver, initializes it and retains every device's primary context.
+    /// Loads the driver, initializes it and lists the devices (their primary
+    /// contexts are retained on first use).
     pub fn new() -> Result<CudaBackend> {
         let d = Driver::get()?;
         result::init(d).map_err(|e| Error::NotInitialized(e.message().to_owned()))?;
@@ -107,21 +110,11 @@ impl CudaBackend {
             vmm: virtual_memory::CudaVmm::default(),
         };
         // On an error below, dropping `backend` releases what was retained.
+        // Primary contexts are retained on first use (`Device::ctx`).
         for ordinal in 0..count.max(0) {
             let cu = result::device_get(d, ordinal)?;
-            let ctx = result::primary_ctx_retain(d, cu)?;
-            backend.devices.push(Device {
-                ordinal: ordinal as usize,
-                cu,
-                ctx: Handle(ctx),
-                multiprocessors: 1,
-                kernels: OnceLock::new(),
-                kernels_init: Mutex::new(()),
-            });
             let sms = result::device_attribute(d, cu, driver::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-            if let Some(dev) = backend.devices.last_mut() {
-                dev.multiprocessors = sms.max(1) as u32;
-            }
+            backend.devices.push(Device::new(ordinal as usize, cu, sms.max(1) as u32));
         }
         Ok(backend)
     }
@@ -143,7 +136,7 @@ impl CudaBackend {
     /// The device, with its primary context current on this thread.
     fn bound(&self, device: usize) -> Result<&Device> {
         let dev = self.device(device)?;
-        bind_context(self.driver, dev.ctx.0)?;
+        bind_context(self.driver, dev.ctx(self.driver)?.0)?;
         Ok(dev)
     }
 
@@ -189,7 +182,7 @@ impl CudaBackend {
             None => Arc::new(StreamEntry {
                 driver: self.driver,
                 device,
-                ctx: dev.ctx,
+                ctx: dev.ctx(self.driver)?,
                 raw: Handle(create()?),
                 cu_flags,
                 priority,
@@ -223,7 +216,7 @@ impl CudaBackend {
                 }
             }
         };
-        bind_context(self.driver, dev.ctx.0)?;
+        bind_context(self.driver, dev.ctx(self.driver)?.0)?;
         Ok(Target { dev, raw, _entry: entry })
     }
 
@@ -245,10 +238,16 @@ impl CudaBackend {
         // one of ours that already is, else make device 0's current.
         let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
         let (current, cached_generation) = handles::current_context();
-        let ours =
-            cached_generation == generation && self.devices.iter().any(|d| d.ctx.0 as usize == current);
+        let ours = cached_generation == generation
+            && self.devices.iter().any(|d| d.retained_ctx().is_some_and(|c| c.0 as usize == current));
         if !ours {
-            bind_context(self.driver, self.devices.first()?.ctx.0).ok()?;
+            // A context already retained, else device 0's (none is made for
+            // another device just to ask).
+            let ctx = match self.devices.iter().find_map(|d| d.retained_ctx()) {
+                Some(c) => c,
+                None => self.devices.first()?.ctx(self.driver).ok()?,
+            };
+            bind_context(self.driver, ctx.0).ok()?;
         }
         let ordinal = result::pointer_device_ordinal(self.driver, ptr.0).ok()?;
         self.devices.iter().find(|d| d.cu == ordinal)
@@ -261,7 +260,7 @@ impl CudaBackend {
             Some(dev) => dev,
             None => self.device(0)?,
         };
-        bind_context(self.driver, dev.ctx.0)?;
+        bind_context(self.driver, dev.ctx(self.driver)?.0)?;
         Ok(dev)
     }
 
@@ -273,11 +272,14 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Waits for the device's work; a device whose context hipmem never
+    /// retained has none of hipmem's (and no context is made for it).
     fn synchronize(&self, dev: &Device) -> Result<()> {
-        bind_context(self.driver, dev.ctx.0)?;
+        let Some(ctx) = dev.retained_ctx() else { return Ok(()) };
+        bind_context(self.driver, ctx.0)?;
         // SAFETY: the primary context is retained by `self` and current on this thread.
         unsafe {
-            result::ctx_synchronize(self.driver, dev.ctx.0, || {
+            result::ctx_synchronize(self.driver, ctx.0, || {
                 format!("cuCtxSynchronize on device {}", dev.ordinal)
             })
         }
@@ -301,8 +303,9 @@ impl Drop for CudaBackend {
         lock(&self.retired).clear();
         lock(&self.events).clear();
         for dev in &self.devices {
+            let Some(ctx) = dev.retained_ctx() else { continue };
             if let Some(k) = dev.kernels.get() {
-                if bind_context(d, dev.ctx.0).is_ok() {
+                if bind_context(d, ctx.0).is_ok() {
                     // SAFETY: the module was loaded in this context; no launch can
                     // follow, as the backend is being dropped.
                     let r = unsafe { (d.cuModuleUnload)(k.module.0) };
@@ -613,15 +616,18 @@ impl Backend for CudaBackend {
         self.check(r, || format!("cuStreamGetCtx({handle:#x})")).map_err(|e| {
             Error::InvalidHandle(format!("stream {handle:#x} is not a live stream of device {device}: {e}"))
         })?;
-        if ctx != dev.ctx.0 {
-            return Err(Error::InvalidHandle(match self.devices.iter().find(|d| d.ctx.0 == ctx) {
-                Some(other) => {
-                    format!("stream {handle:#x} belongs to device {}, not device {device}", other.ordinal)
-                }
-                None => format!(
-                    "stream {handle:#x} belongs to a context other than device {device}'s primary context (hipmem works in primary contexts)"
-                ),
-            }));
+        let own = dev.ctx(self.driver)?;
+        if ctx != own.0 {
+            return Err(Error::InvalidHandle(
+                match self.devices.iter().find(|d| d.retained_ctx().is_some_and(|c| c.0 == ctx)) {
+                    Some(other) => {
+                        format!("stream {handle:#x} belongs to device {}, not device {device}", other.ordinal)
+                    }
+                    None => format!(
+                        "stream {handle:#x} belongs to a context other than device {device}'s primary context (hipmem works in primary contexts)"
+                    ),
+                },
+            ));
         }
         let mut cu_flags: std::ffi::c_uint = 0;
         // SAFETY: as above; `cu_flags` is a valid out-pointer.
@@ -630,7 +636,7 @@ impl Backend for CudaBackend {
         let entry = StreamEntry {
             driver: self.driver,
             device,
-            ctx: dev.ctx,
+            ctx: own,
             raw: Handle(raw),
             cu_flags,
             priority: 0,
@@ -699,7 +705,7 @@ impl Backend for CudaBackend {
             format!("cuEventCreate(flags {cu_flags}) on device {device}")
         })?;
         let handle = raw as u64;
-        let entry = EventEntry { driver: self.driver, device, ctx: dev.ctx, raw: Handle(raw) };
+        let entry = EventEntry { driver: self.driver, device, ctx: dev.ctx(self.driver)?, raw: Handle(raw) };
         lock(&self.events).insert(handle, Arc::new(entry));
         Ok(RawEvent { device, handle })
     }

@@ -116,7 +116,7 @@ impl PeerAccess for CudaBackend {
                 "device {device} cannot access device {peer} directly (cuDeviceCanAccessPeer says no)"
             )));
         }
-        let peer_ctx = self.device(peer)?.ctx.0;
+        let peer_ctx = self.device(peer)?.ctx(self.driver)?.0;
         self.bound(device)?;
         // SAFETY: `peer_ctx` is a primary context retained by this backend;
         // the device's own context is current; flags must be 0.
@@ -141,7 +141,7 @@ impl PeerAccess for CudaBackend {
     fn disable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
         let e = entries()?;
         self.peer_pair(device, peer)?;
-        let peer_ctx = self.device(peer)?.ctx.0;
+        let peer_ctx = self.device(peer)?.ctx(self.driver)?.0;
         self.bound(device)?;
         // SAFETY: as in enable_peer_access.
         let r = unsafe { (e.disable)(peer_ctx) };
@@ -175,7 +175,8 @@ impl PeerAccess for CudaBackend {
         stream: RawStream,
     ) -> Result<()> {
         let e = entries()?;
-        let (dst_ctx, src_ctx) = (self.device(dst_device)?.ctx.0, self.device(src_device)?.ctx.0);
+        let (dst_ctx, src_ctx) =
+            (self.device(dst_device)?.ctx(self.driver)?.0, self.device(src_device)?.ctx(self.driver)?.0);
         let t = self.target(stream)?;
         if size == 0 {
             return Ok(());
@@ -201,7 +202,8 @@ impl PeerAccess for CudaBackend {
         size: u64,
     ) -> Result<()> {
         let e = entries()?;
-        let (dst_ctx, src_ctx) = (self.device(dst_device)?.ctx.0, self.device(src_device)?.ctx.0);
+        let (dst_ctx, src_ctx) =
+            (self.device(dst_device)?.ctx(self.driver)?.0, self.device(src_device)?.ctx(self.driver)?.0);
         if size == 0 {
             return Ok(());
         }

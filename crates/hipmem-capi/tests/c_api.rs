@@ -6,8 +6,8 @@
 
 use std::ffi::{CStr, c_void};
 use std::ptr::{null, null_mut};
-use std::sync::Once;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
 
 use hipmem::*;
 
@@ -23,12 +23,24 @@ fn init() {
     });
 }
 
+/// One test at a time. A CUDA stream is a pointer: a handle the driver
+/// freed may come back as another test's new stream, and hipmem rightly takes
+/// a live stream it did not create, so a test that checks that a destroyed
+/// stream is refused must not run while another creates streams. (In
+/// parallel, `hipMemsetAsync` on a destroyed stream succeeded in 2 runs of 6
+/// on an H100: its handle was a new stream of another test by then.)
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn n(p: *mut c_void) -> u64 {
     p as usize as u64
 }
 
 #[test]
 fn explicit_memory() {
+    let _serial = serial();
     init();
     unsafe {
         let mut p: *mut c_void = null_mut();
@@ -127,6 +139,7 @@ use hip_stream_per_thread as hipStreamPerThread;
 
 #[test]
 fn page_locked_memory() {
+    let _serial = serial();
     init();
     unsafe {
         let mut h: *mut c_void = null_mut();
@@ -193,6 +206,7 @@ fn pool_props(device: i32) -> hipMemPoolProps {
 
 #[test]
 fn stream_ordered_allocation_and_pools() {
+    let _serial = serial();
     init();
     unsafe {
         let mut s: hipStream_t = null_mut();
@@ -358,6 +372,7 @@ unsafe fn range_attr(attribute: hipMemRangeAttribute, ptr: *const c_void, count:
 
 #[test]
 fn pool_ipc() {
+    let _serial = serial();
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     init();
     unsafe {
@@ -511,6 +526,7 @@ fn pool_ipc() {
 /// through `hipmem_rs::ipc` (the descriptor travels as SCM_RIGHTS).
 #[test]
 fn pool_ipc_with_a_child() {
+    let _serial = serial();
     use hipmem_rs::{IpcListener, IpcStream};
     use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
     use std::time::Duration;
@@ -581,6 +597,7 @@ fn pool_ipc_with_a_child() {
 
 #[test]
 fn managed_memory() {
+    let _serial = serial();
     init();
     const SIZE: usize = 1 << 20;
     const PAGE: usize = 4096;
@@ -811,6 +828,7 @@ fn hipStreamNonBlockingFlag() -> u32 {
 
 #[test]
 fn virtual_memory_management() {
+    let _serial = serial();
     init();
     unsafe {
         let prop = hipMemAllocationProp {
@@ -961,6 +979,7 @@ unsafe extern "C" fn count_call(user: *mut c_void) {
 
 #[test]
 fn devices_streams_events_and_errors() {
+    let _serial = serial();
     init();
     unsafe {
         assert_eq!(hipInit(1), hipErrorInvalidValue);
@@ -1065,6 +1084,7 @@ unsafe fn hip_stream_legacy() -> hipStream_t {
 
 #[test]
 fn last_error_and_error_names() {
+    let _serial = serial();
     init();
     std::thread::spawn(|| unsafe {
         assert_eq!(hipGetLastError(), hipSuccess);
@@ -1117,6 +1137,7 @@ fn hipmem_rs_name(code: i32) -> &'static str {
 /// so naming its backend (or auto) succeeds and naming another fails.
 #[test]
 fn hipmem_set_inner_backend() {
+    let _serial = serial();
     init();
     unsafe {
         assert_eq!(hipmemSetInnerBackend(null()), hipErrorInvalidValue);
@@ -1217,6 +1238,7 @@ unsafe fn assert_refused_everywhere(s: hipStream_t, what: &str) {
 
 #[test]
 fn foreign_handles_are_invalid_everywhere_on_the_cpu_backend() {
+    let _serial = serial();
     if backend_kind() != hipmem_rs::backend::BackendKind::Host {
         return;
     }
@@ -1241,6 +1263,7 @@ fn foreign_handles_are_invalid_everywhere_on_the_cpu_backend() {
 /// (so the runtime still finds it by handle), another's lookup refuses it.
 #[test]
 fn a_destroyed_stream_is_refused_by_threads_that_cached_it() {
+    let _serial = serial();
     use std::sync::{Arc, Barrier};
     init();
     let mut s: hipStream_t = null_mut();
@@ -1297,6 +1320,7 @@ fn a_destroyed_stream_is_refused_by_threads_that_cached_it() {
 /// them: no call fails, and the pool's used bytes come back to 0.
 #[test]
 fn streams_under_16_threads_free_across_streams_and_threads() {
+    let _serial = serial();
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
     init();
@@ -1452,6 +1476,7 @@ unsafe extern "C" fn count_foreign_call(_: *mut c_void) {
 /// comes back at once on it, and `hipStreamDestroy` destroys it.
 #[test]
 fn a_foreign_cuda_stream_works_in_every_stream_function() {
+    let _serial = serial();
     if backend_kind() != hipmem_rs::backend::BackendKind::Cuda {
         return;
     }

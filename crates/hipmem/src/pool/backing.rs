@@ -614,6 +614,7 @@ impl PoolCore {
                 return Ok(found);
             }
         }
+        self.wait_for_own_frees(rt, stream);
         let before = self.calls.snapshot();
         let result = self.grow_by_moving(vm, vr, class, want, stream);
         let after = self.calls.snapshot();
@@ -625,6 +626,26 @@ impl PoolCore {
             vr.charge(started.elapsed());
         }
         result
+    }
+
+    /// Before memory moves: waits for `stream`'s pending frees, so that the
+    /// memory they hold may move. Only memory whose frees have completed
+    /// moves, and a pool that may move keeps its size classes apart; where
+    /// the device runs behind the host (a PyTorch training loop), nothing
+    /// would be left to move, and such a pool held more than one that only
+    /// grows. Waiting is what moving trades time for.
+    fn wait_for_own_frees(&self, rt: &Runtime, stream: u64) {
+        if stream == super::core::ORPHAN_STREAM || !lock(&self.heap).has_pending(stream) {
+            return;
+        }
+        let Some((clock, raw)) = self.stream_of(stream) else { return };
+        // Frees made after this point get a later tag.
+        let before = clock.advance();
+        if rt.backend().stream_synchronize(raw).is_ok() {
+            clock.mark_completed(before);
+            rt.retire_completed_markers(self.device, &clock);
+            lock(&self.heap).promote(stream, clock.completed_tag());
+        }
     }
 
     /// [`PoolCore::grow_virtual`] with memory moved where it helps: revisit

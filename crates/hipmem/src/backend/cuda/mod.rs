@@ -953,6 +953,18 @@ mod tests {
     }
 
     #[test]
+    fn a_primary_context_is_retained_on_first_use_only() {
+        // Without a driver there is nothing to retain.
+        let Ok(backend) = CudaBackend::new() else { return };
+        assert!(backend.devices.iter().all(|d| d.retained_ctx().is_none()), "retained at startup");
+        let Some(last) = backend.devices.len().checked_sub(1) else { return };
+        backend.mem_get_info(last).unwrap();
+        for d in &backend.devices {
+            assert_eq!(d.retained_ctx().is_some(), d.ordinal == last, "device {} of {}", d.ordinal, last + 1);
+        }
+    }
+
+    #[test]
     fn a_missing_library_is_not_initialized() {
         let err = driver::load(&["libhipmem-no-such-library.so.1"]).expect_err("must fail");
         assert!(matches!(err, Error::NotInitialized(_)), "{err:?}");

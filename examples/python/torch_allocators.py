@@ -12,10 +12,9 @@ warm-up:
   hipmem       libhipmem through torch.cuda.memory.CUDAPluggableAllocator
                (peaks: the pool's ReservedMemHigh / UsedMemHigh, reset after the warm-up)
   hipmem-lowmem  the same with an unlimited budget for moving memory
-               (HIPMEM_POOL_MOVE_BURST_MS=60000): least memory by replay, more
-               driver time; live, only memory whose frees the GPU completed moves,
-               so it can hold more than hipmem (not in the default set; name it
-               with --allocators)
+               (HIPMEM_POOL_MOVE_BURST_MS=60000): least memory, more driver time
+               and waits for the GPU before moving memory (not in the default
+               set; name it with --allocators)
   hipmem-units  hipmem mapping each 8 MiB unit alone, not each growth of
                64 MiB or more in one call (HIPMEM_POOL_GROUP_MIB=0; not in the
                default set)

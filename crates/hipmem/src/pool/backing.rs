@@ -98,9 +98,9 @@ impl MoveBudget {
     pub const GROW_FIRST: MoveBudget = MoveBudget { burst_s: 0.0, share: 0.0 };
     /// Move whenever that keeps the pool smaller: the least memory, the
     /// most driver time. Only memory whose frees the device has completed
-    /// moves, so where the device runs well behind the host (a PyTorch
-    /// training loop) there is less to move, and a pool can end up holding
-    /// more than under [`MoveBudget::GROW_FIRST`].
+    /// moves, so before moving memory the pool waits for the request
+    /// stream's pending frees: where the device runs behind the host (a
+    /// PyTorch training loop) this costs step time as well.
     pub const LEAST_MEMORY: MoveBudget = MoveBudget { burst_s: f64::INFINITY, share: 1.0 };
 
     /// The budget of new pools: `HIPMEM_POOL_MOVE_BURST_MS` (default 0) and

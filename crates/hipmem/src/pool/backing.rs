@@ -639,11 +639,7 @@ impl PoolCore {
             return;
         }
         let Some((clock, raw)) = self.stream_of(stream) else { return };
-        // Frees made after this point get a later tag.
-        let before = clock.advance();
-        if rt.backend().stream_synchronize(raw).is_ok() {
-            clock.mark_completed(before);
-            rt.retire_completed_markers(self.device, &clock);
+        if self.learn_completed(rt, &clock, raw, true) {
             lock(&self.heap).promote(stream, clock.completed_tag());
         }
     }

@@ -299,9 +299,26 @@ impl PoolCore {
     /// Asks whether `raw` is idle (`hipStreamQuery`); if it is, `clock`
     /// learns that every free made on it so far has completed.
     fn learn_if_idle(&self, rt: &Runtime, clock: &StreamClock, raw: RawStream) -> bool {
+        self.learn_completed(rt, clock, raw, false)
+    }
+
+    /// Waits for `raw` (`hipStreamSynchronize`, or only asks if `wait` is
+    /// false); once it is idle, `clock` learns that every free made on it so
+    /// far has completed. Returns whether it was (or became) idle.
+    pub(super) fn learn_completed(
+        &self,
+        rt: &Runtime,
+        clock: &StreamClock,
+        raw: RawStream,
+        wait: bool,
+    ) -> bool {
         // Frees made after this point get a later tag.
         let before = clock.advance();
-        let idle = rt.backend().stream_query(raw).unwrap_or(false);
+        let idle = if wait {
+            rt.backend().stream_synchronize(raw).is_ok()
+        } else {
+            rt.backend().stream_query(raw).unwrap_or(false)
+        };
         if idle {
             clock.mark_completed(before);
             rt.retire_completed_markers(self.device, clock);

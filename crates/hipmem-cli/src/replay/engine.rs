@@ -106,6 +106,15 @@ pub struct PoolResult {
     /// The same in the second half of the trace (a repeating workload's
     /// steady state).
     pub backend_calls_second_half: Option<u64>,
+    /// Most reserved bytes in the trace's second half (peaks reset at its
+    /// midpoint, as a measurement after a warm-up is).
+    pub peak_reserved_second_half: u64,
+    /// Most live bytes in the trace's second half.
+    pub peak_live_second_half: u64,
+    /// peak_reserved_second_half / peak_live_second_half.
+    pub reserved_over_live_second_half: f64,
+    /// hipmem's pools: what learned layouts did in the timed pass.
+    pub plan: Option<hipmem::pool::PlanCounts>,
     /// Reserved bytes after each op where they changed: (op index, bytes).
     #[serde(skip)]
     pub reserved_series: Vec<(u32, u64)>,
@@ -193,6 +202,9 @@ struct Pass {
     first_failure: Option<String>,
     series: Vec<(u32, u64)>,
     peak_reserved: u64,
+    late_reserved: u64,
+    late_live: u64,
+    plan: Option<hipmem::pool::PlanCounts>,
     used_high: Option<u64>,
     layout: Option<Vec<AddressRun>>,
 }
@@ -220,6 +232,7 @@ fn pass(
     let mut series = Vec::new();
     let mut last_reserved = u64::MAX;
     let mut peak_reserved = 0;
+    let (mut late_reserved, mut late_live, mut live) = (0u64, 0u64, 0u64);
     let mut layout = None;
     let peak_op = w.peak_op.unwrap_or(usize::MAX);
     let calls = || match &target {
@@ -237,7 +250,10 @@ fn pass(
         let slot = op.slot as usize;
         match op.kind {
             OpKind::Alloc => match target.alloc(rt, device, w.allocs[slot].size, stream) {
-                Ok(ptr) => ptrs[slot] = ptr,
+                Ok(ptr) => {
+                    ptrs[slot] = ptr;
+                    live += w.allocs[slot].size;
+                }
                 Err(e) => {
                     failures += 1;
                     first_failure.get_or_insert_with(|| format!("op {i}: {e}"));
@@ -246,6 +262,7 @@ fn pass(
             OpKind::Free => {
                 let ptr = std::mem::replace(&mut ptrs[slot], DevicePtr::NULL);
                 if !ptr.is_null() {
+                    live -= w.allocs[slot].size;
                     if let Err(e) = target.free(rt, ptr, stream) {
                         failures += 1;
                         first_failure.get_or_insert_with(|| format!("op {i}: {e}"));
@@ -260,6 +277,10 @@ fn pass(
                 last_reserved = reserved;
                 peak_reserved = peak_reserved.max(reserved);
             }
+            if i >= half {
+                late_reserved = late_reserved.max(reserved);
+                late_live = late_live.max(live);
+            }
             if want_layout && i == peak_op {
                 if let Target::Pool(pool) = &target {
                     layout = pool.address_runs().ok();
@@ -272,6 +293,10 @@ fn pass(
     }
     let elapsed = started.elapsed();
     let calls_at_end = calls();
+    let plan = match &target {
+        Target::Pool(pool) if kind.is_hipmem() => Some(pool.plan_counts()),
+        _ => None,
+    };
     let calls_second_half = calls_at_end.zip(calls_at_half).map(|(end, half)| end - half);
     // What the trace left live is freed now, untimed.
     for (slot, ptr) in ptrs.iter().enumerate() {
@@ -295,6 +320,9 @@ fn pass(
         first_failure,
         series,
         peak_reserved,
+        late_reserved,
+        late_live,
+        plan,
         used_high,
         layout,
     })
@@ -332,6 +360,14 @@ pub fn replay(
         pool_used_high_bytes: sampled.used_high,
         backend_calls: timed.calls,
         backend_calls_second_half: timed.calls_second_half,
+        peak_reserved_second_half: sampled.late_reserved,
+        peak_live_second_half: sampled.late_live,
+        reserved_over_live_second_half: if sampled.late_live == 0 {
+            0.0
+        } else {
+            sampled.late_reserved as f64 / sampled.late_live as f64
+        },
+        plan: timed.plan,
         reserved_series: sampled.series,
         layout_at_peak: sampled.layout,
     })

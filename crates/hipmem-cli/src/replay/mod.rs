@@ -213,18 +213,27 @@ fn print_table(r: &ReplayReport, w: &Workload) {
     }
     println!();
     println!(
-        "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15} {:>10} {:>14}",
-        "pool", "ops", "failures", "peak live", "peak reserved", "reserved/live", "time/op", "backend calls"
+        "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15} {:>11} {:>10} {:>14}",
+        "pool",
+        "ops",
+        "failures",
+        "peak live",
+        "peak reserved",
+        "reserved/live",
+        "second half",
+        "time/op",
+        "backend calls"
     );
     for p in &r.pools {
         println!(
-            "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15.3} {:>10} {:>14}",
+            "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15.3} {:>11.3} {:>10} {:>14}",
             p.pool,
             p.ops,
             p.failures,
             report::bytes(p.peak_live_bytes),
             report::bytes(p.peak_reserved_bytes),
             p.reserved_over_live,
+            p.reserved_over_live_second_half,
             report::duration(std::time::Duration::from_nanos(p.time_per_op_ns.round() as u64)),
             match (p.backend_calls, p.backend_calls_second_half) {
                 (Some(all), Some(late)) => format!("{all} ({late} late)"),
@@ -234,8 +243,16 @@ fn print_table(r: &ReplayReport, w: &Workload) {
     }
     if r.pools.iter().any(|p| p.backend_calls.is_some()) {
         println!(
-            "backend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
+            "second half: peak reserved / peak live in the trace's second half (peaks reset at its midpoint, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
         );
+    }
+    for p in &r.pools {
+        if let Some(c) = p.plan.filter(|c| c.plans > 0) {
+            println!(
+                "{}: learned layouts: {} plan(s), {} allocations served from a plan, {} took the usual path, {} plan(s) ended",
+                p.pool, c.plans, c.served, c.missed, c.ended
+            );
+        }
     }
     for p in r.pools.iter().filter(|p| p.first_failure.is_some()) {
         println!("{}: first failure: {}", p.pool, p.first_failure.as_deref().unwrap_or(""));

@@ -313,6 +313,8 @@ impl Backing {
 /// reserved bytes with a quarter to a tenth of the driver calls, and the
 /// time per operation on an H100 falls three- to twentyfold.
 pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 64 << 20;
+/// The largest group a growth maps (larger growths map several).
+const MAX_GROUP: u64 = 64 << 20;
 
 /// How many of the driver's granules make one of the pool's physical units
 /// (`HIPMEM_POOL_UNIT_GRANULES`, default 4: 8 MiB where the driver maps
@@ -609,7 +611,11 @@ impl PoolCore {
             // growth maps past the peak is held for nothing (replayed
             // PyTorch CNN training: 1.019 of its peak live bytes with eight
             // times, 1.009 with two; the other replays unchanged).
-            let span = (vr.physical_bytes() / 32).min(want.saturating_mul(2)).max(want);
+            let span = if self.exact_growth.load(Ordering::Relaxed) {
+                want
+            } else {
+                (vr.physical_bytes() / 32).min(want.saturating_mul(2)).max(want)
+            };
             if let Ok(found) = self.map_for(vm, vr, class, Ask { want, span, stream, use_donors: false }) {
                 return Ok(found);
             }
@@ -897,13 +903,41 @@ impl PoolCore {
             && plan.reuse.is_empty()
             && plan.new_granules.len() as u64 * g >= group_min
             && plan.new_granules.windows(2).all(|w| w[1] == w[0] + g);
-        let mut group: Option<(u64, Group)> = None;
+        let mut groups: Vec<(u64, Group)> = Vec::new();
         if grouped {
-            let (first, len) = (plan.new_granules[0], plan.new_granules.len() as u64 * g);
-            match map_new_granule(&self.calls, vm, &access, self.device, first, len, self.props.handle_types)
-            {
-                Ok(handle) => group = Some((first, Group { handle, len })),
-                Err(e) => failed = Some(e),
+            // Groups of at most MAX_GROUP: memory that a long-lived block
+            // keeps from going back is at most one group around it.
+            // (A remainder smaller than the least group joins the last.)
+            let n = plan.new_granules.len();
+            let per = (MAX_GROUP.max(group_min) / g).max(1) as usize;
+            let least = (group_min / g).max(1) as usize;
+            let mut chunks = Vec::new();
+            let mut i = 0;
+            while i < n {
+                let mut len = per.min(n - i);
+                if n - i - len < least {
+                    len = n - i;
+                }
+                chunks.push(&plan.new_granules[i..i + len]);
+                i += len;
+            }
+            for chunk in chunks {
+                let (first, len) = (chunk[0], chunk.len() as u64 * g);
+                match map_new_granule(
+                    &self.calls,
+                    vm,
+                    &access,
+                    self.device,
+                    first,
+                    len,
+                    self.props.handle_types,
+                ) {
+                    Ok(handle) => groups.push((first, Group { handle, len })),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
             }
         }
         if failed.is_none() && !grouped {
@@ -931,7 +965,7 @@ impl PoolCore {
                 p.aliases.push(at);
             }
         }
-        if let Some((first, gr)) = group {
+        for (first, gr) in groups {
             tracing::trace!(target: "hipmem::pool", "mapped a group of {} units at={first:#x}", gr.len / g);
             heap.back(first, gr.len);
             crate::trace::pool_grow(self.id, self.device, first, gr.len);

@@ -114,6 +114,10 @@ pub(crate) struct PoolCore {
     pub(super) destroyed: AtomicBool,
     /// The pool's identity in pointer export data (random, chosen on first export).
     pub(super) ipc_uid: std::sync::OnceLock<[u8; 16]>,
+    /// The learned layout of a repeating sequence (`plan.rs`, `planned.rs`).
+    pub(super) plan: Arc<super::plan::PlanState>,
+    /// Set while a plan's new piece is made: growth maps exactly what is asked.
+    pub(super) exact_growth: AtomicBool,
 }
 impl std::fmt::Debug for PoolCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -132,6 +136,8 @@ impl PoolCore {
     ) -> PoolCore {
         let mut access = vec![AccessFlags::None; rt.device_count()];
         access[device] = AccessFlags::ReadWrite;
+        let backing = Backing::choose(rt, device, backing);
+        let plan = super::planned::plans_by_default(&backing, &props);
         PoolCore {
             id,
             device,
@@ -139,7 +145,7 @@ impl PoolCore {
             is_default,
             rt: rt.downgrade(),
             backend: Arc::clone(rt.backend()),
-            backing: Backing::choose(rt, device, backing),
+            backing,
             heap: Mutex::new(Heap::new()),
             slots: Mutex::new(HashMap::new()),
             policy: ReusePolicy {
@@ -159,6 +165,8 @@ impl PoolCore {
             access: Mutex::new(access),
             destroyed: AtomicBool::new(false),
             ipc_uid: std::sync::OnceLock::new(),
+            plan: Arc::new(super::plan::PlanState::new(plan)),
+            exact_growth: AtomicBool::new(false),
         }
     }
 
@@ -196,11 +204,9 @@ impl PoolCore {
         if let Some(s) = recent_slot(self.id, clock.stream_id) {
             return s;
         }
-        let slot = Arc::clone(
-            lock(&self.slots)
-                .entry(clock.stream_id)
-                .or_insert_with(|| Arc::new(Slot::new(self.id, Arc::clone(clock), raw))),
-        );
+        let slot = Arc::clone(lock(&self.slots).entry(clock.stream_id).or_insert_with(|| {
+            Arc::new(Slot::new(self.id, Arc::clone(clock), raw).with_plan(Arc::clone(&self.plan)))
+        }));
         remember_slot(&slot);
         slot
     }
@@ -228,12 +234,22 @@ impl PoolCore {
 
     #[inline]
     fn alloc_untraced(&self, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
-        let (clock, raw) = (stream.clock, stream.raw);
         if self.is_destroyed() {
             return Err(Error::InvalidValue(format!("memory pool {:#x} was destroyed", self.id)));
         }
         let want = block_size(size)
             .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes can never be allocated")))?;
+        if self.plan.on.load(Ordering::Relaxed) {
+            return self.alloc_planned(want, size, stream);
+        }
+        self.alloc_unplanned(want, size, stream)
+    }
+
+    /// Allocates a block of `want` bytes (`size` asked) by the reuse rules:
+    /// the stream's cache, then the slow path.
+    #[inline]
+    pub(super) fn alloc_unplanned(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
+        let (clock, raw) = (stream.clock, stream.raw);
         // 1. The stream's own cache: through the slot the stream carries for
         // its first pool, else this thread's table of slots.
         // Each slot's cache is tried once; a miss goes on with that slot.
@@ -297,7 +313,11 @@ impl PoolCore {
             FastFree::Done => None,
             FastFree::Evicted(b) => Some(b),
             FastFree::NotHere => {
+                if self.plan.has_arena() && self.free_planned(ptr, stream) {
+                    return true;
+                }
                 let Some(size) = self.take_live_elsewhere(ptr.0, slot.stream_id()) else { return false };
+                self.plan.note_free(ptr.0);
                 let mut state = slot.lock();
                 state.used -= size as i64;
                 state.cache_block(CachedBlock { addr: ptr.0, size, tag: stream.clock.free_tag() })
@@ -348,7 +368,14 @@ impl PoolCore {
     /// The allocated block of this pool that contains `addr`: (base, size).
     /// Blocks cached by a stream after their free still count as allocated.
     pub(crate) fn block_containing(&self, addr: u64) -> Option<(u64, u64)> {
-        lock(&self.heap).allocated_block_containing(addr)
+        let block = lock(&self.heap).allocated_block_containing(addr);
+        match block {
+            Some((base, _)) if self.plan.has_arena() => {
+                let planner = self.plan.lock();
+                if planner.is_piece(base) { planner.block_containing(addr) } else { block }
+            }
+            _ => block,
+        }
     }
 }
 

@@ -433,6 +433,47 @@ impl MemPool {
         }
     }
 
+    /// Turns learned layouts on or off (on by default for hipmem's pools on
+    /// virtual memory that are not shareable; `HIPMEM_POOL_PLAN=0` turns the
+    /// default off). A pool that learns watches the sequence of its
+    /// allocations; when a sequence of at least 16 allocations and 64 MiB
+    /// repeats (a training step), each of its blocks gets the place an
+    /// offline plan gives it, knowing when it will be freed, inside one block
+    /// of the pool (the arena): the pool then holds about the peak of what
+    /// the sequence has live at once, with no search and no driver call per
+    /// allocation. Off ends a running plan. InvalidValue for other pools,
+    /// or for turning it on in a pool without virtual memory.
+    pub fn set_planning(&self, on: bool) -> Result<()> {
+        match &self.pool {
+            PoolRef::Hipmem(c) if on && c.backing() != PoolBacking::VirtualMemory => {
+                Err(Error::InvalidValue("learned layouts need a pool on virtual memory".into()))
+            }
+            PoolRef::Hipmem(c) => {
+                c.set_planning(on);
+                Ok(())
+            }
+            PoolRef::Driver(_) | PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("only hipmem's own pools learn layouts".into()))
+            }
+        }
+    }
+
+    /// What the pool's learned layouts did: plans made, allocations served
+    /// from a plan, planned allocations that took the usual path, plans
+    /// ended, periods rejected (zeros for other pools).
+    pub fn plan_counts(&self) -> super::PlanCounts {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.plan_counts(),
+            _ => super::PlanCounts::default(),
+        }
+    }
+
+    /// Whether the pool learns layouts now (false while learning pauses
+    /// after finding no repeating sequence).
+    pub fn planning(&self) -> bool {
+        matches!(&self.pool, PoolRef::Hipmem(c) if c.planning())
+    }
+
     /// Sets the release threshold (`u64::MAX` keeps everything).
     pub fn set_release_threshold(&self, bytes: u64) {
         let _ = self.set_attribute(PoolAttribute::ReleaseThreshold, bytes);

@@ -15,6 +15,8 @@
 //! - `reuse.rs`: **the reuse rules**, what an allocation that missed its
 //!   stream's cache may take, in order;
 //! - `placement.rs`: best-fit placement, splitting, coalescing;
+//! - `plan.rs`, `planned.rs`: learned layouts (a sequence that repeats gets
+//!   an offline plan: each block's place decided knowing its lifetime);
 //! - `backing.rs`: getting memory from the backend and giving it back
 //!   (segments, or granules mapped into one reserved range, each at one
 //!   active address and maybe more shadowed ones);
@@ -44,6 +46,8 @@ pub mod layout;
 pub(crate) mod mem_pool;
 mod peer_access;
 pub mod placement;
+pub(crate) mod plan;
+mod planned;
 mod props;
 mod release;
 mod remap;
@@ -58,4 +62,6 @@ pub use crate::backend::virtual_memory::AccessFlags;
 pub use backing::MoveBudget;
 pub use buffer::PoolBuffer;
 pub use mem_pool::MemPool;
-pub use props::{BackendCalls, PoolAttribute, PoolBacking, PoolProps, PoolStats, PtrExportData, handle_type};
+pub use props::{
+    BackendCalls, PlanCounts, PoolAttribute, PoolBacking, PoolProps, PoolStats, PtrExportData, handle_type,
+};

@@ -309,6 +309,16 @@ impl Heap {
         (b.state == State::Free(Owner::Global) && addr + size <= a + b.size).then_some((b.size, b.freed))
     }
 
+    /// Every global free block of at least `min` bytes: (address, size), in
+    /// address order.
+    pub fn global_free_blocks(&self, min: u64) -> Vec<(u64, u64)> {
+        self.blocks
+            .iter()
+            .filter(|(_, b)| b.state == State::Free(Owner::Global) && b.size >= min)
+            .map(|(&a, b)| (a, b.size))
+            .collect()
+    }
+
     /// Whether `[addr, addr + size)` lies inside one global free block (so its
     /// memory may be unmapped).
     pub fn is_global_free(&self, addr: u64, size: u64) -> bool {

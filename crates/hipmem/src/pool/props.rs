@@ -90,6 +90,22 @@ pub struct PoolProps {
     pub max_size: u64,
 }
 
+/// What a pool's learned layouts did ([`MemPool::plan_counts`](super::MemPool::plan_counts)).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PlanCounts {
+    /// Plans made (a repeating sequence found and placed).
+    pub plans: u64,
+    /// Allocations served from a plan.
+    pub served: u64,
+    /// Planned allocations that took the usual path (their place was still
+    /// in use or not yet safe for their stream).
+    pub missed: u64,
+    /// Plans ended by an allocation they did not expect.
+    pub ended: u64,
+    /// Repeating sequences not planned (too small, or never quiet).
+    pub rejected: u64,
+}
+
 /// How a hipmem pool gets memory from the backend.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PoolBacking {

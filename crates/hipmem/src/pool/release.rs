@@ -43,7 +43,12 @@ impl PoolCore {
         let live = self.used_current();
         let excess = reserved.saturating_sub(live).saturating_sub(threshold);
         if excess > 0 {
-            self.release_unused(rt, excess, 0);
+            let released = self.release_unused(rt, excess, 0);
+            // A plan's arena without live blocks is unused memory too (the
+            // plan makes a new one at its next quiet point).
+            if released < excess && self.retire_arena(rt, true, false) {
+                self.release_unused(rt, excess - released, 0);
+            }
         }
     }
 
@@ -72,6 +77,11 @@ impl PoolCore {
         // Release whole segments (largest first) or granules, never below `keep`.
         let reserved = lock(&self.heap).reserved();
         if reserved > keep {
+            self.release_unused(rt, reserved - keep, keep);
+        }
+        // Then a plan's arena without live blocks (see `planned.rs`).
+        let reserved = lock(&self.heap).reserved();
+        if reserved > keep && self.retire_arena(rt, true, false) {
             self.release_unused(rt, reserved - keep, keep);
         }
     }
@@ -112,6 +122,9 @@ impl PoolCore {
     /// valid and their frees release the rest.
     pub(crate) fn destroy(&self) {
         self.destroyed.store(true, Ordering::Release);
+        self.plan.lock().end();
+        self.plan.running.store(false, Ordering::Release);
+        self.plan.on.store(false, Ordering::Relaxed);
         for slot in self.all_slots() {
             slot.pool_alive.store(false, Ordering::Release);
         }

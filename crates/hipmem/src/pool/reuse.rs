@@ -82,7 +82,14 @@ impl PoolCore {
             }
         }
         // 4. Grow: on virtual memory, wholly free memory elsewhere is moved
-        //    under the block first, new memory made for the rest only.
+        //    under the block first, new memory made for the rest only. An
+        //    ended plan's arena whose blocks are all freed goes back first.
+        self.resume_planning();
+        if self.retire_arena(&rt, false, false) {
+            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+                return Ok(found);
+            }
+        }
         let grow_err = match self.grow(&rt, want, slot.stream_id()) {
             Ok(found) => return Ok(found),
             Err(e) => e,

@@ -158,6 +158,8 @@ pub struct Slot {
     /// Cleared when the pool is destroyed: frees then take the pool's slow path.
     pub pool_alive: AtomicBool,
     state: SlotMutex<SlotState>,
+    /// The pool's planner, told of every free (see `plan.rs`).
+    plan: Option<Arc<super::plan::PlanState>>,
 }
 
 /// What a fast free did.
@@ -182,7 +184,14 @@ impl Slot {
             stream_id,
             pool_alive: AtomicBool::new(true),
             state: SlotMutex::new(SlotState::default()),
+            plan: None,
         }
+    }
+
+    /// The same slot, telling `plan` of its frees.
+    pub(crate) fn with_plan(mut self, plan: Arc<super::plan::PlanState>) -> Slot {
+        self.plan = Some(plan);
+        self
     }
 
     /// Allocates from the stream's cache: (address, block size, whether the
@@ -204,6 +213,9 @@ impl Slot {
         st.used -= size as i64;
         let evicted = st.cache_block(CachedBlock { addr, size, tag: self.clock.free_tag() });
         drop(st);
+        if let Some(plan) = &self.plan {
+            plan.note_free(addr);
+        }
         match evicted {
             Some(evicted) => FastFree::Evicted(evicted),
             None => FastFree::Done,

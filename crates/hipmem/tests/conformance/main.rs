@@ -36,6 +36,7 @@ mod memset;
 mod peer;
 mod pinned;
 mod pointer_attributes;
+mod pool_plan;
 mod pool_remap;
 mod pool_reuse;
 mod pool_stats;

@@ -1,0 +1,1002 @@
+//! Learned layouts: a pool that sees the same sequence of allocations again
+//! and again (a training step, a serving loop) places each block of the
+//! sequence where an offline plan puts it.
+//!
+//! An online allocator cannot know when a block will be freed; for a
+//! sequence that repeats, the pool can. The planner watches every
+//! allocation (its size and stream) and every free of the pool:
+//!
+//! 1. **Learning.** A rolling hash of the last [`WINDOW`] allocations finds
+//!    the last time the same window was seen; its distance is a candidate
+//!    period `p`. Each allocation equal to the one `p` earlier extends the
+//!    match; a full period matched confirms it.
+//! 2. **Planning.** The period before the last one gives every block's
+//!    lifetime (in allocations, around a circle of `p`). Blocks that die
+//!    within one period are placed by greedy best fit, largest first,
+//!    against the blocks whose lifetimes overlap theirs (the plan's arena is
+//!    then about the peak of the blocks live at once: 1.000-1.001 on
+//!    recorded PyTorch steps). The plan is kept only if the period has a
+//!    quiet point (where at most 5% of its peak is live: a step's end), at least [`MIN_PERIOD`] allocations and an arena of at least
+//!    [`MIN_ARENA`] bytes; a rejected period raises the least period looked for.
+//! 3. **Running.** At the quiet point the pool takes one block of the arena's
+//!    size from its heap (idle memory first; `core.rs` gives the heap's idle
+//!    memory back before it grows for it), and from then on the allocation at
+//!    position `k` of the period, if it is the one the plan expects, gets
+//!    its planned place: no search, no driver call. The place must be free
+//!    (no live block there) and every earlier free there must be safe for
+//!    the requesting stream (same stream, known complete, or ordered by an
+//!    event); else the request takes the pool's usual path. An allocation
+//!    the plan does not expect ends the plan; learning goes on, and the
+//!    arena goes back to the heap once its blocks are freed.
+//!
+//! This file is the policy only (no runtime, no backend): `core.rs` calls it.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::backend::RawStream;
+use crate::runtime::ordering::StreamClock;
+
+/// The fewest allocations a planned period has.
+pub const MIN_PERIOD: usize = 16;
+/// The most allocations a planned period has (planning is quadratic in it).
+pub const MAX_PERIOD: usize = 16384;
+/// The smallest arena worth planning (smaller sequences are served well by
+/// the stream caches).
+pub const MIN_ARENA: u64 = 64 << 20;
+/// Allocations in the rolling window that proposes a period.
+pub const WINDOW: usize = 16;
+/// Allocations learned without finding a period before learning pauses.
+pub const PATIENCE: u64 = 4 * MAX_PERIOD as u64;
+/// Alignment of planned offsets.
+const ALIGN: u64 = 256;
+/// Allocations learned before learning pauses if the pool never had
+/// [`MIN_ARENA`] bytes live meanwhile (a small loop).
+pub const QUICK_PATIENCE: u64 = 4096;
+/// Allocations kept in the learner's log.
+const KEEP: u64 = 3 * MAX_PERIOD as u64;
+
+/// What identifies an allocation in a sequence: its block size and stream.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sig {
+    /// The block size (the request rounded up).
+    pub size: u64,
+    /// The stream's id.
+    pub stream: u64,
+}
+
+impl Sig {
+    fn hash64(&self) -> u64 {
+        // splitmix64 of the two words.
+        let mut z = self.size.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.stream.rotate_left(29);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// A free inside the arena, kept until later blocks cover its bytes: who
+/// may reuse them depends on its stream and tag.
+#[derive(Clone)]
+pub struct Freed {
+    /// Bytes from the record's offset.
+    pub len: u64,
+    /// The clock of the stream it was freed on.
+    pub clock: Arc<StreamClock>,
+    /// That stream's backend handle.
+    pub raw: RawStream,
+    /// The free's tag on that stream.
+    pub tag: u64,
+}
+
+/// One allocation of a plan.
+#[derive(Copy, Clone, Debug)]
+struct Entry {
+    sig: Sig,
+    /// Its lifetime in the plan's `lives`, if the block is planned.
+    life: Option<usize>,
+}
+
+/// A plan for a period: which allocations are placed, and their lifetimes.
+/// Where they go is decided when the plan starts ([`layout`]), in the free
+/// memory the pool has then and one new piece for the rest.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    entries: Vec<Entry>,
+    lives: Vec<Life>,
+    /// Bytes the plan needs in one piece of memory.
+    arena: u64,
+    /// The position where the plan starts running (its quiet point).
+    quiet: usize,
+}
+
+impl Plan {
+    /// Allocations per period.
+    pub fn period(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The bytes the plan needs in one piece.
+    #[cfg(test)]
+    pub fn arena(&self) -> u64 {
+        self.arena
+    }
+
+    /// Allocations with a planned place.
+    pub fn planned(&self) -> usize {
+        self.lives.len()
+    }
+}
+
+/// One block of a period to plan: its size, first position and lifetime
+/// (in allocations; at most the period).
+#[derive(Copy, Clone, Debug)]
+pub struct Life {
+    /// Bytes.
+    pub size: u64,
+    /// Position of its allocation in the period.
+    pub start: u64,
+    /// Allocations it lives through (it is dead when the allocation at
+    /// `start + len` is made, modulo the period).
+    pub len: u64,
+}
+
+/// Whether two lifetimes on a circle of `period` overlap.
+fn overlaps(a: &Life, b: &Life, period: u64) -> bool {
+    let p = period as i128;
+    let (a0, a1) = (a.start as i128, (a.start + a.len) as i128);
+    [-p, 0, p].iter().any(|&k| {
+        let (b0, b1) = (b.start as i128 + k, (b.start + b.len) as i128 + k);
+        b0 < a1 && a0 < b1
+    })
+}
+
+/// Where [`layout`] put the blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// For each lifetime: (piece, offset in it); piece `pieces.len()` is
+    /// the new one.
+    pub places: Vec<(usize, u64)>,
+    /// For each given piece, the bytes from its start that blocks use.
+    pub used: Vec<u64>,
+    /// The size of the new piece (0: none needed).
+    pub extra: u64,
+}
+
+/// Places lifetimes in free pieces of memory (`pieces`: their sizes) and
+/// one new piece: greedy by size (largest first, then longest), each at the
+/// best-fitting gap among the placed blocks whose lifetimes overlap its
+/// own (gaps of the given pieces, and gaps below the new piece's top, cost
+/// nothing); only when none fits, at the top of the new piece.
+pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
+    // Large blocks placed in free runs can strand the space around them;
+    // the layout that needs the least new memory wins.
+    let mut best: Option<Layout> = None;
+    for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
+        if limit != u64::MAX && pieces.is_empty() {
+            break;
+        }
+        let l = layout_with(lives, period, pieces, limit);
+        if best.as_ref().is_none_or(|b| l.extra < b.extra) {
+            best = Some(l);
+        }
+    }
+    best.expect("one layout at least")
+}
+
+/// [`layout`] where only blocks of at most `limit` bytes go in free runs.
+fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layout {
+    let new = pieces.len();
+    let mut order: Vec<usize> = (0..lives.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(lives[i].size), std::cmp::Reverse(lives[i].len), i));
+    let size_of = |i: usize| lives[i].size.next_multiple_of(ALIGN);
+    let mut places = vec![(usize::MAX, 0u64); lives.len()];
+    let mut placed: Vec<usize> = Vec::with_capacity(lives.len());
+    let mut used = vec![0u64; pieces.len()];
+    let mut top = 0u64;
+    // Busy intervals of the overlapping placed blocks: (piece, start, end).
+    let mut busy: Vec<(usize, u64, u64)> = Vec::new();
+    for &i in &order {
+        let me = &lives[i];
+        let size = size_of(i);
+        busy.clear();
+        busy.extend(placed.iter().filter(|&&j| overlaps(me, &lives[j], period)).map(|&j| {
+            let (piece, off) = places[j];
+            (piece, off, off + size_of(j))
+        }));
+        busy.sort_unstable();
+        let mut best: Option<(u64, usize, u64)> = None; // (gap, piece, offset)
+        let mut consider = |gap: u64, piece: usize, at: u64| {
+            if gap >= size && best.is_none_or(|(g, _, _)| gap < g) {
+                best = Some((gap, piece, at));
+            }
+        };
+        let mut k = 0;
+        let first = if size <= limit { 0 } else { new };
+        while k < busy.len() && busy[k].0 < first {
+            k += 1;
+        }
+        let caps = pieces.iter().copied().chain(std::iter::once(top)).enumerate().skip(first);
+        for (piece, cap) in caps {
+            let mut at = 0u64;
+            while k < busy.len() && busy[k].0 == piece {
+                let (_, b0, b1) = busy[k];
+                if b0 > at {
+                    consider(b0 - at, piece, at);
+                }
+                at = at.max(b1);
+                k += 1;
+            }
+            if cap > at {
+                consider(cap - at, piece, at);
+            }
+        }
+        let (piece, off) = match best {
+            Some((_, piece, at)) => (piece, at),
+            None => {
+                // The top of the new piece, below any busy block there.
+                let at = busy.iter().filter(|b| b.0 == new).map(|b| b.2).max().unwrap_or(0);
+                (new, at)
+            }
+        };
+        places[i] = (piece, off);
+        if piece == new {
+            top = top.max(off + size);
+        } else {
+            used[piece] = used[piece].max(off + size);
+        }
+        placed.push(i);
+    }
+    Layout { places, used, extra: top }
+}
+
+/// Why a candidate period was not planned.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Rejected {
+    /// Too few allocations, or too few bytes to plan.
+    TooSmall,
+    /// No point of the period where (almost) nothing of it is live.
+    NoQuietPoint,
+}
+
+/// Builds the plan of one period from its allocations' sizes, streams and
+/// lifetimes (`None`: not freed within a period).
+pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
+    let p = sigs.len();
+    if p < MIN_PERIOD {
+        return Err(Rejected::TooSmall);
+    }
+    let period = p as u64;
+    let mut lives = Vec::new();
+    let mut entries: Vec<Entry> = sigs.iter().map(|&sig| Entry { sig, life: None }).collect();
+    // Bytes live at each position (a difference array around the circle),
+    // and bytes that outlive the period (live everywhere).
+    let mut diff = vec![0i128; p + 1];
+    let mut always: u64 = 0;
+    for (k, (sig, len)) in sigs.iter().zip(lens).enumerate() {
+        match len {
+            Some(len) if *len <= period => {
+                let len = (*len).max(1);
+                entries[k].life = Some(lives.len());
+                lives.push(Life { size: sig.size, start: k as u64, len });
+                let (s, e) = (k, k + len as usize);
+                diff[s] += sig.size as i128;
+                if e <= p {
+                    diff[e] -= sig.size as i128;
+                } else {
+                    diff[p] -= sig.size as i128;
+                    diff[0] += sig.size as i128;
+                    diff[e - p] -= sig.size as i128;
+                }
+            }
+            _ => always = always.saturating_add(sig.size),
+        }
+    }
+    let mut live = 0i128;
+    let (mut quiet, mut least, mut most) = (0usize, i128::MAX, 0i128);
+    for (k, d) in diff.iter().take(p).enumerate() {
+        live += d;
+        if live < least {
+            least = live;
+            quiet = k;
+        }
+        most = most.max(live);
+    }
+    let arena = layout(&lives, period, &[]).extra;
+    if arena < MIN_ARENA {
+        return Err(Rejected::TooSmall);
+    }
+    // Quiet: at most 5% of the peak (or 2 MiB) of what the period holds
+    // stays live there (a step's end, where a prefetched batch may wait;
+    // not a layer of inference, whose activations flow into the next).
+    let left = least.max(0) as u64 + always;
+    if left > (most.max(0) as u64 / 20).max(2 << 20) {
+        return Err(Rejected::NoQuietPoint);
+    }
+    Ok(Plan { entries, lives, arena, quiet })
+}
+
+/// What a request gets from the planner.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// The pool's usual path; then tell [`Planner::allocated`] the address
+    /// with this ordinal.
+    Normal(u64),
+    /// This address, in the arena.
+    Serve(u64),
+    /// A plan is ready to start: lay it out ([`Planner::layout`]) in the
+    /// pool's free memory, take the pieces and call [`Planner::start`] (or
+    /// [`Planner::no_arena`]), then ask again.
+    NeedArena,
+}
+
+/// The learner: the recent allocations and when each was freed.
+#[derive(Default)]
+struct Learner {
+    /// Ordinal of `sigs[0]`.
+    base: u64,
+    sigs: VecDeque<Sig>,
+    hashes: VecDeque<u64>,
+    /// For each allocation, how many allocations had been made when it was
+    /// freed (u64::MAX: live).
+    freed_at: VecDeque<u64>,
+    live: HashMap<u64, u64>,
+    /// The last ordinal that ended each window hash.
+    last_seen: HashMap<u64, u64>,
+    rolling: u64,
+    period: u64,
+    matched: u64,
+    min_period: u64,
+    /// Allocations since learning (re)started without a plan.
+    fruitless: u64,
+    /// Bytes of the blocks in `live`, and their most since learning (re)started.
+    live_bytes: u64,
+    peak_live: u64,
+}
+
+/// Multiplier of the rolling hash.
+const MUL: u64 = 0x100_0000_01B3;
+
+impl Learner {
+    fn next(&self) -> u64 {
+        self.base + self.sigs.len() as u64
+    }
+
+    fn sig(&self, ordinal: u64) -> Option<Sig> {
+        ordinal.checked_sub(self.base).and_then(|i| self.sigs.get(i as usize)).copied()
+    }
+
+    /// Records an allocation; returns its ordinal and, when a period is
+    /// confirmed, the period.
+    fn observe(&mut self, sig: Sig) -> (u64, Option<u64>) {
+        let n = self.next();
+        let h = sig.hash64();
+        self.sigs.push_back(sig);
+        self.hashes.push_back(h);
+        self.freed_at.push_back(u64::MAX);
+        self.fruitless += 1;
+        // Rolling hash of the last WINDOW allocations.
+        self.rolling = self.rolling.wrapping_mul(MUL).wrapping_add(h);
+        let len = self.sigs.len();
+        if len > WINDOW {
+            let old = self.hashes[len - 1 - WINDOW];
+            self.rolling = self.rolling.wrapping_sub(old.wrapping_mul(MUL.wrapping_pow(WINDOW as u32)));
+        }
+        if self.period > 0 && self.sig(n - self.period.min(n)) == Some(sig) && n >= self.period {
+            self.matched += 1;
+        } else {
+            self.period = 0;
+            self.matched = 0;
+        }
+        if len >= WINDOW {
+            let key = self.rolling;
+            if self.period == 0 {
+                if let Some(&f) = self.last_seen.get(&key) {
+                    let p = n - f;
+                    if p >= self.min_period.max(MIN_PERIOD as u64)
+                        && p <= MAX_PERIOD as u64
+                        && (0..WINDOW as u64).all(|i| self.sig(n - i) == self.sig(f - i.min(f)))
+                    {
+                        self.period = p;
+                        self.matched = WINDOW as u64;
+                    }
+                }
+            }
+            self.last_seen.insert(key, n);
+        }
+        self.compact();
+        let confirmed = (self.period > 0 && self.matched >= self.period).then_some(self.period);
+        (n, confirmed)
+    }
+
+    /// Drops the oldest allocations beyond [`KEEP`].
+    fn compact(&mut self) {
+        if (self.sigs.len() as u64) < KEEP + MAX_PERIOD as u64 {
+            return;
+        }
+        let drop = MAX_PERIOD;
+        self.sigs.drain(..drop);
+        self.hashes.drain(..drop);
+        self.freed_at.drain(..drop);
+        self.base += drop as u64;
+        let base = self.base;
+        self.last_seen.retain(|_, &mut o| o >= base);
+        self.live.retain(|_, &mut o| o >= base);
+        let sigs = &self.sigs;
+        self.live_bytes = self.live.values().map(|&o| sigs[(o - base) as usize].size).sum();
+    }
+
+    fn allocated(&mut self, ordinal: u64, addr: u64) {
+        if let Some(sig) = self.sig(ordinal) {
+            if let Some(old) = self.live.insert(addr, ordinal) {
+                // An address handed out again without a free seen: forget the old.
+                self.live_bytes -= self.sig(old).map_or(0, |s| s.size).min(self.live_bytes);
+            }
+            self.live_bytes += sig.size;
+            self.peak_live = self.peak_live.max(self.live_bytes);
+        }
+    }
+
+    fn freed(&mut self, addr: u64) {
+        if let Some(o) = self.live.remove(&addr) {
+            self.live_bytes -= self.sig(o).map_or(0, |s| s.size).min(self.live_bytes);
+            let now = self.next();
+            if let Some(slot) = o.checked_sub(self.base).and_then(|i| self.freed_at.get_mut(i as usize)) {
+                *slot = now;
+            }
+        }
+    }
+
+    /// The sizes, streams and lifetimes of the period before the last
+    /// `period` allocations.
+    fn period_before(&self, period: u64) -> Option<(Vec<Sig>, Vec<Option<u64>>)> {
+        let end = self.next().checked_sub(period)?;
+        let start = end.checked_sub(period)?;
+        if start < self.base {
+            return None;
+        }
+        let (mut sigs, mut lens) = (Vec::new(), Vec::new());
+        for o in start..end {
+            let i = (o - self.base) as usize;
+            sigs.push(self.sigs[i]);
+            let f = self.freed_at[i];
+            lens.push((f != u64::MAX).then(|| f - o));
+        }
+        Some((sigs, lens))
+    }
+
+    fn forget(&mut self) {
+        *self = Learner { base: self.next(), ..Learner::default() };
+    }
+}
+
+/// An arena taken from the planner to go back to the heap.
+pub struct IdleArena {
+    /// Its pieces: (address, bytes).
+    pub pieces: Vec<(u64, u64)>,
+    /// The frees made in it (address → record).
+    pub freed: Vec<(u64, Freed)>,
+}
+
+/// A pool's planner and the switches its fast paths read.
+#[derive(Debug)]
+pub struct PlanState {
+    /// Whether the planner sees allocations (learning or running).
+    pub on: std::sync::atomic::AtomicBool,
+    /// The planner.
+    pub planner: std::sync::Mutex<Planner>,
+    /// Whether an arena exists (its blocks are freed through the planner).
+    pub arena: std::sync::atomic::AtomicBool,
+    /// Whether a plan runs or waits to start (allocations ask it first).
+    pub running: std::sync::atomic::AtomicBool,
+    /// When learning paused, and for how long.
+    pub paused: std::sync::Mutex<(Option<std::time::Instant>, std::time::Duration)>,
+}
+
+impl PlanState {
+    /// A planner, learning if `on`.
+    pub fn new(on: bool) -> PlanState {
+        PlanState {
+            on: std::sync::atomic::AtomicBool::new(on),
+            planner: std::sync::Mutex::new(Planner::new()),
+            arena: Default::default(),
+            running: Default::default(),
+            paused: std::sync::Mutex::new((None, std::time::Duration::from_secs(1))),
+        }
+    }
+
+    /// Locks the planner.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Planner> {
+        self.planner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a free of a block the planner does not own (learning only).
+    #[inline]
+    pub fn note_free(&self, addr: u64) {
+        if self.on.load(std::sync::atomic::Ordering::Relaxed) {
+            self.lock().note_free(addr);
+        }
+    }
+
+    /// Whether an arena exists.
+    #[inline]
+    pub fn has_arena(&self) -> bool {
+        self.arena.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Publishes whether an arena exists.
+    pub fn publish(&self, exists: bool) {
+        self.arena.store(exists, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// An arena's pieces: (address, bytes).
+type Pieces = Vec<(u64, u64)>;
+
+/// A running plan and its arena.
+struct Runner {
+    plan: Plan,
+    /// Position in the period of the next allocation.
+    pos: usize,
+    /// The arena's pieces (address, bytes) and each entry's address, once
+    /// laid out; the plan serves only then, from its quiet point on.
+    arena: Option<(Pieces, Vec<Option<u64>>)>,
+    started: bool,
+}
+
+/// The planner of one pool (behind the pool's lock for it).
+#[derive(Default)]
+pub struct Planner {
+    learner: Learner,
+    runner: Option<Runner>,
+    /// The pieces of an arena whose plan ended, kept until its blocks are freed.
+    old_arena: Option<Vec<(u64, u64)>>,
+    /// Live blocks in the arena (current or old): address → bytes.
+    live: BTreeMap<u64, u64>,
+    /// Frees in the arena not yet covered by a later block: address → record.
+    freed: BTreeMap<u64, Freed>,
+    /// Plans made, served allocations, plans ended (for reports and tests).
+    pub counts: super::PlanCounts,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner").field("counts", &self.counts).field("pieces", &self.pieces().len()).finish()
+    }
+}
+
+impl Planner {
+    /// A planner that has seen nothing.
+    pub fn new() -> Planner {
+        Planner::default()
+    }
+
+    /// The arena's pieces (current or ended).
+    pub fn pieces(&self) -> &[(u64, u64)] {
+        match (&self.runner, &self.old_arena) {
+            (Some(Runner { arena: Some((p, _)), .. }), _) => p,
+            (_, Some(p)) => p,
+            _ => &[],
+        }
+    }
+
+    /// Whether `base` is the address of one of the arena's pieces.
+    pub fn is_piece(&self, base: u64) -> bool {
+        self.pieces().iter().any(|&(b, _)| b == base)
+    }
+
+    /// Whether learning should pause: no plan, no period in sight, and
+    /// either long without one or, sooner, never enough live memory for one.
+    pub fn fruitless(&self) -> bool {
+        let l = &self.learner;
+        self.runner.is_none()
+            && l.period == 0
+            && (l.fruitless > PATIENCE || (l.fruitless > QUICK_PATIENCE && l.peak_live < MIN_ARENA))
+    }
+
+    /// Whether a plan runs or waits to start.
+    pub fn has_runner(&self) -> bool {
+        self.runner.is_some()
+    }
+
+    /// An allocation the pool's usual path made without asking first (no
+    /// plan ran when it started): learning takes one lock per allocation.
+    /// A plan that started meanwhile follows it without serving it.
+    pub fn observed(&mut self, sig: Sig, addr: u64) {
+        let (ordinal, confirmed) = self.learner.observe(sig);
+        self.learner.allocated(ordinal, addr);
+        let mut ended = false;
+        match &mut self.runner {
+            Some(r) if r.plan.entries[r.pos].sig == sig => r.pos = (r.pos + 1) % r.plan.entries.len(),
+            Some(_) => ended = true,
+            None => {
+                if let Some(p) = confirmed {
+                    self.try_plan(p);
+                }
+            }
+        }
+        if ended {
+            self.end_plan();
+        }
+    }
+
+    /// Forgets what was learned (the plan stays).
+    pub fn forget(&mut self) {
+        self.learner.forget();
+    }
+
+    /// The plan running or waiting to run, if any.
+    #[cfg(test)]
+    pub fn plan(&self) -> Option<&Plan> {
+        self.runner.as_ref().map(|r| &r.plan)
+    }
+
+    /// An allocation of `sig` is requested. `safe` says whether a free in
+    /// the arena may be reused by the requesting stream now.
+    pub fn request(&mut self, sig: Sig, safe: &mut dyn FnMut(&Freed) -> bool) -> Request {
+        // A plan at its quiet point without an arena: make one first.
+        if let Some(r) = &self.runner {
+            if r.arena.is_none()
+                && r.pos == r.plan.quiet
+                && r.plan.entries[r.pos].sig == sig
+                && self.old_arena.is_none()
+            {
+                return Request::NeedArena;
+            }
+        }
+        let (ordinal, confirmed) = self.learner.observe(sig);
+        let mut serve = None;
+        let mut ended = false;
+        if let Some(r) = &mut self.runner {
+            let pos = r.pos;
+            if r.plan.entries[pos].sig != sig {
+                ended = true;
+            } else {
+                if pos == r.plan.quiet && r.arena.is_some() {
+                    r.started = true;
+                }
+                r.pos = (pos + 1) % r.plan.entries.len();
+                if let (true, Some((_, addrs))) = (r.started, &r.arena) {
+                    serve = addrs[pos];
+                }
+            }
+        }
+        if ended {
+            self.end_plan();
+        }
+        if let Some(addr) = serve {
+            if self.take_place(addr, sig.size, safe) {
+                self.counts.served += 1;
+                self.learner.allocated(ordinal, addr);
+                return Request::Serve(addr);
+            }
+            self.counts.missed += 1;
+        }
+        if self.runner.is_none() {
+            if let Some(p) = confirmed {
+                self.try_plan(p);
+            }
+        }
+        Request::Normal(ordinal)
+    }
+
+    /// Builds a plan for a confirmed period.
+    fn try_plan(&mut self, p: u64) {
+        let Some((sigs, lens)) = self.learner.period_before(p) else { return };
+        match build(&sigs, &lens) {
+            Ok(plan) => {
+                self.counts.plans += 1;
+                self.learner.fruitless = 0;
+                tracing::debug!(target: "hipmem::pool", "planned a period of {p} allocations: {} placed, {} bytes in one piece, starting at {}", plan.planned(), plan.arena, plan.quiet);
+                // The next allocation is position 0 of the period (the
+                // period planned starts 2p before the next one).
+                self.runner = Some(Runner { plan, pos: 0, arena: None, started: false });
+            }
+            Err(why) => {
+                self.counts.rejected += 1;
+                tracing::trace!(target: "hipmem::pool", "period of {p} allocations not planned: {why:?}");
+                self.learner.min_period = p + 1;
+                self.learner.period = 0;
+                self.learner.matched = 0;
+            }
+        }
+    }
+
+    /// Lays the waiting plan out in free pieces of memory (their sizes).
+    pub fn layout(&self, pieces: &[u64]) -> Option<Layout> {
+        let r = self.runner.as_ref()?;
+        Some(layout(&r.plan.lives, r.plan.period() as u64, pieces))
+    }
+
+    /// Starts the waiting plan with `layout` over `pieces`: (address,
+    /// bytes taken) of each run given to [`Planner::layout`], in its order
+    /// (0 bytes: not taken), then the new piece, if any.
+    /// False if no plan waits (the pieces are the caller's again).
+    pub fn start(&mut self, layout: &Layout, pieces: Vec<(u64, u64)>) -> bool {
+        let Some(r) = &mut self.runner else { return false };
+        if r.arena.is_some() || pieces.is_empty() {
+            return false;
+        }
+        let bases: Vec<u64> = pieces.iter().map(|p| p.0).collect();
+        let addrs = r
+            .plan
+            .entries
+            .iter()
+            .map(|e| {
+                e.life.map(|l| {
+                    let (piece, off) = layout.places[l];
+                    bases[piece.min(bases.len() - 1)] + off
+                })
+            })
+            .collect();
+        // Runs no block uses were not taken: they are no pieces.
+        r.arena = Some((pieces.into_iter().filter(|p| p.1 > 0).collect(), addrs));
+        true
+    }
+
+    /// Whether the block at `addr` may be taken now; if so, takes it.
+    fn take_place(&mut self, addr: u64, size: u64, safe: &mut dyn FnMut(&Freed) -> bool) -> bool {
+        let (a0, a1) = (addr, addr + size);
+        if let Some((&o, &l)) = self.live.range(..a1).next_back() {
+            if o + l > a0 {
+                return false;
+            }
+        }
+        // Earlier frees there: each must be safe for this stream.
+        let first = self.freed.range(..a0).next_back().filter(|(f, r)| **f + r.len > a0).map(|(&f, _)| f);
+        let keys: Vec<u64> = first.into_iter().chain(self.freed.range(a0..a1).map(|(&f, _)| f)).collect();
+        for k in &keys {
+            if !safe(&self.freed[k]) {
+                return false;
+            }
+        }
+        for k in keys {
+            let r = self.freed.remove(&k).expect("present");
+            if k < a0 {
+                self.freed.insert(k, Freed { len: a0 - k, ..r.clone() });
+            }
+            if k + r.len > a1 {
+                self.freed.insert(a1, Freed { len: k + r.len - a1, ..r });
+            }
+        }
+        self.live.insert(a0, size);
+        true
+    }
+
+    /// The pool's usual path gave the allocation with `ordinal` this address.
+    pub fn allocated(&mut self, ordinal: u64, addr: u64) {
+        self.learner.allocated(ordinal, addr);
+    }
+
+    /// A block at `addr` was freed. If it is a live block of the arena,
+    /// returns its size (the pool gives it back here); `record` describes
+    /// the free.
+    pub fn freed(&mut self, addr: u64, record: impl FnOnce(u64) -> Freed) -> Option<u64> {
+        self.learner.freed(addr);
+        let size = self.live.remove(&addr)?;
+        self.freed.insert(addr, record(size));
+        Some(size)
+    }
+
+    /// Records a free seen by the learner only (not an arena block).
+    pub fn note_free(&mut self, addr: u64) {
+        self.learner.freed(addr);
+    }
+
+    /// No arena could be made: the plan ends.
+    pub fn no_arena(&mut self) {
+        self.runner = None;
+        self.learner.min_period = 0;
+    }
+
+    fn end_plan(&mut self) {
+        if let Some(r) = self.runner.take() {
+            self.counts.ended += 1;
+            tracing::debug!(target: "hipmem::pool", "a plan of {} allocations ended after {} served", r.plan.period(), self.counts.served);
+            if let Some((pieces, _)) = r.arena {
+                self.old_arena = Some(pieces);
+            }
+        }
+    }
+
+    /// Ends the running plan (its arena goes back once its blocks are freed).
+    pub fn end(&mut self) {
+        self.end_plan();
+    }
+
+    /// The live arena block containing `addr`: (address, bytes).
+    pub fn block_containing(&self, addr: u64) -> Option<(u64, u64)> {
+        let (&o, &l) = self.live.range(..=addr).next_back()?;
+        (addr < o + l).then_some((o, l))
+    }
+
+    /// Bytes of live arena blocks.
+    pub fn live_bytes(&self) -> u64 {
+        self.live.values().sum()
+    }
+
+    /// Takes an arena without live blocks away from its plan (the ended
+    /// plan's, or with `all`, the running plan's too: that plan makes a new
+    /// arena at its next quiet point).
+    pub fn take_idle_arena(&mut self, all: bool) -> Option<IdleArena> {
+        if !self.live.is_empty() {
+            return None;
+        }
+        let pieces = match self.old_arena.take() {
+            Some(p) => p,
+            None if all => {
+                let r = self.runner.as_mut()?;
+                let (p, _) = r.arena.take()?;
+                r.started = false;
+                p
+            }
+            None => return None,
+        };
+        let freed = std::mem::take(&mut self.freed).into_iter().collect();
+        Some(IdleArena { pieces, freed })
+    }
+
+    /// Puts an arena back (its frees were not yet safe to give away): an
+    /// ended plan's, kept until they are.
+    pub fn restore_arena(&mut self, idle: IdleArena) {
+        self.old_arena = Some(idle.pieces);
+        self.freed.extend(idle.freed);
+    }
+
+    /// Whether an ended plan's arena waits to go back.
+    pub fn has_old_arena(&self) -> bool {
+        self.old_arena.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(size: u64) -> Sig {
+        Sig { size, stream: 1 }
+    }
+
+    #[test]
+    fn lifetimes_on_a_circle_overlap_across_the_seam() {
+        let a = Life { size: 1, start: 8, len: 4 }; // 8..12 = 8,9,0,1 on a circle of 10
+        let b = Life { size: 1, start: 0, len: 1 };
+        let c = Life { size: 1, start: 3, len: 2 };
+        assert!(overlaps(&a, &b, 10));
+        assert!(overlaps(&b, &a, 10));
+        assert!(!overlaps(&a, &c, 10));
+        assert!(!overlaps(&c, &a, 10));
+    }
+
+    #[test]
+    fn placement_reuses_space_of_blocks_that_do_not_overlap_in_time() {
+        // Two 100 MiB blocks, one after the other, and a 50 MiB block alive
+        // with both: 150 MiB, not 250.
+        let m = 1 << 20;
+        let lives = [
+            Life { size: 100 * m, start: 0, len: 2 },
+            Life { size: 100 * m, start: 2, len: 2 },
+            Life { size: 50 * m, start: 1, len: 3 },
+        ];
+        let l = layout(&lives, 8, &[]);
+        assert_eq!(l.extra, 150 * m);
+        assert_eq!(l.places[0], l.places[1]);
+        // Free runs of 60 and 120 MiB: the 50 MiB block fits the first,
+        // the two 100 MiB blocks share the second; nothing new.
+        let l = layout(&lives, 8, &[60 * m, 120 * m]);
+        assert_eq!(l.extra, 0, "{l:?}");
+        assert_eq!(l.places[2], (0, 0));
+        assert_eq!((l.places[0], l.places[1]), ((1, 0), (1, 0)));
+        assert_eq!(l.used, vec![50 * m, 100 * m]);
+        // A run too small for anything stays unused.
+        let l = layout(&lives, 8, &[10 * m]);
+        assert_eq!(l.used, vec![0]);
+        assert_eq!(l.extra, 150 * m);
+    }
+
+    /// A step: allocate `n` blocks of growing sizes, free them in reverse.
+    fn step(p: &mut Planner, n: u64, base_addr: u64) -> Vec<u64> {
+        let mut addrs = Vec::new();
+        for i in 0..n {
+            let s = sig((i + 1) << 20);
+            let addr = match p.request(s, &mut |_| true) {
+                Request::Serve(a) => a,
+                Request::Normal(o) => {
+                    let a = base_addr + (i << 30);
+                    p.allocated(o, a);
+                    a
+                }
+                Request::NeedArena => {
+                    let l = p.layout(&[]).expect("a plan waits");
+                    assert!(p.start(&l, vec![(1 << 40, l.extra)]));
+                    match p.request(s, &mut |_| true) {
+                        Request::Serve(a) => a,
+                        other => panic!("a plan with an arena serves its quiet point: {other:?}"),
+                    }
+                }
+            };
+            addrs.push(addr);
+        }
+        for &a in addrs.iter().rev() {
+            let _ = p.freed(a, |len| Freed {
+                len,
+                clock: Arc::new(StreamClock::new(1)),
+                raw: RawStream::null(0),
+                tag: 0,
+            });
+        }
+        addrs
+    }
+
+    #[test]
+    fn a_repeating_step_is_learned_planned_and_served() {
+        let mut p = Planner::new();
+        for k in 0..2 {
+            let a = step(&mut p, 20, k << 36);
+            assert!(a.iter().all(|&x| x < 1 << 40), "learning: the usual path");
+        }
+        assert_eq!(p.counts.plans, 1, "{:?}", p.counts);
+        let plan = p.plan().unwrap();
+        assert_eq!(plan.period(), 20);
+        // All 20 are live at once: the arena is their sum.
+        assert_eq!(plan.arena(), (1..=20u64).sum::<u64>() << 20);
+        // The third step starts at the quiet point (position 0) and is served.
+        let a = step(&mut p, 20, 3 << 36);
+        assert!(a.iter().all(|&x| x >= 1 << 40), "{a:x?}");
+        assert_eq!(p.counts.served, 20);
+        // Something else ends the plan; the arena waits to go back.
+        let _ = p.request(sig(7), &mut |_| true);
+        assert!(p.plan().is_none());
+        assert!(p.has_old_arena());
+        let idle = p.take_idle_arena(false).expect("idle");
+        assert_eq!(idle.freed.len(), 20);
+    }
+
+    #[test]
+    fn a_place_that_is_not_safe_takes_the_usual_path() {
+        let mut p = Planner::new();
+        for k in 0..3 {
+            step(&mut p, 20, k << 36);
+        }
+        let served = p.counts.served;
+        // Every earlier free in the arena is unsafe now.
+        let r = p.request(sig(1 << 20), &mut |_| false);
+        assert!(matches!(r, Request::Normal(_)), "{r:?}");
+        assert_eq!(p.counts.served, served);
+        assert_eq!(p.counts.missed, 1);
+    }
+
+    #[test]
+    fn a_period_without_a_quiet_point_is_not_planned() {
+        // Each step leaves one large block live for longer than a period.
+        let mut p = Planner::new();
+        let mut keep = Vec::new();
+        for k in 0..4u64 {
+            for i in 0..20u64 {
+                let r = p.request(sig((i + 1) << 23), &mut |_| true);
+                let Request::Normal(o) = r else { panic!("{r:?}") };
+                let a = (k << 36) + (i << 30);
+                p.allocated(o, a);
+                if i == 10 {
+                    keep.push(a);
+                } else {
+                    p.note_free(a);
+                }
+            }
+        }
+        assert_eq!(p.counts.plans, 0);
+        assert!(p.counts.rejected >= 1);
+    }
+
+    #[test]
+    fn small_sequences_are_not_planned() {
+        let mut p = Planner::new();
+        for _ in 0..5000 {
+            let Request::Normal(o) = p.request(sig(4096), &mut |_| true) else { panic!() };
+            p.allocated(o, 1 << 30);
+            p.note_free(1 << 30);
+        }
+        assert_eq!(p.counts.plans, 0);
+    }
+}

@@ -1,0 +1,306 @@
+//! The pool's side of learned layouts (`plan.rs` is the policy): asking the
+//! planner on every allocation and free while it learns or runs, making its
+//! arena (one block of the heap) and giving the arena back.
+//!
+//! - On: pools on virtual memory that are not shareable between processes,
+//!   unless `HIPMEM_POOL_PLAN=0` or [`MemPool::set_planning`](super::MemPool::set_planning)
+//!   turns it off. Learning that finds no period in [`PATIENCE`](super::plan::PATIENCE)
+//!   allocations pauses (1 s, doubling up to a minute), so an irregular
+//!   workload pays one atomic load per call.
+//! - The arena is a block of the pool's heap, so statistics, access, trim
+//!   and teardown see it as pool memory. Before the heap grows for it, the
+//!   pool waits for its streams' frees and gives its idle memory back: the
+//!   arena replaces what the usual path held for the same blocks.
+//! - The arena goes back to the heap when its plan has ended and its blocks
+//!   are freed, or (from a running plan, which makes a new one at its next
+//!   quiet point) on trim, under the release threshold and before
+//!   OutOfMemory; only once every free in it is known complete.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::backing::Backing;
+use super::core::{ORPHAN_STREAM, PoolCore, StreamRef, lock};
+use super::placement::Owner;
+use super::plan::{Freed, Request, Sig};
+use crate::backend::DevicePtr;
+use crate::error::Result;
+use crate::runtime::Runtime;
+use crate::runtime::ordering::StreamClock;
+
+/// The smallest free run a plan is laid out in.
+const MIN_PIECE: u64 = 64 << 10;
+/// The most free runs a plan is laid out in.
+const MAX_PIECES: usize = 4096;
+/// Longest pause of a learner that found nothing.
+const MAX_PAUSE: Duration = Duration::from_secs(60);
+
+/// Whether a new pool learns layouts.
+pub(super) fn plans_by_default(backing: &Backing, props: &super::PoolProps) -> bool {
+    matches!(backing, Backing::Virtual(_))
+        && props.handle_types == 0
+        && std::env::var("HIPMEM_POOL_PLAN").map(|v| v != "0").unwrap_or(true)
+}
+
+impl PoolCore {
+    /// Allocation while the planner learns or runs.
+    pub(super) fn alloc_planned(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
+        let sig = Sig { size: want, stream: stream.clock.stream_id };
+        if !self.plan.running.load(Ordering::Acquire) {
+            // Learning: the usual path, then one lock to record it.
+            let r = self.alloc_unplanned(want, size, stream);
+            if let Ok(p) = &r {
+                let mut planner = self.plan.lock();
+                planner.observed(sig, p.0);
+                self.plan.running.store(planner.has_runner(), Ordering::Release);
+                self.pause_if_fruitless(&planner);
+            }
+            return r;
+        }
+        loop {
+            let request = {
+                let mut planner = self.plan.lock();
+                let r = planner.request(sig, &mut |f| self.reusable(f, stream.clock));
+                self.plan.running.store(planner.has_runner(), Ordering::Release);
+                r
+            };
+            match request {
+                Request::Serve(addr) => {
+                    let slot = self.slot_of(stream);
+                    let mut state = slot.lock();
+                    state.used += want as i64;
+                    let sample = state.used > state.baseline;
+                    drop(state);
+                    if sample {
+                        self.sample_usage(&slot);
+                    }
+                    return Ok(DevicePtr(addr));
+                }
+                Request::Normal(ordinal) => {
+                    let r = self.alloc_unplanned(want, size, stream);
+                    let mut planner = self.plan.lock();
+                    if let Ok(p) = &r {
+                        planner.allocated(ordinal, p.0);
+                    }
+                    self.plan.running.store(planner.has_runner(), Ordering::Release);
+                    self.pause_if_fruitless(&planner);
+                    return r;
+                }
+                Request::NeedArena => {
+                    if let Err(e) = self.make_arena(stream) {
+                        tracing::debug!(target: "hipmem::pool", "pool {:#x}: no arena for a plan ({e})", self.id);
+                        self.plan.lock().no_arena();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pauses learning that found nothing.
+    fn pause_if_fruitless(&self, planner: &std::sync::MutexGuard<'_, super::plan::Planner>) {
+        if planner.fruitless() {
+            self.plan.on.store(false, Ordering::Relaxed);
+            let mut paused = lock(&self.plan.paused);
+            paused.0 = Some(Instant::now());
+            tracing::debug!(target: "hipmem::pool", "pool {:#x}: no repeating sequence found; learning pauses for {:?}", self.id, paused.1);
+        }
+    }
+
+    /// Learning resumes once its pause is over (asked on the slow path).
+    pub(super) fn resume_planning(&self) {
+        if self.plan.on.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut paused = lock(&self.plan.paused);
+        if let Some(since) = paused.0 {
+            if since.elapsed() >= paused.1 {
+                paused.0 = None;
+                paused.1 = (paused.1 * 2).min(MAX_PAUSE);
+                self.plan.lock().forget();
+                self.plan.on.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Turns learning layouts on or off. Off ends a running plan (its arena
+    /// goes back once its blocks are freed).
+    pub(crate) fn set_planning(&self, on: bool) {
+        if !on {
+            let mut planner = self.plan.lock();
+            planner.end();
+            planner.forget();
+            self.plan.running.store(false, Ordering::Release);
+        }
+        *lock(&self.plan.paused) = (None, Duration::from_secs(1));
+        self.plan.on.store(on && matches!(self.backing, Backing::Virtual(_)), Ordering::Relaxed);
+        if !on {
+            if let Ok(rt) = self.runtime() {
+                self.retire_arena(&rt, false, false);
+            }
+        }
+    }
+
+    /// Whether the pool learns layouts now.
+    pub(crate) fn planning(&self) -> bool {
+        self.plan.on.load(Ordering::Relaxed)
+    }
+
+    /// What the planner did.
+    pub(crate) fn plan_counts(&self) -> super::PlanCounts {
+        self.plan.lock().counts
+    }
+
+    /// Whether memory freed as `f` may be reused on the stream with `clock`
+    /// now (the reuse rules of `reuse.rs`, without waiting).
+    fn reusable(&self, f: &Freed, clock: &StreamClock) -> bool {
+        let other = f.clock.stream_id;
+        if other == clock.stream_id || f.clock.is_complete(f.tag) {
+            return true;
+        }
+        if self.policy.follow_event_dependencies.load(Ordering::Relaxed) && clock.knows(other, f.tag) {
+            return true;
+        }
+        if !self.policy.allow_opportunistic.load(Ordering::Relaxed)
+            || other == ORPHAN_STREAM
+            || !lock(&self.slots).contains_key(&other)
+        {
+            return false;
+        }
+        let Ok(rt) = self.runtime() else { return false };
+        self.learn_completed(&rt, &f.clock, f.raw, false) && f.clock.is_complete(f.tag)
+    }
+
+    /// Frees a block of the arena.
+    pub(super) fn free_planned(&self, ptr: DevicePtr, stream: &StreamRef<'_>) -> bool {
+        let (size, ended) = {
+            let mut planner = self.plan.lock();
+            let record = |len| Freed {
+                len,
+                clock: Arc::clone(stream.clock),
+                raw: stream.raw,
+                tag: stream.clock.free_tag(),
+            };
+            let Some(size) = planner.freed(ptr.0, record) else { return false };
+            (size, planner.has_old_arena() && planner.live_bytes() == 0)
+        };
+        let slot = self.slot_of(stream);
+        slot.lock().used -= size as i64;
+        crate::trace::free_requested(self.id, stream.clock.stream_id, self.device, ptr.0, 0);
+        if ended || self.is_destroyed() {
+            if let Ok(rt) = self.runtime() {
+                self.retire_arena(&rt, self.is_destroyed(), false);
+                if self.is_destroyed() {
+                    self.release_unused_to(&rt, 0);
+                }
+            }
+        }
+        true
+    }
+
+    /// Makes the arena of the waiting plan and starts it. At the plan's
+    /// quiet point the memory the usual path held for the same blocks is
+    /// idle: the pool waits for its streams' frees, gives back what is
+    /// wholly free, lays the plan out in the free runs that are left (the
+    /// holes between long-lived blocks) and grows by one piece, exactly,
+    /// for the rest.
+    fn make_arena(&self, stream: &StreamRef<'_>) -> Result<()> {
+        let rt = self.runtime()?;
+        let slot = self.slot_of(stream);
+        self.flush_slot_cache(&slot);
+        self.flush_other_caches(slot.stream_id());
+        for s in self.all_slots() {
+            let id = s.stream_id();
+            if id != ORPHAN_STREAM
+                && lock(&self.heap).has_pending(id)
+                && self.learn_completed(&rt, &s.clock, s.raw, true)
+            {
+                lock(&self.heap).promote(id, s.clock.completed_tag());
+            }
+        }
+        self.release_unused_to(&rt, 0);
+        // The free runs left, largest first (at most MAX_PIECES).
+        let mut runs = lock(&self.heap).global_free_blocks(MIN_PIECE);
+        runs.sort_unstable_by_key(|&(a, len)| (std::cmp::Reverse(len), a));
+        runs.truncate(MAX_PIECES);
+        let sizes: Vec<u64> = runs.iter().map(|r| r.1).collect();
+        let Some(layout) = self.plan.lock().layout(&sizes) else { return Ok(()) };
+        // Take the parts of the runs the plan uses.
+        let mut pieces = Vec::new();
+        {
+            let mut heap = lock(&self.heap);
+            for (&(addr, _), &used) in runs.iter().zip(&layout.used) {
+                let take = used.next_multiple_of(super::placement::BLOCK_ALIGN);
+                if take > 0 && heap.take(addr, take).is_some() {
+                    pieces.push((addr, take));
+                } else {
+                    pieces.push((addr, 0));
+                }
+            }
+        }
+        let taken_ok = pieces.iter().zip(&layout.used).all(|(p, &u)| u == 0 || p.1 > 0);
+        let mut new_piece = None;
+        if taken_ok && layout.extra > 0 {
+            self.exact_growth.store(true, Ordering::Relaxed);
+            let grown = self.alloc_slow(layout.extra, layout.extra, &slot);
+            self.exact_growth.store(false, Ordering::Relaxed);
+            match grown {
+                Ok(p) => new_piece = Some(p),
+                Err(e) => {
+                    self.give_back_pieces(&pieces);
+                    return Err(e);
+                }
+            }
+        }
+        if !taken_ok {
+            self.give_back_pieces(&pieces);
+            return Err(crate::error::Error::Unknown(
+                "the free runs changed while the plan was laid out".into(),
+            ));
+        }
+        let from_runs: u64 = pieces.iter().map(|p| p.1).sum();
+        pieces.extend(new_piece);
+        if !self.plan.lock().start(&layout, pieces.clone()) {
+            self.give_back_pieces(&pieces);
+            return Ok(());
+        }
+        self.plan.publish(true);
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: a plan starts: {from_runs} bytes in {} free runs, {} new", self.id, layout.used.iter().filter(|&&u| u > 0).count(), layout.extra);
+        Ok(())
+    }
+
+    /// Gives pieces taken for an arena back to the heap.
+    fn give_back_pieces(&self, pieces: &[(u64, u64)]) {
+        let mut heap = lock(&self.heap);
+        for &(addr, len) in pieces {
+            if len > 0 {
+                heap.release_block(addr, Owner::Global);
+            }
+        }
+    }
+
+    /// Gives an arena without live blocks back to the heap: an ended plan's,
+    /// or with `all` also the running plan's. Every free in it must be
+    /// complete (with `wait`, the streams are waited for). Returns whether
+    /// an arena went back.
+    pub(super) fn retire_arena(&self, rt: &Runtime, all: bool, wait: bool) -> bool {
+        let Some(idle) = self.plan.lock().take_idle_arena(all) else { return false };
+        let complete = idle.freed.iter().all(|(_, f)| {
+            f.clock.is_complete(f.tag)
+                || (f.clock.stream_id != ORPHAN_STREAM
+                    && lock(&self.slots).contains_key(&f.clock.stream_id)
+                    && self.learn_completed(rt, &f.clock, f.raw, wait)
+                    && f.clock.is_complete(f.tag))
+        });
+        if !complete {
+            self.plan.lock().restore_arena(idle);
+            return false;
+        }
+        self.plan.publish(false);
+        self.give_back_pieces(&idle.pieces);
+        let bytes: u64 = idle.pieces.iter().map(|p| p.1).sum();
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: a plan's arena of {bytes} bytes went back to the heap", self.id);
+        true
+    }
+}

@@ -1,0 +1,187 @@
+//! Learned layouts: a pool on virtual memory that sees the same sequence of
+//! allocations again and again (a training step) places each block of it
+//! where an offline plan puts it, knowing when it will be freed. What a
+//! user can see: the pool holds about the peak of live memory once the plan
+//! runs, blocks keep their data (several streams), the statistics stay
+//! exact, a changed sequence ends the plan and trim gives everything back,
+//! `hipMemGetAddressRange` sees each planned block, and a free of memory the
+//! plan does not hold is an error. A backend without virtual memory has
+//! pools on segments, which do not plan: the tests say so.
+
+use hipmem::{DevicePtr, MemPool, PoolAttribute, PoolBacking, PoolProps, Runtime, Stream};
+
+use crate::pools::{MIB, fill_u32, stream0};
+use crate::private_runtime;
+
+/// A pool on virtual memory with the default budget that keeps what it
+/// holds at synchronization; None (with a note) where there is none.
+fn plan_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
+    let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
+    let pool = MemPool::create_with_backing(rt, props, PoolBacking::VirtualMemory).unwrap();
+    if pool.backing() != PoolBacking::VirtualMemory {
+        eprintln!("{test}: skipped, the {} backend has no virtual memory", rt.backend_kind());
+        assert!(pool.set_planning(true).is_err(), "a pool on segments cannot plan");
+        return None;
+    }
+    pool.set_release_threshold(u64::MAX);
+    pool.set_planning(true).unwrap();
+    Some(pool)
+}
+
+/// Reads 4 KiB at `ptr + off` as u32s.
+fn read_at(rt: &Runtime, ptr: DevicePtr, off: u64) -> Vec<u32> {
+    let mut raw = vec![0u8; 4096];
+    rt.copy_device_to_host(&mut raw, DevicePtr(ptr.0 + off)).expect("reading pool memory");
+    raw.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Checks a block's canary at its start, middle and end.
+fn check(rt: &Runtime, ptr: DevicePtr, bytes: u64, value: u32) {
+    for off in [0, (bytes / 2) & !4095, bytes - 4096] {
+        let got = read_at(rt, ptr, off);
+        assert!(
+            got.iter().all(|&v| v == value),
+            "block {ptr} changed at +{off:#x}: {:#x} != {value:#x}",
+            got[0]
+        );
+    }
+}
+
+/// One training-like step on `streams` (block i on stream i % len): a
+/// forward pass keeps 16 blocks, a backward pass allocates 8 temporaries
+/// and frees the forward blocks newest first; every block carries a canary
+/// checked before its free. Returns the most bytes live at once.
+fn step(rt: &Runtime, pool: &MemPool, streams: &[&Stream], seed: u32) -> u64 {
+    let size = |i: u64| (1 + (i * 7) % 13) * MIB;
+    let mut live: Vec<(DevicePtr, u64, u32, usize)> = Vec::new();
+    let (mut now, mut peak) = (0u64, 0u64);
+    for i in 0..16u64 {
+        let s = (i as usize) % streams.len();
+        let bytes = size(i);
+        let p = pool.alloc_raw(bytes, streams[s]).unwrap();
+        let value = seed.wrapping_mul(1000).wrapping_add(i as u32);
+        fill_u32(rt, p, bytes, value, streams[s]);
+        live.push((p, bytes, value, s));
+        now += bytes;
+        peak = peak.max(now);
+    }
+    for i in 16..24u64 {
+        let s = (i as usize) % streams.len();
+        let bytes = size(i);
+        let t = pool.alloc_raw(bytes, streams[s]).unwrap();
+        fill_u32(rt, t, bytes, 0xdead_0000 | i as u32, streams[s]);
+        peak = peak.max(now + bytes);
+        streams[s].synchronize().unwrap();
+        check(rt, t, bytes, 0xdead_0000 | i as u32);
+        rt.free_async(t, streams[s]).unwrap();
+        for _ in 0..2 {
+            let (p, bytes, value, s) = live.pop().unwrap();
+            streams[s].synchronize().unwrap();
+            check(rt, p, bytes, value);
+            rt.free_async(p, streams[s]).unwrap();
+            now -= bytes;
+        }
+    }
+    assert!(live.is_empty());
+    peak
+}
+
+fn reset_peaks(pool: &MemPool) {
+    pool.set_attribute(PoolAttribute::ReservedMemHigh, 0).unwrap();
+    pool.set_attribute(PoolAttribute::UsedMemHigh, 0).unwrap();
+}
+
+#[test]
+fn a_repeating_step_is_planned_and_the_pool_holds_its_peak() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "a_repeating_step_is_planned_and_the_pool_holds_its_peak") else {
+        return;
+    };
+    let s = stream0(&rt);
+    for k in 0..4 {
+        step(&rt, &pool, &[&s], k);
+    }
+    let c = pool.plan_counts();
+    assert_eq!(c.plans, 1, "{c:?}");
+    s.synchronize().unwrap();
+    reset_peaks(&pool);
+    let served = pool.plan_counts().served;
+    let mut peak = 0;
+    for k in 4..8 {
+        peak = peak.max(step(&rt, &pool, &[&s], k));
+    }
+    let c = pool.plan_counts();
+    assert_eq!(c.served - served, 4 * 24, "every allocation of a step is served: {c:?}");
+    assert_eq!(c.ended, 0, "{c:?}");
+    let st = pool.stats();
+    assert_eq!(st.used_high, peak, "UsedMemHigh is the step's peak");
+    let ratio = st.reserved_high as f64 / peak as f64;
+    assert!(ratio <= 1.03, "the pool holds {} bytes for a peak of {peak} ({ratio:.3})", st.reserved_high);
+    s.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+    // Trim gives everything back, the running plan's arena too; the plan
+    // makes a new one at its next quiet point and serves again.
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0);
+    let served = pool.plan_counts().served;
+    step(&rt, &pool, &[&s], 9);
+    assert_eq!(pool.plan_counts().served - served, 24);
+}
+
+#[test]
+fn planned_blocks_keep_their_data_on_several_streams() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "planned_blocks_keep_their_data_on_several_streams") else { return };
+    let (a, b) = (stream0(&rt), stream0(&rt));
+    for k in 0..8 {
+        step(&rt, &pool, &[&a, &b], k);
+    }
+    let c = pool.plan_counts();
+    assert_eq!(c.plans, 1, "{c:?}");
+    assert!(c.served > 0, "{c:?}");
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_changed_sequence_ends_the_plan_and_its_memory_goes_back() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "a_changed_sequence_ends_the_plan_and_its_memory_goes_back") else {
+        return;
+    };
+    let s = stream0(&rt);
+    for k in 0..4 {
+        step(&rt, &pool, &[&s], k);
+    }
+    // A planned block: hipMemGetAddressRange sees it, not the arena.
+    let before = pool.plan_counts().served;
+    let p = pool.alloc_raw(MIB, &s).unwrap();
+    assert_eq!(pool.plan_counts().served, before + 1, "the step's first block is planned");
+    assert_eq!(rt.address_range(p.0 + 4096).unwrap(), (p, MIB));
+    rt.free_async(p, &s).unwrap();
+    // A double free of a planned block is an error, and changes nothing.
+    assert!(rt.free_async(p, &s).is_err());
+    // Something the plan does not expect ends it.
+    let odd = pool.alloc_raw(3 * MIB + 512, &s).unwrap();
+    assert_eq!(pool.plan_counts().ended, 1);
+    fill_u32(&rt, odd, 3 * MIB + 512, 7, &s);
+    s.synchronize().unwrap();
+    check(&rt, odd, 3 * MIB, 7);
+    rt.free_async(odd, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let st = pool.stats();
+    assert_eq!((st.used_current, st.reserved_current), (0, 0));
+    pool.check_invariants().unwrap();
+    // Turned off, a pool does not plan again.
+    pool.set_planning(false).unwrap();
+    assert!(!pool.planning());
+    let plans = pool.plan_counts().plans;
+    for k in 0..4 {
+        step(&rt, &pool, &[&s], k);
+    }
+    assert_eq!(pool.plan_counts().plans, plans);
+}

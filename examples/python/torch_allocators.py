@@ -20,6 +20,11 @@ warm-up:
                default set)
   hipmem-segments  hipmem's pool on separate device allocations, no virtual
                memory (HIPMEM_POOL_BACKING=segments; not in the default set)
+  hipmem-noplan  hipmem without learned layouts (HIPMEM_POOL_PLAN=0; not in
+               the default set)
+
+The warm-up is 6 steps: hipmem's pool learns a repeating step and starts
+its plan within the first four or five.
 
     python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
@@ -62,6 +67,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_GROUP_MIB"] = "0"
     if name == "hipmem-segments":
         os.environ["HIPMEM_POOL_BACKING"] = "segments"
+    if name == "hipmem-noplan":
+        os.environ["HIPMEM_POOL_PLAN"] = "0"
     if not name.startswith("hipmem"):
         def stats():
             return {
@@ -343,7 +350,7 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("HIPMEM_LIB", ""), help="path of libhipmem.so")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=6)
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--record", default="", help="record PyTorch memory snapshots into this folder (native allocator)")
     ap.add_argument("--json", default="", help="write every result here")

@@ -12,24 +12,26 @@
 //!    match; a full period matched confirms it.
 //! 2. **Planning.** The period before the last one gives every block's
 //!    lifetime (in allocations, around a circle of `p`). Blocks that die
-//!    within one period are placed by greedy best fit, largest first,
-//!    against the blocks whose lifetimes overlap theirs (the plan's arena is
-//!    then about the peak of the blocks live at once: 1.000-1.001 on
-//!    recorded PyTorch steps). The plan is kept only if the period has a
-//!    quiet point (where at most 5% of its peak is live: a step's end), at least [`MIN_PERIOD`] allocations and an arena of at least
-//!    [`MIN_ARENA`] bytes; a rejected period raises the least period looked for.
-//! 3. **Running.** At the quiet point the pool takes one block of the arena's
-//!    size from its heap (idle memory first; `core.rs` gives the heap's idle
-//!    memory back before it grows for it), and from then on the allocation at
-//!    position `k` of the period, if it is the one the plan expects, gets
-//!    its planned place: no search, no driver call. The place must be free
-//!    (no live block there) and every earlier free there must be safe for
-//!    the requesting stream (same stream, known complete, or ordered by an
-//!    event); else the request takes the pool's usual path. An allocation
-//!    the plan does not expect ends the plan; learning goes on, and the
-//!    arena goes back to the heap once its blocks are freed.
+//!    within one period are planned, if the period has a quiet point (where
+//!    at most 5% of its peak is live: a step's end), at least
+//!    [`MIN_PERIOD`] allocations and a peak of at least [`MIN_ARENA`]
+//!    bytes; a rejected period raises the least period looked for.
+//! 3. **Laying out.** At the quiet point the pool gives back what its usual
+//!    path held, and [`layout`] places each planned block, largest first,
+//!    at the best-fitting gap among the blocks whose lifetimes overlap its
+//!    own, in the free runs the heap has left and one new piece (in one
+//!    piece the plan needs 1.000-1.001× the period's peak on recorded
+//!    PyTorch steps).
+//! 4. **Running.** From then on the allocation at position `k` of the
+//!    period, if it is the one the plan expects, gets its planned place: no
+//!    search, no driver call. The place must be free (no live block there)
+//!    and every earlier free there must be safe for the requesting stream
+//!    (same stream, known complete, or ordered by an event); else the
+//!    request takes the pool's usual path. An allocation the plan does not
+//!    expect ends the plan; learning goes on, and the arena's pieces go
+//!    back to the heap once its blocks are freed.
 //!
-//! This file is the policy only (no runtime, no backend): `core.rs` calls it.
+//! This file is the policy only (no backend calls): `planned.rs` calls it.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -303,8 +305,9 @@ pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
         }
         most = most.max(live);
     }
-    let arena = layout(&lives, period, &[]).extra;
-    if arena < MIN_ARENA {
+    // Cheap checks first (laying out is quadratic in the blocks): the
+    // arena is at least the peak of bytes live at once.
+    if (most.max(0) as u64) < MIN_ARENA {
         return Err(Rejected::TooSmall);
     }
     // Quiet: at most 5% of the peak (or 2 MiB) of what the period holds
@@ -314,6 +317,7 @@ pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
     if left > (most.max(0) as u64 / 20).max(2 << 20) {
         return Err(Rejected::NoQuietPoint);
     }
+    let arena = layout(&lives, period, &[]).extra;
     Ok(Plan { entries, lives, arena, quiet })
 }
 

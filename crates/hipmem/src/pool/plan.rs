@@ -599,6 +599,11 @@ impl Planner {
             && (l.fruitless > PATIENCE || (l.fruitless > QUICK_PATIENCE && l.peak_live < MIN_ARENA))
     }
 
+    /// Whether a plan waits for its arena.
+    pub fn waits_for_arena(&self) -> bool {
+        self.runner.as_ref().is_some_and(|r| r.arena.is_none())
+    }
+
     /// Whether a plan runs or waits to start.
     pub fn has_runner(&self) -> bool {
         self.runner.is_some()

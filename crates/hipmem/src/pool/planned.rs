@@ -88,12 +88,21 @@ impl PoolCore {
                     self.pause_if_fruitless(&planner);
                     return r;
                 }
-                Request::NeedArena => {
-                    if let Err(e) = self.make_arena(stream) {
+                Request::NeedArena => match self.make_arena(stream) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Another thread started it, or it ended meanwhile;
+                        // a plan still waiting for an arena gives up.
+                        let mut planner = self.plan.lock();
+                        if planner.waits_for_arena() {
+                            planner.no_arena();
+                        }
+                    }
+                    Err(e) => {
                         tracing::debug!(target: "hipmem::pool", "pool {:#x}: no arena for a plan ({e})", self.id);
                         self.plan.lock().no_arena();
                     }
-                }
+                },
             }
         }
     }
@@ -205,7 +214,7 @@ impl PoolCore {
     /// wholly free, lays the plan out in the free runs that are left (the
     /// holes between long-lived blocks) and grows by one piece, exactly,
     /// for the rest.
-    fn make_arena(&self, stream: &StreamRef<'_>) -> Result<()> {
+    fn make_arena(&self, stream: &StreamRef<'_>) -> Result<bool> {
         let rt = self.runtime()?;
         let slot = self.slot_of(stream);
         self.flush_slot_cache(&slot);
@@ -225,7 +234,7 @@ impl PoolCore {
         runs.sort_unstable_by_key(|&(a, len)| (std::cmp::Reverse(len), a));
         runs.truncate(MAX_PIECES);
         let sizes: Vec<u64> = runs.iter().map(|r| r.1).collect();
-        let Some(layout) = self.plan.lock().layout(&sizes) else { return Ok(()) };
+        let Some(layout) = self.plan.lock().layout(&sizes) else { return Ok(false) };
         // Take the parts of the runs the plan uses.
         let mut pieces = Vec::new();
         {
@@ -263,11 +272,11 @@ impl PoolCore {
         pieces.extend(new_piece);
         if !self.plan.lock().start(&layout, pieces.clone()) {
             self.give_back_pieces(&pieces);
-            return Ok(());
+            return Ok(false);
         }
         self.plan.publish(true);
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: a plan starts: {from_runs} bytes in {} free runs, {} new", self.id, layout.used.iter().filter(|&&u| u > 0).count(), layout.extra);
-        Ok(())
+        Ok(true)
     }
 
     /// Gives pieces taken for an arena back to the heap.

@@ -283,15 +283,24 @@ impl PoolCore {
             }
         };
         let (addr, got) = self.alloc_slow(want, size, &slot)?;
+        self.count_allocated(&slot, addr, got, true);
+        Ok(DevicePtr(addr))
+    }
+
+    /// Counts a new block of `bytes` at `addr` in `slot`'s used bytes (and,
+    /// with `live`, in its live blocks, where its free finds it), sampling
+    /// the pool's high watermark when the slot passed its baseline.
+    pub(super) fn count_allocated(&self, slot: &Arc<Slot>, addr: u64, bytes: u64, live: bool) {
         let mut state = slot.lock();
-        state.insert_live(addr, got);
-        state.used += got as i64;
+        if live {
+            state.insert_live(addr, bytes);
+        }
+        state.used += bytes as i64;
         let sample = state.used > state.baseline;
         drop(state);
         if sample {
-            self.sample_usage(&slot);
+            self.sample_usage(slot);
         }
-        Ok(DevicePtr(addr))
     }
 
     // ---- free ------------------------------------------------------------------------

@@ -1,20 +1,22 @@
 //! The pool's side of learned layouts (`plan.rs` is the policy): asking the
 //! planner on every allocation and free while it learns or runs, making its
-//! arena (one block of the heap) and giving the arena back.
+//! arena (pieces of the heap) and giving the arena back.
 //!
 //! - On: pools on virtual memory that are not shareable between processes,
 //!   unless `HIPMEM_POOL_PLAN=0` or [`MemPool::set_planning`](super::MemPool::set_planning)
 //!   turns it off. Learning that finds no period in [`PATIENCE`](super::plan::PATIENCE)
-//!   allocations pauses (1 s, doubling up to a minute), so an irregular
-//!   workload pays one atomic load per call.
-//! - The arena is a block of the pool's heap, so statistics, access, trim
-//!   and teardown see it as pool memory. Before the heap grows for it, the
-//!   pool waits for its streams' frees and gives its idle memory back: the
-//!   arena replaces what the usual path held for the same blocks.
-//! - The arena goes back to the heap when its plan has ended and its blocks
-//!   are freed, or (from a running plan, which makes a new one at its next
+//!   allocations (or in [`QUICK_PATIENCE`](super::plan::QUICK_PATIENCE) without
+//!   ever having 64 MiB live) pauses (1 s, doubling up to a minute), so an
+//!   irregular workload pays one atomic load per call.
+//! - The arena's pieces are blocks of the pool's heap (free runs it had left
+//!   and one new piece), so statistics, access, trim and teardown see them
+//!   as pool memory. Before taking them, the pool waits for its streams'
+//!   frees and gives its idle memory back: the arena replaces what the usual
+//!   path held for the same blocks.
+//! - The pieces go back to the heap when their plan has ended and its blocks
+//!   are freed, or (from a running plan, which makes a new arena at its next
 //!   quiet point) on trim, under the release threshold and before
-//!   OutOfMemory; only once every free in it is known complete.
+//!   OutOfMemory; only once every free in them is known complete.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -68,14 +70,7 @@ impl PoolCore {
             };
             match request {
                 Request::Serve(addr) => {
-                    let slot = self.slot_of(stream);
-                    let mut state = slot.lock();
-                    state.used += want as i64;
-                    let sample = state.used > state.baseline;
-                    drop(state);
-                    if sample {
-                        self.sample_usage(&slot);
-                    }
+                    self.count_allocated(&self.slot_of(stream), addr, want, false);
                     return Ok(DevicePtr(addr));
                 }
                 Request::Normal(ordinal) => {
@@ -136,11 +131,14 @@ impl PoolCore {
     /// Turns learning layouts on or off. Off ends a running plan (its arena
     /// goes back once its blocks are freed).
     pub(crate) fn set_planning(&self, on: bool) {
-        if !on {
+        {
+            // What was learned while off (or paused) missed frees: start again.
             let mut planner = self.plan.lock();
-            planner.end();
             planner.forget();
-            self.plan.running.store(false, Ordering::Release);
+            if !on {
+                planner.end();
+                self.plan.running.store(false, Ordering::Release);
+            }
         }
         *lock(&self.plan.paused) = (None, Duration::from_secs(1));
         self.plan.on.store(on && matches!(self.backing, Backing::Virtual(_)), Ordering::Relaxed);

@@ -98,6 +98,9 @@ pub struct PoolResult {
     pub reserved_over_live: f64,
     /// Mean time of one operation in the timed pass, in nanoseconds.
     pub time_per_op_ns: f64,
+    /// The same over the trace's second half (a repeating workload's steady
+    /// state, after what the pool does once).
+    pub time_per_op_second_half_ns: f64,
     /// The pool's UsedMemHigh (hipmem and driver pools): live bytes as the pool counts them.
     pub pool_used_high_bytes: Option<u64>,
     /// hipmem's pools: the backend calls (maps, unmaps, granules or
@@ -196,6 +199,7 @@ impl Target {
 
 struct Pass {
     elapsed: Duration,
+    elapsed_second_half: Duration,
     calls: Option<u64>,
     calls_second_half: Option<u64>,
     failures: u64,
@@ -241,10 +245,12 @@ fn pass(
     };
     let half = w.ops.len() / 2;
     let mut calls_at_half = None;
+    let mut at_half = None;
     let started = Instant::now();
     for (i, op) in w.ops.iter().enumerate() {
         if i == half {
             calls_at_half = calls();
+            at_half = Some(Instant::now());
         }
         let stream = &streams[op.stream as usize];
         let slot = op.slot as usize;
@@ -292,6 +298,7 @@ fn pass(
         }
     }
     let elapsed = started.elapsed();
+    let elapsed_second_half = at_half.map(|t| t.elapsed()).unwrap_or_default();
     let calls_at_end = calls();
     let plan = match &target {
         Target::Pool(pool) if kind.is_hipmem() => Some(pool.plan_counts()),
@@ -314,6 +321,7 @@ fn pass(
     };
     Ok(Pass {
         elapsed,
+        elapsed_second_half,
         calls: calls_at_end,
         calls_second_half,
         failures,
@@ -357,6 +365,10 @@ pub fn replay(
             sampled.peak_reserved as f64 / w.peak_live as f64
         },
         time_per_op_ns: if ops == 0 { 0.0 } else { timed.elapsed.as_nanos() as f64 / ops as f64 },
+        time_per_op_second_half_ns: {
+            let late = ops - (ops / 2);
+            if late == 0 { 0.0 } else { timed.elapsed_second_half.as_nanos() as f64 / late as f64 }
+        },
         pool_used_high_bytes: sampled.used_high,
         backend_calls: timed.calls,
         backend_calls_second_half: timed.calls_second_half,

@@ -213,7 +213,7 @@ fn print_table(r: &ReplayReport, w: &Workload) {
     }
     println!();
     println!(
-        "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15} {:>11} {:>10} {:>14}",
+        "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15} {:>11} {:>10} {:>10} {:>14}",
         "pool",
         "ops",
         "failures",
@@ -222,11 +222,12 @@ fn print_table(r: &ReplayReport, w: &Workload) {
         "reserved/live",
         "second half",
         "time/op",
+        "late t/op",
         "backend calls"
     );
     for p in &r.pools {
         println!(
-            "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15.3} {:>11.3} {:>10} {:>14}",
+            "{:<16} {:>10} {:>9} {:>12} {:>14} {:>15.3} {:>11.3} {:>10} {:>10} {:>14}",
             p.pool,
             p.ops,
             p.failures,
@@ -235,6 +236,7 @@ fn print_table(r: &ReplayReport, w: &Workload) {
             p.reserved_over_live,
             p.reserved_over_live_second_half,
             report::duration(std::time::Duration::from_nanos(p.time_per_op_ns.round() as u64)),
+            report::duration(std::time::Duration::from_nanos(p.time_per_op_second_half_ns.round() as u64)),
             match (p.backend_calls, p.backend_calls_second_half) {
                 (Some(all), Some(late)) => format!("{all} ({late} late)"),
                 _ => "-".into(),
@@ -243,7 +245,7 @@ fn print_table(r: &ReplayReport, w: &Workload) {
     }
     if r.pools.iter().any(|p| p.backend_calls.is_some()) {
         println!(
-            "second half: peak reserved / peak live in the trace's second half (peaks reset at its midpoint, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
+            "second half, late t/op: peak reserved / peak live, and time per operation, in the trace's second half (peaks reset at its midpoint, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
         );
     }
     for p in &r.pools {

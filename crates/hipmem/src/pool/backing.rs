@@ -909,7 +909,12 @@ impl PoolCore {
             // keeps from going back is at most one group around it.
             // (A remainder smaller than the least group joins the last.)
             let n = plan.new_granules.len();
-            let per = (MAX_GROUP.max(group_min) / g).max(1) as usize;
+            // (A plan's arena piece goes back whole anyway: one group.)
+            let per = if self.exact_growth.load(Ordering::Relaxed) {
+                n
+            } else {
+                (MAX_GROUP.max(group_min) / g).max(1) as usize
+            };
             let least = (group_min / g).max(1) as usize;
             let mut chunks = Vec::new();
             let mut i = 0;

@@ -640,7 +640,7 @@ impl PoolCore {
     /// the device runs behind the host (a PyTorch training loop), nothing
     /// would be left to move, and such a pool held more than one that only
     /// grows. Waiting is what moving trades time for.
-    fn wait_for_own_frees(&self, rt: &Runtime, stream: u64) {
+    pub(super) fn wait_for_own_frees(&self, rt: &Runtime, stream: u64) {
         if stream == super::core::ORPHAN_STREAM || !lock(&self.heap).has_pending(stream) {
             return;
         }

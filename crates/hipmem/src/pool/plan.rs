@@ -754,6 +754,10 @@ impl Planner {
         }
         // Earlier frees there: each must be safe for this stream.
         let first = self.freed.range(..a0).next_back().filter(|(f, r)| **f + r.len > a0).map(|(&f, _)| f);
+        if first.is_none() && self.freed.range(a0..a1).next().is_none() {
+            self.live.insert(a0, size);
+            return true;
+        }
         let keys: Vec<u64> = first.into_iter().chain(self.freed.range(a0..a1).map(|(&f, _)| f)).collect();
         for k in &keys {
             if !safe(&self.freed[k]) {

@@ -218,13 +218,7 @@ impl PoolCore {
         self.flush_slot_cache(&slot);
         self.flush_other_caches(slot.stream_id());
         for s in self.all_slots() {
-            let id = s.stream_id();
-            if id != ORPHAN_STREAM
-                && lock(&self.heap).has_pending(id)
-                && self.learn_completed(&rt, &s.clock, s.raw, true)
-            {
-                lock(&self.heap).promote(id, s.clock.completed_tag());
-            }
+            self.wait_for_own_frees(&rt, s.stream_id());
         }
         self.release_unused_to(&rt, 0);
         // The free runs left, largest first (at most MAX_PIECES).

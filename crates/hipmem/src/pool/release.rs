@@ -43,12 +43,17 @@ impl PoolCore {
         let live = self.used_current();
         let excess = reserved.saturating_sub(live).saturating_sub(threshold);
         if excess > 0 {
-            let released = self.release_unused(rt, excess, 0);
-            // A plan's arena without live blocks is unused memory too (the
-            // plan makes a new one at its next quiet point).
-            if released < excess && self.retire_arena(rt, true, false) {
-                self.release_unused(rt, excess - released, 0);
-            }
+            self.release_unused_and_arena(rt, excess, 0);
+        }
+    }
+
+    /// [`PoolCore::release_unused`], then, if that was not enough, a plan's
+    /// arena without live blocks (unused memory too: the plan makes a new
+    /// one at its next quiet point, see `planned.rs`) and what it frees.
+    fn release_unused_and_arena(&self, rt: &Runtime, bytes: u64, floor: u64) {
+        let released = self.release_unused(rt, bytes, floor);
+        if released < bytes && self.retire_arena(rt, true, false) {
+            self.release_unused(rt, bytes - released, floor);
         }
     }
 
@@ -77,12 +82,7 @@ impl PoolCore {
         // Release whole segments (largest first) or granules, never below `keep`.
         let reserved = lock(&self.heap).reserved();
         if reserved > keep {
-            self.release_unused(rt, reserved - keep, keep);
-        }
-        // Then a plan's arena without live blocks (see `planned.rs`).
-        let reserved = lock(&self.heap).reserved();
-        if reserved > keep && self.retire_arena(rt, true, false) {
-            self.release_unused(rt, reserved - keep, keep);
+            self.release_unused_and_arena(rt, reserved - keep, keep);
         }
     }
 

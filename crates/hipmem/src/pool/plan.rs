@@ -146,12 +146,11 @@ pub struct Life {
 
 /// Whether two lifetimes on a circle of `period` overlap.
 fn overlaps(a: &Life, b: &Life, period: u64) -> bool {
-    let p = period as i128;
-    let (a0, a1) = (a.start as i128, (a.start + a.len) as i128);
-    [-p, 0, p].iter().any(|&k| {
-        let (b0, b1) = (b.start as i128 + k, (b.start + b.len) as i128 + k);
-        b0 < a1 && a0 < b1
-    })
+    // Starts lie in [0, period) and lengths are at most the period, so
+    // shifting `b` by one period either way covers every wrap.
+    let (a0, a1) = (a.start, a.start + a.len);
+    let (b0, b1) = (b.start, b.start + b.len);
+    (b0 < a1 && a0 < b1) || (b0 + period < a1 && a0 < b1 + period) || (b0 < a1 + period && a0 + period < b1)
 }
 
 /// Where [`layout`] put the blocks.
@@ -194,53 +193,60 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layou
     order.sort_by_key(|&i| (std::cmp::Reverse(lives[i].size), std::cmp::Reverse(lives[i].len), i));
     let size_of = |i: usize| lives[i].size.next_multiple_of(ALIGN);
     let mut places = vec![(usize::MAX, 0u64); lives.len()];
-    let mut placed: Vec<usize> = Vec::with_capacity(lives.len());
     let mut used = vec![0u64; pieces.len()];
     let mut top = 0u64;
-    // Busy intervals of the overlapping placed blocks: (piece, start, end).
-    let mut busy: Vec<(usize, u64, u64)> = Vec::new();
+    // The placed blocks in (piece, offset) order: (piece, start, end, life).
+    // Walking it in order, skipping the lifetimes that do not overlap,
+    // gives the busy intervals already sorted (linear per block, not a sort).
+    let mut placed: Vec<(usize, u64, u64, usize)> = Vec::with_capacity(lives.len());
     for &i in &order {
         let me = &lives[i];
         let size = size_of(i);
-        busy.clear();
-        busy.extend(placed.iter().filter(|&&j| overlaps(me, &lives[j], period)).map(|&j| {
-            let (piece, off) = places[j];
-            (piece, off, off + size_of(j))
-        }));
-        busy.sort_unstable();
+        let first = if size <= limit { 0 } else { new };
         let mut best: Option<(u64, usize, u64)> = None; // (gap, piece, offset)
         let mut consider = |gap: u64, piece: usize, at: u64| {
             if gap >= size && best.is_none_or(|(g, _, _)| gap < g) {
                 best = Some((gap, piece, at));
             }
         };
-        let mut k = 0;
-        let first = if size <= limit { 0 } else { new };
-        while k < busy.len() && busy[k].0 < first {
-            k += 1;
-        }
-        let caps = pieces.iter().copied().chain(std::iter::once(top)).enumerate().skip(first);
-        for (piece, cap) in caps {
-            let mut at = 0u64;
-            while k < busy.len() && busy[k].0 == piece {
-                let (_, b0, b1) = busy[k];
-                if b0 > at {
-                    consider(b0 - at, piece, at);
-                }
-                at = at.max(b1);
-                k += 1;
+        // Per piece: the end of the last busy interval seen.
+        let mut piece = first;
+        let mut at = 0u64;
+        let mut new_top_busy = 0u64;
+        let from = placed.partition_point(|b| b.0 < first);
+        for &(q, b0, b1, j) in &placed[from..] {
+            if !overlaps(me, &lives[j], period) {
+                continue;
             }
+            while piece < q {
+                // No more busy intervals in `piece`: the gap up to its end.
+                let cap = if piece == new { top } else { pieces[piece] };
+                if cap > at {
+                    consider(cap - at, piece, at);
+                }
+                piece += 1;
+                at = 0;
+            }
+            if b0 > at {
+                consider(b0 - at, piece, at);
+            }
+            at = at.max(b1);
+            if q == new {
+                new_top_busy = new_top_busy.max(b1);
+            }
+        }
+        while piece <= new {
+            let cap = if piece == new { top } else { pieces[piece] };
             if cap > at {
                 consider(cap - at, piece, at);
             }
+            piece += 1;
+            at = 0;
         }
         let (piece, off) = match best {
             Some((_, piece, at)) => (piece, at),
-            None => {
-                // The top of the new piece, below any busy block there.
-                let at = busy.iter().filter(|b| b.0 == new).map(|b| b.2).max().unwrap_or(0);
-                (new, at)
-            }
+            // The top of the new piece, above any busy block there.
+            None => (new, new_top_busy),
         };
         places[i] = (piece, off);
         if piece == new {
@@ -248,7 +254,8 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layou
         } else {
             used[piece] = used[piece].max(off + size);
         }
-        placed.push(i);
+        let k = placed.partition_point(|b| (b.0, b.1) < (piece, off));
+        placed.insert(k, (piece, off, off + size, i));
     }
     Layout { places, used, extra: top }
 }

@@ -214,19 +214,23 @@ impl PoolCore {
     /// for the rest.
     fn make_arena(&self, stream: &StreamRef<'_>) -> Result<bool> {
         let rt = self.runtime()?;
+        let t0 = Instant::now();
         let slot = self.slot_of(stream);
         self.flush_slot_cache(&slot);
         self.flush_other_caches(slot.stream_id());
         for s in self.all_slots() {
             self.wait_for_own_frees(&rt, s.stream_id());
         }
+        let t1 = Instant::now();
         self.release_unused_to(&rt, 0);
+        let t2 = Instant::now();
         // The free runs left, largest first (at most MAX_PIECES).
         let mut runs = lock(&self.heap).global_free_blocks(MIN_PIECE);
         runs.sort_unstable_by_key(|&(a, len)| (std::cmp::Reverse(len), a));
         runs.truncate(MAX_PIECES);
         let sizes: Vec<u64> = runs.iter().map(|r| r.1).collect();
         let Some(layout) = self.plan.lock().layout(&sizes) else { return Ok(false) };
+        let t3 = Instant::now();
         // Take the parts of the runs the plan uses.
         let mut pieces = Vec::new();
         {
@@ -267,7 +271,19 @@ impl PoolCore {
             return Ok(false);
         }
         self.plan.publish(true);
-        tracing::debug!(target: "hipmem::pool", "pool {:#x}: a plan starts: {from_runs} bytes in {} free runs, {} new", self.id, layout.used.iter().filter(|&&u| u > 0).count(), layout.extra);
+        let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
+        let t4 = Instant::now();
+        tracing::debug!(
+            target: "hipmem::pool",
+            "pool {:#x}: a plan starts: {from_runs} bytes in {} free runs, {} new (waiting {:.2} ms, giving back {:.2} ms, laying out {:.2} ms, growing {:.2} ms)",
+            self.id,
+            layout.used.iter().filter(|&&u| u > 0).count(),
+            layout.extra,
+            ms(t0, t1),
+            ms(t1, t2),
+            ms(t2, t3),
+            ms(t3, t4)
+        );
         Ok(true)
     }
 

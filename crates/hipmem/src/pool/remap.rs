@@ -69,6 +69,9 @@ pub struct Plan {
     pub reuse: Vec<(u64, u64)>,
     /// Addresses where new physical granules are mapped.
     pub new_granules: Vec<u64>,
+    /// Unbacked bytes of the hole right after the last granule the plan
+    /// maps (0 if the block runs into the free memory after the hole).
+    pub room: u64,
 }
 
 /// Most holes a plan considers (the ones with the most free memory around
@@ -136,7 +139,8 @@ fn plan_hole(want: u64, g: u64, h: &Hole, donors: &[Donor]) -> Option<Plan> {
     let reuse: Vec<(u64, u64)> =
         donors.iter().filter(usable).zip(targets.by_ref()).map(|(d, at)| (d.pid, at)).collect();
     let new_granules: Vec<u64> = targets.collect();
-    Some(Plan { block, prefix, suffix, reuse, new_granules })
+    let room = if suffix.is_some() { 0 } else { h.size - back };
+    Some(Plan { block, prefix, suffix, reuse, new_granules, room })
 }
 
 /// What a candidate run needs of each piece it covers.

@@ -404,6 +404,60 @@ fn a_new_pool_maps_a_growth_of_64_mib_in_one_call() {
     pool.check_invariants().unwrap();
 }
 
+/// A pool of 512 MiB or more that must grow for a small request maps a
+/// whole group (64 MiB by default: a GPU maps smaller ranges at twenty times
+/// the cost per MiB); the requests that follow use the rest without
+/// growing, and trim gives it all back.
+#[test]
+fn a_large_pool_grows_by_whole_groups_even_for_small_requests() {
+    if std::env::var_os("HIPMEM_POOL_GROUP_MIB").is_some() {
+        return;
+    }
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "a_large_pool_grows_by_whole_groups_even_for_small_requests") else {
+        return;
+    };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let u = unit(&pool);
+    let group = 64 << 20;
+    if u > group / 4 {
+        eprintln!("a unit of {u} bytes: a 64 MiB group is too few units to check");
+        return;
+    }
+    let s = stream0(&rt);
+    let big = pool.alloc_raw(512 << 20, &s).unwrap();
+    assert_eq!(pool.stats().reserved_current, 512 << 20);
+    let before = pool.backend_calls().unwrap();
+    let small = pool.alloc_raw(u / 2, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.granules_created - before.granules_created, 1, "one physical allocation");
+    assert_eq!(after.maps - before.maps, 1, "one mapping");
+    assert_eq!(pool.stats().reserved_current, (512 << 20) + group, "a whole group");
+    // What is left of the group serves the next requests without growing.
+    let mut rest = Vec::new();
+    for k in 0..(group / u - 1) {
+        let p = pool.alloc_raw(u, &s).unwrap();
+        fill_u32(&rt, p, u, 0x6400_0000 + k as u32, &s);
+        rest.push(p);
+    }
+    assert_eq!(pool.backend_calls().unwrap().granules_created, after.granules_created, "no growth");
+    assert_eq!(pool.stats().reserved_current, (512 << 20) + group);
+    fill_u32(&rt, small, u / 2, 0x6400_ffff, &s);
+    s.synchronize().unwrap();
+    for (k, &p) in rest.iter().enumerate() {
+        assert!(read_u32s(&rt, p, u).iter().all(|&v| v == 0x6400_0000 + k as u32), "block {k}");
+    }
+    assert!(read_u32s(&rt, small, u / 2).iter().all(|&v| v == 0x6400_ffff));
+    for p in rest.into_iter().chain([small, big]) {
+        rt.free_async(p, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let st = pool.stats();
+    assert_eq!((st.reserved_current, st.used_current), (0, 0));
+    pool.check_invariants().unwrap();
+}
+
 /// Phases of different shapes on one stream, the device running behind the
 /// host from the second round on (a delay first, so every free is still
 /// pending when the next phase allocates): what the pool holds at most.

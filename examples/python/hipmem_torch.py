@@ -6,6 +6,8 @@
     s = pool.stats(device)       # reserved_current, reserved_high, used_current, used_high
     pool.reset_peak(device)      # the two High values start again from the current ones
     pool.empty_cache(device)     # torch.cuda.empty_cache() for hipmem's pool
+    pool.plan_counts(device)     # learned layouts: plans, served, missed, ended, rejected
+    pool.set_planning(device, False)   # learned layouts off (on by default)
 
 PyTorch keeps no statistics for a pluggable allocator, so these read hipmem's
 (`hipmem_torch_stats`, `hipmem_torch_reset_peak`, `hipmem_torch_empty_cache`).
@@ -19,6 +21,11 @@ class PoolStats(ctypes.Structure):
     """`hipmemPoolStats`: bytes the pool holds and bytes live, now and at most."""
     _fields_ = [(n, ctypes.c_uint64) for n in
                 ("reserved_current", "reserved_high", "used_current", "used_high")]
+
+
+class PlanCounts(ctypes.Structure):
+    """`hipmemPlanCounts`: what the pool's learned layouts did."""
+    _fields_ = [(n, ctypes.c_uint64) for n in ("plans", "served", "missed", "ended", "rejected")]
 
 
 class Pool:
@@ -41,6 +48,26 @@ class Pool:
 
     def empty_cache(self, device):
         self._check("hipmem_torch_empty_cache", self.hip.hipmem_torch_empty_cache(device))
+
+    def _pool(self, device):
+        pool = ctypes.c_void_p()
+        self._check("hipDeviceGetMemPool", self.hip.hipDeviceGetMemPool(ctypes.byref(pool), device))
+        return pool
+
+    def plan_counts(self, device):
+        """Learned layouts of `device`'s current pool: plans made, allocations
+        served from a plan, planned ones that took the usual path, plans
+        ended, candidate periods rejected (`hipmemPoolGetPlanCounts`)."""
+        c = PlanCounts()
+        self._check("hipmemPoolGetPlanCounts",
+                    self.hip.hipmemPoolGetPlanCounts(self._pool(device), ctypes.byref(c)))
+        return c
+
+    def set_planning(self, device, on):
+        """Turns learned layouts of `device`'s current pool on or off
+        (`hipmemPoolSetPlanning`)."""
+        self._check("hipmemPoolSetPlanning",
+                    self.hip.hipmemPoolSetPlanning(self._pool(device), 1 if on else 0))
 
 
 def use_hipmem(lib):

@@ -87,8 +87,11 @@ def setup_allocator(name, lib):
     pool = hipmem_torch.use_hipmem(lib)
 
     def stats():
-        s = pool.stats(torch.cuda.current_device())
-        return {"reserved_high": s.reserved_high, "allocated_high": s.used_high}
+        dev = torch.cuda.current_device()
+        s = pool.stats(dev)
+        c = pool.plan_counts(dev)
+        return {"reserved_high": s.reserved_high, "allocated_high": s.used_high,
+                "plan": {"plans": c.plans, "served": c.served, "missed": c.missed, "ended": c.ended}}
 
     def reset():
         torch.cuda.synchronize()
@@ -264,6 +267,8 @@ def make_workload(torch, name, steps):
 
 
 def child(args):
+    if args.cpus:
+        os.sched_setaffinity(0, cpu_list(args.cpus))
     torch, stats, reset = setup_allocator(args.allocator, args.lib)
     if args.record:
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
@@ -281,6 +286,8 @@ def child(args):
         times.append(time.perf_counter() - t0)
     s = stats()
     ok, detail = check()
+    if "plan" in s:
+        detail += "; plans {plans}, served {served}, missed {missed}, ended {ended}".format(**s["plan"])
     if args.record:
         os.makedirs(args.record, exist_ok=True)
         torch.cuda.memory._dump_snapshot(os.path.join(args.record, f"{args.workload}.pickle"))
@@ -294,6 +301,15 @@ def child(args):
 
 # ---- the parent: fresh processes, alternating order -----------------------------------------
 
+def cpu_list(text):
+    """"0-3,8" -> {0, 1, 2, 3, 8}."""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def run_child(script, workload, allocator, args):
     cmd = [sys.executable, script, "--child", "--workload", workload, "--allocator", allocator,
            "--steps", str(args.steps), "--warmup", str(args.warmup)]
@@ -301,6 +317,8 @@ def run_child(script, workload, allocator, args):
         cmd += ["--lib", args.lib]
     if args.record:
         cmd += ["--record", args.record]
+    if args.cpus:
+        cmd += ["--cpus", args.cpus]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     for line in p.stdout.splitlines():
@@ -354,6 +372,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--record", default="", help="record PyTorch memory snapshots into this folder (native allocator)")
     ap.add_argument("--json", default="", help="write every result here")
+    ap.add_argument("--cpus", default="", help="run every child on these CPUs (e.g. 0-7): the same cores "
+                    "for every allocator, less noise in the step times of CPU-bound workloads")
     args = ap.parse_args()
     if args.child:
         return child(args)

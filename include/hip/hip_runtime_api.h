@@ -770,6 +770,20 @@ const char* hipGetErrorString(hipError_t hipError);
    ("host", "cuda" or "auto"; never "hip"). Call before any other function. */
 hipError_t hipmemSetInnerBackend(const char* backend);
 
+/* hipmem's own extension (not HIP's): learned layouts. A pool of hipmem's
+   on virtual memory that sees a sequence of allocations repeat (a training
+   step) places each block where an offline plan puts it. SetPlanning turns
+   it on (1) or off (0); GetPlanCounts says what it did. */
+typedef struct hipmemPlanCounts {
+  uint64_t plans;    /* plans made */
+  uint64_t served;   /* allocations served from a plan */
+  uint64_t missed;   /* planned allocations that took the usual path */
+  uint64_t ended;    /* plans ended by an allocation they did not expect */
+  uint64_t rejected; /* candidate periods rejected */
+} hipmemPlanCounts;
+hipError_t hipmemPoolSetPlanning(hipMemPool_t mem_pool, int on);
+hipError_t hipmemPoolGetPlanCounts(hipMemPool_t mem_pool, hipmemPlanCounts* counts);
+
 /* ---- device code: symbols, occupancy, launches ------------------------------
  * libhipmem runs no kernels of its own making: under nvcc these are inline
  * functions over the CUDA runtime (below); a build without nvcc links

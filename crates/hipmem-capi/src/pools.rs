@@ -154,6 +154,72 @@ pub unsafe extern "C" fn hipMemPoolTrimTo(mem_pool: hipMemPool_t, min_bytes_to_h
     call(|| handles::pool(mem_pool)?.trim_to(min_bytes_to_hold as u64))
 }
 
+/// What a pool's learned layouts did (`hipmemPoolGetPlanCounts`, hipmem's
+/// own extension): plans made, allocations served from a plan, planned
+/// allocations that took the usual path, plans ended by an allocation they
+/// did not expect, and candidate periods rejected.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct hipmemPlanCounts {
+    /// Plans made.
+    pub plans: u64,
+    /// Allocations served from a plan.
+    pub served: u64,
+    /// Planned allocations that took the usual path.
+    pub missed: u64,
+    /// Plans ended.
+    pub ended: u64,
+    /// Candidate periods rejected.
+    pub rejected: u64,
+}
+
+/// `hipmemPoolGetPlanCounts(pool, &counts)` (hipmem's own extension): what
+/// the pool's learned layouts did (zeros for a pool that does not learn).
+/// A bad pool or a null `out` is InvalidValue.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipmemPoolGetPlanCounts(
+    mem_pool: hipMemPool_t,
+    out: *mut hipmemPlanCounts,
+) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        non_null(out, "hipmemPoolGetPlanCounts: out")?;
+        let c = pool.plan_counts();
+        let counts = hipmemPlanCounts {
+            plans: c.plans,
+            served: c.served,
+            missed: c.missed,
+            ended: c.ended,
+            rejected: c.rejected,
+        };
+        // SAFETY: non-null; points to a writable hipmemPlanCounts (this function's contract).
+        unsafe { out.write_unaligned(counts) };
+        Ok(())
+    })
+}
+
+/// `hipmemPoolSetPlanning(pool, on)` (hipmem's own extension): turns the
+/// pool's learned layouts on (1) or off (0; a running plan ends). `on`
+/// other than 0 or 1, a bad pool, a pool the driver or another process
+/// made, or turning it on for a pool without virtual memory is
+/// InvalidValue.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipmemPoolSetPlanning(mem_pool: hipMemPool_t, on: c_int) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        let on = match on {
+            0 => false,
+            1 => true,
+            other => {
+                return Err(Error::InvalidValue(format!(
+                    "hipmemPoolSetPlanning: on must be 0 or 1, not {other}"
+                )));
+            }
+        };
+        pool.set_planning(on)
+    })
+}
+
 fn write_pool(out: *mut hipMemPool_t, pool: MemPool) {
     let h = handles::add_pool(pool);
     // SAFETY: the callers checked `out` for null; it points to a writable

@@ -370,6 +370,71 @@ unsafe fn range_attr(attribute: hipMemRangeAttribute, ptr: *const c_void, count:
     (code, v)
 }
 
+/// hipmem's own extension for learned layouts: hipmemPoolSetPlanning and
+/// hipmemPoolGetPlanCounts check their input, and a pool that sees the same
+/// step repeat serves it from a plan (on backends whose pools sit on
+/// virtual memory: host and cuda), until planning is turned off.
+#[test]
+fn learned_layouts_extension() {
+    let _serial = serial();
+    init();
+    unsafe {
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreateWithFlags(&mut s, hipStreamNonBlockingFlag()), hipSuccess);
+        let mut pool: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolCreate(&mut pool, &pool_props(0)), hipSuccess);
+        let mut c = hipmemPlanCounts::default();
+        assert_eq!(hipmemPoolGetPlanCounts(null_mut(), &mut c), hipErrorInvalidValue);
+        assert_eq!(hipmemPoolGetPlanCounts(pool, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipmemPoolSetPlanning(null_mut(), 1), hipErrorInvalidValue);
+        assert_eq!(hipmemPoolSetPlanning(pool, 2), hipErrorInvalidValue);
+        assert_eq!(hipmemPoolSetPlanning(pool, -1), hipErrorInvalidValue);
+        let on = hipmemPoolSetPlanning(pool, 1);
+        let backend = std::env::var("HIPMEM_BACKEND").unwrap_or_default();
+        if !matches!(backend.as_str(), "host" | "cuda") {
+            // Another backend may give pools without virtual memory.
+            assert!(on == hipSuccess || on == hipErrorInvalidValue, "{on}");
+            if on != hipSuccess {
+                eprintln!("learned_layouts_extension: the {backend} backend's pool learns no layouts");
+                assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+                assert_eq!(hipStreamDestroy(s), hipSuccess);
+                return;
+            }
+        }
+        assert_eq!(on, hipSuccess);
+        assert_eq!(hipmemPoolGetPlanCounts(pool, &mut c), hipSuccess);
+        assert_eq!(c, hipmemPlanCounts::default(), "nothing planned yet");
+        // A step: 24 blocks of 0.5 to 12 MiB (150 MiB live at its peak),
+        // all freed at its end.
+        let step = |pool: hipMemPool_t| {
+            let mut ps = Vec::new();
+            for k in 0..24usize {
+                let mut p: *mut c_void = null_mut();
+                assert_eq!(hipMallocFromPoolAsync(&mut p, (1 + k) << 19, pool, s), hipSuccess);
+                ps.push(p);
+            }
+            for p in ps {
+                assert_eq!(hipFreeAsync(p, s), hipSuccess);
+            }
+        };
+        for _ in 0..8 {
+            step(pool);
+        }
+        assert_eq!(hipmemPoolGetPlanCounts(pool, &mut c), hipSuccess);
+        assert!(c.plans >= 1 && c.served >= 24, "{c:?}");
+        assert_eq!((c.missed, c.ended), (0, 0), "{c:?}");
+        assert_eq!(hipmemPoolSetPlanning(pool, 0), hipSuccess);
+        step(pool);
+        let mut after = hipmemPlanCounts::default();
+        assert_eq!(hipmemPoolGetPlanCounts(pool, &mut after), hipSuccess);
+        assert_eq!(after.served, c.served, "off: nothing served");
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+        assert_eq!(hipmemPoolSetPlanning(pool, 1), hipErrorInvalidValue, "stale handle");
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+    }
+}
+
 #[test]
 fn pool_ipc() {
     let _serial = serial();

@@ -173,12 +173,27 @@ pub struct Layout {
 pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     // Large blocks placed in free runs can strand the space around them;
     // the layout that needs the least new memory wins.
+    if pieces.is_empty() {
+        return layout_with(lives, period, pieces, u64::MAX);
+    }
+    let limits = [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20];
+    // Laying out is quadratic in the blocks: many blocks, one thread per limit.
+    let layouts: Vec<Layout> = if lives.len() < 256 {
+        limits.iter().map(|&limit| layout_with(lives, period, pieces, limit)).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let rest: Vec<_> = limits[1..]
+                .iter()
+                .map(|&limit| scope.spawn(move || layout_with(lives, period, pieces, limit)))
+                .collect();
+            let mut all = vec![layout_with(lives, period, pieces, limits[0])];
+            all.extend(rest.into_iter().filter_map(|h| h.join().ok()));
+            all
+        })
+    };
+    // The first of the least (the order of the limits breaks ties).
     let mut best: Option<Layout> = None;
-    for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
-        if limit != u64::MAX && pieces.is_empty() {
-            break;
-        }
-        let l = layout_with(lives, period, pieces, limit);
+    for l in layouts {
         if best.as_ref().is_none_or(|b| l.extra < b.extra) {
             best = Some(l);
         }
@@ -195,10 +210,11 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layou
     let mut places = vec![(usize::MAX, 0u64); lives.len()];
     let mut used = vec![0u64; pieces.len()];
     let mut top = 0u64;
-    // The placed blocks in (piece, offset) order: (piece, start, end, life).
-    // Walking it in order, skipping the lifetimes that do not overlap,
-    // gives the busy intervals already sorted (linear per block, not a sort).
-    let mut placed: Vec<(usize, u64, u64, usize)> = Vec::with_capacity(lives.len());
+    // The placed blocks in (piece, offset) order: (piece, start, end, and
+    // the lifetime, inline so the walk reads memory in order). Walking it,
+    // skipping the lifetimes that do not overlap, gives the busy intervals
+    // already sorted (linear per block, not a sort).
+    let mut placed: Vec<(usize, u64, u64, Life)> = Vec::with_capacity(lives.len());
     for &i in &order {
         let me = &lives[i];
         let size = size_of(i);
@@ -214,8 +230,8 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layou
         let mut at = 0u64;
         let mut new_top_busy = 0u64;
         let from = placed.partition_point(|b| b.0 < first);
-        for &(q, b0, b1, j) in &placed[from..] {
-            if !overlaps(me, &lives[j], period) {
+        for &(q, b0, b1, ref other) in &placed[from..] {
+            if !overlaps(me, other, period) {
                 continue;
             }
             while piece < q {
@@ -255,7 +271,7 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layou
             used[piece] = used[piece].max(off + size);
         }
         let k = placed.partition_point(|b| (b.0, b.1) < (piece, off));
-        placed.insert(k, (piece, off, off + size, i));
+        placed.insert(k, (piece, off, off + size, *me));
     }
     Layout { places, used, extra: top }
 }

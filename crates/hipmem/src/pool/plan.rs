@@ -931,6 +931,68 @@ mod tests {
         assert_eq!(l.extra, 150 * m);
     }
 
+    /// Checks that no two blocks whose lifetimes overlap share a byte, and
+    /// that every block lies inside its piece.
+    fn assert_valid(lives: &[Life], period: u64, pieces: &[u64], l: &Layout) {
+        let size = |i: usize| lives[i].size.next_multiple_of(ALIGN);
+        for i in 0..lives.len() {
+            let (pi, oi) = l.places[i];
+            let cap = if pi == pieces.len() { l.extra } else { pieces[pi] };
+            assert!(oi + size(i) <= cap, "block {i} leaves piece {pi}");
+            for j in 0..i {
+                let (pj, oj) = l.places[j];
+                if pi == pj && overlaps(&lives[i], &lives[j], period) {
+                    assert!(oi + size(i) <= oj || oj + size(j) <= oi, "blocks {i} and {j} collide");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_period_is_laid_out_on_threads_as_it_would_be_on_one() {
+        // 600 blocks (the threaded path), sizes and lifetimes from a
+        // fixed generator, in three free runs and a new piece.
+        let (m, period) = (1u64 << 20, 1200u64);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let lives: Vec<Life> = (0..600)
+            .map(|k| Life { size: (1 + next() % 64) * m / 4, start: 2 * k, len: 1 + next() % 300 })
+            .collect();
+        let pieces = [96 * m, 40 * m, 8 * m];
+        let l = layout(&lives, period, &pieces);
+        assert_valid(&lives, period, &pieces, &l);
+        // The least new memory of the limits, the first of equals.
+        let mut best: Option<Layout> = None;
+        for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
+            let one = layout_with(&lives, period, &pieces, limit);
+            assert_valid(&lives, period, &pieces, &one);
+            if best.as_ref().is_none_or(|b| one.extra < b.extra) {
+                best = Some(one);
+            }
+        }
+        assert_eq!(Some(l), best);
+        // In one piece: no more than the sum, no less than the peak live.
+        let one = layout(&lives, period, &[]);
+        assert_valid(&lives, period, &[], &one);
+        let peak = (0..period)
+            .map(|t| {
+                let probe = Life { size: 0, start: t, len: 1 };
+                lives
+                    .iter()
+                    .filter(|b| overlaps(&probe, b, period))
+                    .map(|b| b.size.next_multiple_of(ALIGN))
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap();
+        assert!(one.extra >= peak && one.extra <= lives.iter().map(|b| b.size).sum::<u64>());
+    }
+
     /// A step: allocate `n` blocks of growing sizes, free them in reverse.
     fn step(p: &mut Planner, n: u64, base_addr: u64) -> Vec<u64> {
         let mut addrs = Vec::new();

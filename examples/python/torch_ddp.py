@@ -34,6 +34,7 @@ def worker(rank, args, world):
     import torch
 
     stats = None
+    plan = None
     if args.allocator == "hipmem":
         import hipmem_torch
 
@@ -42,6 +43,10 @@ def worker(rank, args, world):
         def stats():
             s = pool.stats(rank)
             return s.reserved_high, s.used_high, s.reserved_current
+
+        def plan():
+            c = pool.plan_counts(rank)
+            return f" plans={c.plans} served={c.served} missed={c.missed} ended={c.ended} rejected={c.rejected}"
 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -107,6 +112,7 @@ def worker(rank, args, world):
           f"step_ms={statistics.median(times) * 1e3:.1f} final_loss={losses[-1]:.5f} "
           f"reserved_high={res} used_high={used} params={flat.numel()} "
           f"reserved_before_after_timed={reserved_at} step_ms_each={[round(t * 1e3, 1) for t in times]}"
+          + (plan() if plan is not None else "")
           + ("" if not failures else " failures=" + " | ".join(failures)), flush=True)
     dist.destroy_process_group()
     if not failures and ok.item() != 1:

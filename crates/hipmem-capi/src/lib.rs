@@ -116,10 +116,23 @@ pub(crate) fn peek_last_error() -> hipError_t {
 /// (no reference count is touched).
 pub(crate) fn rt() -> Result<&'static Runtime> {
     static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
-    match GLOBAL.get_or_init(Runtime::global) {
+    match GLOBAL.get_or_init(|| {
+        log_from_env();
+        Runtime::global()
+    }) {
         Ok(rt) => Ok(rt),
         Err(e) => Err(e.clone()),
     }
+}
+
+/// `HIPMEM_LOG=error|warn|info|debug|trace`: hipmem's log on standard
+/// error, from the library's first call (unless the program has installed
+/// a `tracing` subscriber of its own). Unset or `off`: nothing.
+fn log_from_env() {
+    let Some(level) = std::env::var("HIPMEM_LOG").ok().and_then(|l| l.parse::<tracing::Level>().ok()) else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
 }
 
 /// The calling thread's current device.

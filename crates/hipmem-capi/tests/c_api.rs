@@ -1197,6 +1197,66 @@ fn hipmem_rs_name(code: i32) -> &'static str {
     }
 }
 
+/// PyTorch's allocator interface: hipmem_torch_malloc / _free on the null
+/// stream, their bad input (a negative size, an unknown device: null and
+/// the code recorded, never a crash), and the statistics, peak reset and
+/// empty_cache that stand in for PyTorch's own.
+#[test]
+fn pytorch_allocator_interface() {
+    let _serial = serial();
+    init();
+    unsafe {
+        let _ = hipGetLastError();
+        let p = hipmem_torch_malloc(1 << 20, 0, null_mut());
+        assert!(!p.is_null());
+        assert_eq!(hipMemsetAsync(p, 7, 1 << 20, null_mut()), hipSuccess);
+        assert!(hipmem_torch_malloc(0, 0, null_mut()).is_null(), "size 0");
+        assert_eq!(hipGetLastError(), hipSuccess, "size 0 is no error");
+        assert!(hipmem_torch_malloc(-1, 0, null_mut()).is_null());
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue, "a negative size");
+        assert!(hipmem_torch_malloc(64, 99, null_mut()).is_null());
+        assert_eq!(hipGetLastError(), hipErrorInvalidDevice, "an unknown device");
+        assert!(hipmem_torch_malloc(isize::MAX, 0, null_mut()).is_null());
+        assert_eq!(hipGetLastError(), hipErrorOutOfMemory);
+
+        let mut st = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+        assert!(st.used_current >= 1 << 20 && st.reserved_current >= st.used_current, "{st:?}");
+        assert!(st.used_high >= st.used_current && st.reserved_high >= st.reserved_current, "{st:?}");
+        assert_eq!(hipmem_torch_stats(0, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipmem_torch_stats(99, &mut st), hipErrorInvalidDevice);
+        assert_eq!(hipmem_torch_reset_peak(99), hipErrorInvalidDevice);
+        assert_eq!(hipmem_torch_reset_peak(0), hipSuccess);
+        let mut now = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut now), hipSuccess);
+        assert_eq!((now.used_high, now.reserved_high), (now.used_current, now.reserved_current), "{now:?}");
+
+        // A free naming an unknown device is logged and returns; the block
+        // stays allocated until a good free.
+        hipmem_torch_free(p, 1 << 20, 99, null_mut());
+        assert_eq!(hipGetLastError(), hipErrorInvalidDevice);
+        assert_eq!(hipMemsetAsync(p, 8, 1 << 20, null_mut()), hipSuccess, "still allocated");
+        hipmem_torch_free(null_mut(), 0, 0, null_mut());
+        assert_eq!(hipGetLastError(), hipSuccess, "freeing null is nothing");
+        hipmem_torch_free(p, 1 << 20, 0, null_mut());
+        assert_eq!(hipGetLastError(), hipSuccess);
+        assert_eq!(hipmem_torch_stats(0, &mut now), hipSuccess);
+        assert_eq!(now.used_current + (1 << 20), st.used_current, "{now:?} {st:?}");
+
+        assert_eq!(hipmem_torch_empty_cache(99), hipErrorInvalidDevice);
+        assert_eq!(hipmem_torch_empty_cache(0), hipSuccess);
+        let mut after = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut after), hipSuccess);
+        assert!(after.reserved_current <= now.reserved_current, "{after:?} {now:?}");
+        assert!(after.reserved_current >= after.used_current);
+        // Nothing was left to give back.
+        assert_eq!(hipmem_torch_empty_cache(0), hipSuccess);
+        let mut again = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut again), hipSuccess);
+        assert_eq!(again.reserved_current, after.reserved_current);
+    }
+}
+
 /// hipmem's own extension for the hip backend's loopback: the runtime is
 /// already open here (on host, or cuda, or hip where HIPMEM_BACKEND says so),
 /// so naming its backend (or auto) succeeds and naming another fails.

@@ -8,8 +8,10 @@
 //!
 //! 1. **Learning.** A rolling hash of the last [`WINDOW`] allocations finds
 //!    the last time the same window was seen; its distance is a candidate
-//!    period `p`. Each allocation equal to the one `p` earlier extends the
-//!    match; a full period matched confirms it.
+//!    period `p` (a distance shorter than the least period looked for
+//!    proposes its least multiple that is long enough). Each allocation
+//!    equal to the one `p` earlier extends the match; a full period matched
+//!    confirms it.
 //! 2. **Planning.** The period before the last one gives every block's
 //!    lifetime (in allocations, around a circle of `p`). Blocks that die
 //!    within one period are planned, if the period has a quiet point (where
@@ -420,10 +422,17 @@ impl Learner {
             let key = self.rolling;
             if self.period == 0 {
                 if let Some(&f) = self.last_seen.get(&key) {
-                    let p = n - f;
-                    if p >= self.min_period.max(MIN_PERIOD as u64)
-                        && p <= MAX_PERIOD as u64
-                        && (0..WINDOW as u64).all(|i| self.sig(n - i) == self.sig(f - i.min(f)))
+                    // A distance shorter than the least period looked for (a
+                    // repetition inside the step that was rejected, or too
+                    // short) proposes its least multiple that is long enough:
+                    // a step made of repeated parts, with nothing freed until
+                    // its end, has no window of its own to find it by.
+                    let least = self.min_period.max(MIN_PERIOD as u64);
+                    let p = (n - f).max(1);
+                    let p = if p < least { least.div_ceil(p) * p } else { p };
+                    if p <= MAX_PERIOD as u64
+                        && p <= n
+                        && (0..WINDOW as u64).all(|i| self.sig(n - i) == self.sig(n - p - i.min(n - p)))
                     {
                         self.period = p;
                         self.matched = WINDOW as u64;
@@ -1049,6 +1058,58 @@ mod tests {
         assert!(p.has_old_arena());
         let idle = p.take_idle_arena(false).expect("idle");
         assert_eq!(idle.freed.len(), 20);
+    }
+
+    /// A step of `n` blocks whose sizes repeat every `inner` (1 to `inner`
+    /// MiB, then again), all freed at its end.
+    fn step_of_parts(p: &mut Planner, n: u64, inner: u64, base_addr: u64) -> Vec<u64> {
+        let mut addrs = Vec::new();
+        for i in 0..n {
+            let s = sig((1 + i % inner) << 20);
+            let addr = match p.request(s, &mut |_| true) {
+                Request::Serve(a) => a,
+                Request::Normal(o) => {
+                    let a = base_addr + (i << 30);
+                    p.allocated(o, a);
+                    a
+                }
+                Request::NeedArena => {
+                    let l = p.layout(&[]).expect("a plan waits");
+                    assert!(p.start(&l, vec![(1 << 40, l.extra)]));
+                    match p.request(s, &mut |_| true) {
+                        Request::Serve(a) => a,
+                        other => panic!("a plan with an arena serves its quiet point: {other:?}"),
+                    }
+                }
+            };
+            addrs.push(addr);
+        }
+        for &a in &addrs {
+            let _ = p.freed(a, |len| Freed {
+                len,
+                clock: Arc::new(StreamClock::new(1)),
+                raw: RawStream::null(0),
+                tag: 0,
+            });
+        }
+        addrs
+    }
+
+    #[test]
+    fn a_step_made_of_repeated_parts_is_learned_by_a_multiple_of_the_part() {
+        // 24 blocks whose sizes repeat every 8, nothing freed until the
+        // step's end: every window of 16 repeats every 8 allocations, a
+        // period too short to plan; its multiple of 24 is the step.
+        let mut p = Planner::new();
+        for k in 0..6 {
+            step_of_parts(&mut p, 24, 8, k << 36);
+        }
+        assert!(p.counts.plans >= 1, "{:?}", p.counts);
+        assert_eq!(p.plan().map(|plan| plan.period()), Some(24));
+        let before = p.counts.served;
+        let a = step_of_parts(&mut p, 24, 8, 7 << 36);
+        assert!(a.iter().all(|&x| x >= 1 << 40), "{a:x?}");
+        assert_eq!(p.counts.served - before, 24);
     }
 
     #[test]

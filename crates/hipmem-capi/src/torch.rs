@@ -75,9 +75,34 @@ pub extern "C" fn hipmem_torch_malloc(size: isize, device: c_int, stream: hipStr
             .map_err(|_| Error::InvalidValue(format!("hipmem_torch_malloc: negative size {size}")))?;
         let rt = rt()?;
         let device = device_ordinal(rt, device)?;
+        idle_release_once(rt, device);
         let p = handles::with_stream_on(rt, device, stream, |s| rt.malloc_async(size, s))?;
         Ok(p.0 as usize as *mut c_void)
     })
+}
+
+/// On the first allocation for `device`: PyTorch synchronizes through its
+/// own runtime, so the device's current pool releases idle memory on its
+/// own clock (`MemPool::set_idle_release`): a window of
+/// `HIPMEM_TORCH_IDLE_RELEASE_MS` (default 200; 0 leaves it off).
+fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
+    let Some(done) = DONE.get(device) else { return };
+    if done.load(Ordering::Relaxed) || done.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    static WINDOW_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *WINDOW_MS.get_or_init(|| {
+        std::env::var("HIPMEM_TORCH_IDLE_RELEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+    });
+    if ms == 0 {
+        return;
+    }
+    if let Ok(pool) = rt.mem_pool(device) {
+        // A pool that is not hipmem's own keeps the driver's behaviour.
+        let _ = pool.set_idle_release(Some(std::time::Duration::from_millis(ms)));
+    }
 }
 
 /// `free` of PyTorch's pluggable allocator: gives `ptr` back in the order of

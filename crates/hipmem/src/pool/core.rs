@@ -118,6 +118,10 @@ pub(crate) struct PoolCore {
     pub(super) plan: Arc<super::plan::PlanState>,
     /// Set while a plan's new piece is made: growth maps exactly what is asked.
     pub(super) exact_growth: AtomicBool,
+    /// Idle release (`release.rs`): the window in milliseconds (0: off) and
+    /// what the pool needed in the current and the last window.
+    pub(super) idle_window_ms: AtomicU64,
+    pub(super) idle: Mutex<super::release::IdleWindows>,
 }
 impl std::fmt::Debug for PoolCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -167,6 +171,8 @@ impl PoolCore {
             ipc_uid: std::sync::OnceLock::new(),
             plan: Arc::new(super::plan::PlanState::new(plan)),
             exact_growth: AtomicBool::new(false),
+            idle_window_ms: AtomicU64::new(0),
+            idle: Mutex::new(super::release::IdleWindows::new()),
         }
     }
 

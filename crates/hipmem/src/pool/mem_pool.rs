@@ -433,6 +433,41 @@ impl MemPool {
         }
     }
 
+    /// Turns idle release on (`Some(window)`) or off (`None`, the default).
+    /// HIP releases a pool's memory above its release threshold when a
+    /// stream or the device is synchronized; a program that synchronizes
+    /// through another runtime (PyTorch) never lets the pool see that. With
+    /// idle release the pool applies the threshold on its own clock: on its
+    /// slow path, once per window, it gives back memory beyond the most it
+    /// needed in the last two windows (and beyond the threshold), when that
+    /// is more than 1/16 of it. Memory a block uses, or whose free has not
+    /// completed, never goes, nor does a running plan's arena. hipmem's
+    /// PyTorch interface turns it on for the pools it allocates from
+    /// (`HIPMEM_TORCH_IDLE_RELEASE_MS`, default 200; 0: off). InvalidValue
+    /// for a pool that is not hipmem's own, or a window of zero.
+    pub fn set_idle_release(&self, window: Option<std::time::Duration>) -> Result<()> {
+        if window.is_some_and(|w| w.is_zero()) {
+            return Err(Error::InvalidValue("an idle-release window must be longer than zero".into()));
+        }
+        match &self.pool {
+            PoolRef::Hipmem(c) => {
+                c.set_idle_release(window);
+                Ok(())
+            }
+            PoolRef::Driver(_) | PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("only hipmem's own pools release idle memory on a clock".into()))
+            }
+        }
+    }
+
+    /// The idle-release window, if on (see [`MemPool::set_idle_release`]).
+    pub fn idle_release(&self) -> Option<std::time::Duration> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.idle_release(),
+            _ => None,
+        }
+    }
+
     /// Turns learned layouts on or off (on by default for hipmem's pools on
     /// virtual memory that are not shareable; `HIPMEM_POOL_PLAN=0` turns the
     /// default off). A pool that learns watches the sequence of its

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use super::core::{ORPHAN_STREAM, PoolCore, lock};
 use super::stream_cache::Slot;
@@ -11,7 +12,80 @@ use crate::error::Result;
 use crate::runtime::Runtime;
 use crate::runtime::ordering::StreamClock;
 
+/// What a pool with idle release needed at most in its current and its
+/// last window of time.
+#[derive(Debug)]
+pub(crate) struct IdleWindows {
+    started: Instant,
+    current: u64,
+    last: u64,
+}
+
+impl IdleWindows {
+    pub(super) fn new() -> IdleWindows {
+        IdleWindows { started: Instant::now(), current: 0, last: 0 }
+    }
+}
+
 impl PoolCore {
+    // ---- idle release --------------------------------------------------------------------
+
+    /// Sets the idle-release window (None: off, the default).
+    pub(crate) fn set_idle_release(&self, window: Option<Duration>) {
+        let ms = window.map_or(0, |w| (w.as_millis() as u64).max(1));
+        *lock(&self.idle) = IdleWindows::new();
+        self.idle_window_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The idle-release window, if on.
+    pub(crate) fn idle_release(&self) -> Option<Duration> {
+        match self.idle_window_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// Idle release, asked on the slow path before a request of `want`
+    /// bytes: where no synchronization reaches the pool (PyTorch synchronizes
+    /// through its own runtime), the release threshold applies on the
+    /// pool's own clock. Once per window, memory beyond the most the last
+    /// two windows needed (and beyond the threshold) goes back, if that is
+    /// more than 1/16 of it: memory idle for one to two windows. Only what
+    /// no block uses and every free of which is complete goes; a running
+    /// plan's memory stays.
+    pub(super) fn release_if_idle(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) {
+        let ms = self.idle_window_ms.load(Ordering::Relaxed);
+        if ms == 0 {
+            return;
+        }
+        let need = self.used_current().saturating_add(want);
+        let keep = {
+            let mut w = lock(&self.idle);
+            w.current = w.current.max(need);
+            if w.started.elapsed() < Duration::from_millis(ms) {
+                return;
+            }
+            let keep = w.current.max(w.last);
+            (w.last, w.current, w.started) = (w.current, need, Instant::now());
+            keep.max(self.release_threshold.load(Ordering::Relaxed))
+        };
+        let reserved = lock(&self.heap).reserved();
+        if reserved <= keep.saturating_add(keep / 16) {
+            return;
+        }
+        // What completed on this stream and the others, and the caches,
+        // become free for everyone (and so releasable).
+        self.flush_slot_cache(slot);
+        self.flush_other_caches(slot.stream_id());
+        self.promote_completed(rt, slot);
+        if self.policy.allow_opportunistic.load(Ordering::Relaxed) {
+            self.promote_others_completed(rt, slot.stream_id());
+        }
+        lock(&self.heap).reclaim_lent(None);
+        let released = self.release_unused(rt, reserved - keep, keep);
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: idle release: {released} of {reserved} bytes (the last two windows needed {keep})", self.id);
+    }
+
     // ---- synchronization, release, trim -------------------------------------------------
 
     /// The stream with `clock` has completed everything before its

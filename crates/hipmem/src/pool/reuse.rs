@@ -44,6 +44,7 @@ use crate::runtime::ordering::StreamClock;
 impl PoolCore {
     pub(super) fn alloc_slow(&self, want: u64, requested: u64, slot: &Arc<Slot>) -> Result<(u64, u64)> {
         let rt = self.runtime()?;
+        self.release_if_idle(&rt, slot, want);
         // The stream's cache serves exact sizes only: on a miss its blocks go
         // back to the heap first, where they merge with their neighbours, so
         // that best fit sees every free byte (a cache of large blocks held
@@ -336,7 +337,7 @@ impl PoolCore {
     /// Promotes the pending blocks of every stream but `me` whose frees
     /// their markers show complete (opportunistic reuse, for every stream at
     /// once). Returns the bytes made global.
-    fn promote_others_completed(&self, rt: &Runtime, me: u64) -> u64 {
+    pub(super) fn promote_others_completed(&self, rt: &Runtime, me: u64) -> u64 {
         let mut bytes = 0;
         for other in self.all_slots() {
             let id = other.stream_id();

@@ -669,3 +669,65 @@ fn the_driver_pool_kind_works_behind_the_same_api_where_the_backend_has_one() {
         "destroying the current pool makes the default current"
     );
 }
+
+/// Runs `rounds` idle windows on `pool`: each waits a window and a half,
+/// then allocates and frees a block of a size not seen before (the slow
+/// path, where idle release is asked). Returns the reserved bytes after.
+fn idle_windows(rt: &Runtime, pool: &MemPool, s: &Stream, window: Duration, rounds: u64) -> u64 {
+    for k in 0..rounds {
+        std::thread::sleep(window + window / 2);
+        let p = pool.alloc_raw(MIB + (k + 1) * 4096, s).unwrap();
+        rt.free_async(p, s).unwrap();
+    }
+    pool.stats().reserved_current
+}
+
+/// Idle release (what PyTorch's interface turns on): memory beyond what the
+/// last two windows needed goes back on the slow path, live blocks keep
+/// their data, the statistics stay exact, the release threshold still
+/// holds memory, and a pool without it keeps what it has. No stream is
+/// synchronized until the end (a synchronization applies the release
+/// threshold itself): the pool learns which frees completed by asking.
+#[test]
+fn idle_release_gives_back_memory_unused_for_two_windows() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let window = Duration::from_millis(40);
+    let pool = new_pool(&rt, 0);
+    assert_eq!(pool.idle_release(), None, "off by default");
+    expect_err(pool.set_idle_release(Some(Duration::ZERO)), 1, &["window"]);
+    pool.set_idle_release(Some(window)).unwrap();
+    assert_eq!(pool.idle_release(), Some(window));
+    let keep = pool.alloc_raw(MIB, &s).unwrap();
+    fill_u32(&rt, keep, MIB, 0x1d1e_0001, &s);
+    // A peak of 64 MiB, freed at once.
+    let peak: Vec<DevicePtr> = (0..8).map(|_| pool.alloc_raw(8 * MIB, &s).unwrap()).collect();
+    for p in peak {
+        rt.free_async(p, &s).unwrap();
+    }
+    let held = pool.stats().reserved_current;
+    assert!(held >= 65 * MIB, "{held}");
+    // The peak's window and the next still count; by the third it is idle.
+    let after = idle_windows(&rt, &pool, &s, window, 4);
+    assert!(after <= 16 * MIB, "reserved {after} bytes after four idle windows (held {held})");
+    let st = pool.stats();
+    assert_eq!(st.used_current, granules(MIB));
+    assert!(st.reserved_high >= held, "the high watermark is history");
+    assert!(read_u32s(&rt, keep, MIB).iter().all(|&v| v == 0x1d1e_0001), "a live block keeps its data");
+
+    // The release threshold holds memory as at a synchronization.
+    let grow: Vec<DevicePtr> = (0..8).map(|_| pool.alloc_raw(8 * MIB, &s).unwrap()).collect();
+    for p in grow {
+        rt.free_async(p, &s).unwrap();
+    }
+    pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).unwrap();
+    let held = idle_windows(&rt, &pool, &s, window, 4);
+    assert!(held >= 65 * MIB, "the threshold keeps it: {held}");
+    // Off: nothing goes either.
+    pool.set_attribute(PoolAttribute::ReleaseThreshold, 0).unwrap();
+    pool.set_idle_release(None).unwrap();
+    assert_eq!(idle_windows(&rt, &pool, &s, window, 4), held);
+    rt.free_async(keep, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}

@@ -442,8 +442,8 @@ impl MemPool {
     /// needed in the last two windows (and beyond the threshold), when that
     /// is more than 1/16 of it. Memory a block uses, or whose free has not
     /// completed, never goes, nor does a running plan's arena. hipmem's
-    /// PyTorch interface turns it on for the pools it allocates from
-    /// (`HIPMEM_TORCH_IDLE_RELEASE_MS`, default 200; 0: off). InvalidValue
+    /// PyTorch interface turns it on for the pools it allocates from with
+    /// `HIPMEM_TORCH_IDLE_RELEASE_MS=window` (off by default). InvalidValue
     /// for a pool that is not hipmem's own, or a window of zero.
     pub fn set_idle_release(&self, window: Option<std::time::Duration>) -> Result<()> {
         if window.is_some_and(|w| w.is_zero()) {

@@ -50,7 +50,9 @@ impl PoolCore {
     /// through its own runtime), the release threshold applies on the
     /// pool's own clock. Once per window, memory beyond the most the last
     /// two windows needed (and beyond the threshold) goes back, if that is
-    /// more than 1/16 of it: memory idle for one to two windows. Only what
+    /// more than 1/16 of it: memory idle for one to two windows, and the
+    /// free memory between the blocks of a loop that did not need it in
+    /// that time (which may cost a loop regrowing it). Only what
     /// no block uses and every free of which is complete goes; a running
     /// plan's memory stays.
     pub(super) fn release_if_idle(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) {

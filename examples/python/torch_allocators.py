@@ -22,8 +22,9 @@ warm-up:
                memory (HIPMEM_POOL_BACKING=segments; not in the default set)
   hipmem-noplan  hipmem without learned layouts (HIPMEM_POOL_PLAN=0; not in
                the default set)
-  hipmem-idle  hipmem releasing memory idle for 100-200 ms
-               (HIPMEM_TORCH_IDLE_RELEASE_MS=100; not in the default set)
+  hipmem-keep  hipmem keeping memory it no longer needs, as PyTorch's
+               allocators do (no idle release: HIPMEM_TORCH_IDLE_RELEASE_MS=0;
+               not in the default set)
 
 The warm-up is 6 steps: hipmem's pool learns a repeating step and starts
 its plan within the first four or five.
@@ -71,8 +72,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_BACKING"] = "segments"
     if name == "hipmem-noplan":
         os.environ["HIPMEM_POOL_PLAN"] = "0"
-    if name == "hipmem-idle":
-        os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "100"
+    if name == "hipmem-keep":
+        os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
     if not name.startswith("hipmem"):
         def stats():
             return {

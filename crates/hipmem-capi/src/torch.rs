@@ -82,9 +82,9 @@ pub extern "C" fn hipmem_torch_malloc(size: isize, device: c_int, stream: hipStr
 }
 
 /// On the first allocation for `device`: PyTorch synchronizes through its
-/// own runtime, so with `HIPMEM_TORCH_IDLE_RELEASE_MS=window` (off by
-/// default, and with 0) the device's current pool releases idle memory on
-/// its own clock (`MemPool::set_idle_release`).
+/// own runtime, so the device's current pool releases idle memory on its
+/// own clock (`MemPool::set_idle_release`): a window of
+/// `HIPMEM_TORCH_IDLE_RELEASE_MS` (default 100; 0 leaves it off).
 fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
     use std::sync::atomic::{AtomicBool, Ordering};
     static DONE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
@@ -94,7 +94,7 @@ fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
     }
     static WINDOW_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let ms = *WINDOW_MS.get_or_init(|| {
-        std::env::var("HIPMEM_TORCH_IDLE_RELEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+        std::env::var("HIPMEM_TORCH_IDLE_RELEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(100)
     });
     if ms == 0 {
         return;

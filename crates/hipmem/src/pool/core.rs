@@ -122,6 +122,8 @@ pub(crate) struct PoolCore {
     /// what the pool needed in the current and the last window.
     pub(super) idle_window_ms: AtomicU64,
     pub(super) idle: Mutex<super::release::IdleWindows>,
+    /// Growths of the pool (asked by idle release).
+    pub(super) growths: AtomicU64,
 }
 impl std::fmt::Debug for PoolCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,6 +175,7 @@ impl PoolCore {
             exact_growth: AtomicBool::new(false),
             idle_window_ms: AtomicU64::new(0),
             idle: Mutex::new(super::release::IdleWindows::new()),
+            growths: AtomicU64::new(0),
         }
     }
 

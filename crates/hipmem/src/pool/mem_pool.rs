@@ -440,10 +440,12 @@ impl MemPool {
     /// idle release the pool applies the threshold on its own clock: on its
     /// slow path, once per window, it gives back memory beyond the most it
     /// needed in the last two windows (and beyond the threshold), when that
-    /// is more than 1/16 of it. Memory a block uses, or whose free has not
-    /// completed, never goes, nor does a running plan's arena. hipmem's
-    /// PyTorch interface turns it on for the pools it allocates from with
-    /// `HIPMEM_TORCH_IDLE_RELEASE_MS=window` (off by default). InvalidValue
+    /// is more than 1/16 of it and the pool has not grown for two windows
+    /// (a pool that grows again right after a release waits longer next
+    /// time). Memory a block uses, or whose free has not completed, never
+    /// goes, nor does a running plan's arena. hipmem's PyTorch interface
+    /// turns it on for the pools it allocates from
+    /// (`HIPMEM_TORCH_IDLE_RELEASE_MS`, default 100; 0: off). InvalidValue
     /// for a pool that is not hipmem's own, or a window of zero.
     pub fn set_idle_release(&self, window: Option<std::time::Duration>) -> Result<()> {
         if window.is_some_and(|w| w.is_zero()) {

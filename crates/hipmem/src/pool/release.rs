@@ -19,13 +19,34 @@ pub(crate) struct IdleWindows {
     started: Instant,
     current: u64,
     last: u64,
+    /// Growths of the pool so far, and at the start of each window since
+    /// its last growth (`quiet` counts them).
+    growths: u64,
+    quiet: u32,
+    /// Windows without growth a release needs (doubles each time the pool
+    /// grows again within two windows of a release: a loop that needs
+    /// what was released).
+    needed: u32,
+    /// Growths when the last release was made, and the windows since.
+    released_at: Option<(u64, u32)>,
 }
 
 impl IdleWindows {
     pub(super) fn new() -> IdleWindows {
-        IdleWindows { started: Instant::now(), current: 0, last: 0 }
+        IdleWindows {
+            started: Instant::now(),
+            current: 0,
+            last: 0,
+            growths: 0,
+            quiet: 0,
+            needed: 2,
+            released_at: None,
+        }
     }
 }
+
+/// The most windows without growth an idle release may come to need.
+const MOST_QUIET_WINDOWS: u32 = 64;
 
 impl PoolCore {
     // ---- idle release --------------------------------------------------------------------
@@ -35,6 +56,11 @@ impl PoolCore {
         let ms = window.map_or(0, |w| (w.as_millis() as u64).max(1));
         *lock(&self.idle) = IdleWindows::new();
         self.idle_window_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Counts a growth (idle release waits for windows without one).
+    pub(super) fn note_growth(&self) {
+        self.growths.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The idle-release window, if on.
@@ -48,11 +74,14 @@ impl PoolCore {
     /// Idle release, asked on the slow path before a request of `want`
     /// bytes: where no synchronization reaches the pool (PyTorch synchronizes
     /// through its own runtime), the release threshold applies on the
-    /// pool's own clock. Once per window, memory beyond the most the last
-    /// two windows needed (and beyond the threshold) goes back, if that is
-    /// more than 1/16 of it: memory idle for one to two windows, and the
-    /// free memory between the blocks of a loop that did not need it in
-    /// that time (which may cost a loop regrowing it). Only what
+    /// pool's own clock. Once per window, if the pool has not grown for two
+    /// windows, memory beyond the most the last two windows needed (and
+    /// beyond the threshold) goes back, if that is more than 1/16 of it:
+    /// memory idle for one to two windows. A pool still growing (a loop
+    /// learning its steps) keeps what it has, and one that grows again
+    /// within two windows of a release (a loop that needed the free memory
+    /// between its blocks) waits twice as many quiet windows next time, up
+    /// to 64. Only what
     /// no block uses and every free of which is complete goes; a running
     /// plan's memory stays.
     pub(super) fn release_if_idle(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) {
@@ -69,6 +98,25 @@ impl PoolCore {
             }
             let keep = w.current.max(w.last);
             (w.last, w.current, w.started) = (w.current, need, Instant::now());
+            // Only where the pool has not grown for `needed` windows: a
+            // loop still growing (learning its steps) keeps what it has.
+            let growths = self.growths.load(Ordering::Relaxed);
+            if growths != w.growths {
+                if let Some((at, windows)) = w.released_at.take() {
+                    if growths != at && windows < 2 {
+                        w.needed = (w.needed * 2).min(MOST_QUIET_WINDOWS);
+                    }
+                }
+                (w.growths, w.quiet) = (growths, 0);
+                return;
+            }
+            w.quiet += 1;
+            if let Some((_, windows)) = &mut w.released_at {
+                *windows += 1;
+            }
+            if w.quiet < w.needed {
+                return;
+            }
             keep.max(self.release_threshold.load(Ordering::Relaxed))
         };
         let reserved = lock(&self.heap).reserved();
@@ -85,6 +133,11 @@ impl PoolCore {
         }
         lock(&self.heap).reclaim_lent(None);
         let released = self.release_unused(rt, reserved - keep, keep);
+        if released > 0 {
+            let mut w = lock(&self.idle);
+            w.released_at = Some((w.growths, 0));
+            w.quiet = 0;
+        }
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: idle release: {released} of {reserved} bytes (the last two windows needed {keep})", self.id);
     }
 

@@ -92,7 +92,10 @@ impl PoolCore {
             }
         }
         let grow_err = match self.grow(&rt, want, slot.stream_id()) {
-            Ok(found) => return Ok(found),
+            Ok(found) => {
+                self.note_growth();
+                return Ok(found);
+            }
             Err(e) => e,
         };
         // 4b. The pool cannot grow: free memory of the other size classes
@@ -119,6 +122,7 @@ impl PoolCore {
             pool.release_unused_to(&rt, 0);
         }
         if let Ok(found) = self.grow(&rt, want, slot.stream_id()) {
+            self.note_growth();
             return Ok(found);
         }
         // 7. Out of memory.

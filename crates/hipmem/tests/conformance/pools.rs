@@ -731,3 +731,33 @@ fn idle_release_gives_back_memory_unused_for_two_windows() {
     s.synchronize().unwrap();
     pool.check_invariants().unwrap();
 }
+
+/// Idle release waits while the pool grows: a pool that grows in every
+/// window (a loop learning its steps) keeps what it holds; once it stops
+/// growing for two windows, what it no longer needs goes back.
+#[test]
+fn idle_release_waits_while_the_pool_grows() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let window = Duration::from_millis(30);
+    let pool = new_pool(&rt, 0);
+    pool.set_idle_release(Some(window)).unwrap();
+    let mut held = 0;
+    let mut last: Option<DevicePtr> = None;
+    for k in 1..=6u64 {
+        std::thread::sleep(window + window / 2);
+        // A larger block each window: the pool must grow.
+        let p = pool.alloc_raw(k * 8 * MIB, &s).unwrap();
+        if let Some(old) = last.replace(p) {
+            rt.free_async(old, &s).unwrap();
+        }
+        let now = pool.stats().reserved_current;
+        assert!(now >= held, "window {k}: reserved fell from {held} to {now} while the pool grew");
+        held = now;
+    }
+    rt.free_async(last.take().unwrap(), &s).unwrap();
+    let after = idle_windows(&rt, &pool, &s, window, 4);
+    assert!(after <= held / 2, "reserved {after} of {held} after four windows without growth");
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+}

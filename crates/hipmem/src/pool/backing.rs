@@ -315,9 +315,10 @@ impl Backing {
 pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 64 << 20;
 /// The largest group a growth maps (larger growths map several): large
 /// enough that mapping is cheap (on an H100 about 1.3 µs per MiB for 64
-/// MiB, 0.6 for 128 and 0.2 for 512: `hipmem bench vmm`), small enough that a long-lived block keeps little
-/// from going back (replayed PyTorch runs hold the same memory with 64, 256
-/// and 512 MiB groups, and 1-4% more with 1 GiB ones).
+/// MiB, 0.6 for 128 and 0.2 for 512: `hipmem bench vmm`), small enough
+/// that a long-lived block keeps little from going back (replayed PyTorch
+/// runs hold the same memory with 64, 256 and 512 MiB groups, and 1-4%
+/// more with 1 GiB ones).
 const MAX_GROUP: u64 = 256 << 20;
 
 /// How many of the driver's granules make one of the pool's physical units
@@ -869,10 +870,12 @@ impl PoolCore {
             // where the pool is large enough (a group is at most 1/8 of
             // it) and the hole has room: on a GPU a mapping under 64 MiB
             // costs twenty times as much per MiB, and the rest stays free
-            // for the requests that follow.
+            // for the requests that follow. (Not for a plan's new piece,
+            // which is grown exactly.)
             let least = group_min / g;
             let n = plan.new_granules.len() as u64;
             if !use_donors
+                && !self.exact_growth.load(Ordering::Relaxed)
                 && group_min > 0
                 && self.props.handle_types == 0
                 && plan.reuse.is_empty()

@@ -81,9 +81,8 @@ impl PoolCore {
     /// learning its steps) keeps what it has, and one that grows again
     /// within two windows of a release (a loop that needed the free memory
     /// between its blocks) waits twice as many quiet windows next time, up
-    /// to 64. Only what
-    /// no block uses and every free of which is complete goes; a running
-    /// plan's memory stays.
+    /// to 64. Only what no block uses and every free of which is complete
+    /// goes; a running plan's memory stays.
     pub(super) fn release_if_idle(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) {
         let ms = self.idle_window_ms.load(Ordering::Relaxed);
         if ms == 0 {

@@ -66,6 +66,9 @@ enum Command {
         /// The same picture in an HTML page with the figures as a table.
         #[arg(long, value_name = "FILE")]
         html: Option<std::path::PathBuf>,
+        /// hipmem's pools give back memory idle for two windows of this many milliseconds of the trace's own time, as hipmem's PyTorch interface does on the wall clock (0: keep everything freed).
+        #[arg(long, value_name = "MS", default_value_t = replay::DEFAULT_IDLE_RELEASE_MS)]
+        idle_release_ms: u64,
     },
     /// Memory traces: what a recorded trace says.
     Trace {
@@ -189,8 +192,8 @@ fn main() -> ExitCode {
 
 fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
     match command {
-        Command::Replay { trace, pools, device, json, svg, html } => {
-            replay::run(&rt, &replay::ReplayArgs { trace, pools, device, json, svg, html })
+        Command::Replay { trace, pools, device, json, svg, html, idle_release_ms } => {
+            replay::run(&rt, &replay::ReplayArgs { trace, pools, device, json, svg, html, idle_release_ms })
         }
         Command::Trace { which: TraceCommand::Summary { trace, json, top } } => {
             replay::run_summary(&trace, json, top)

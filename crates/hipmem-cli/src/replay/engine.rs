@@ -6,6 +6,12 @@
 //! the allocator's reserved bytes after every operation (for the picture and
 //! the peak) and, for the hipmem pool that is drawn, takes its address map
 //! when the trace's live bytes peak.
+//!
+//! hipmem's pools release idle memory on the trace's own clock, as hipmem's
+//! PyTorch interface does on the wall clock (`--idle-release-ms`, default
+//! 100): before each operation the pool is told the time it was recorded at
+//! (`MemPool::set_idle_clock`). An untimed trace, or a window of 0, keeps
+//! everything freed, as a program's caching allocator would.
 
 use std::time::{Duration, Instant};
 
@@ -118,6 +124,9 @@ pub struct PoolResult {
     pub reserved_over_live_second_half: f64,
     /// hipmem's pools: what learned layouts did in the timed pass.
     pub plan: Option<hipmem::pool::PlanCounts>,
+    /// hipmem's pools: the idle-release window on the trace's clock, in
+    /// milliseconds (None: off; the pool keeps what is freed).
+    pub idle_release_ms: Option<u64>,
     /// Reserved bytes after each op where they changed: (op index, bytes).
     #[serde(skip)]
     pub reserved_series: Vec<(u32, u64)>,
@@ -133,7 +142,7 @@ enum Target {
 }
 
 impl Target {
-    fn create(rt: &Runtime, kind: PoolKind, device: usize) -> Result<Target, String> {
+    fn create(rt: &Runtime, kind: PoolKind, device: usize, idle: Option<Duration>) -> Result<Target, String> {
         let props = PoolProps { device, ..Default::default() };
         let pool = match kind {
             PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmUnits | PoolKind::Segments => {
@@ -166,10 +175,27 @@ impl Target {
                 return Ok(Target::Malloc { baseline_used: info.total - info.free });
             }
         };
-        // Keep what is freed, as a program's caching allocator would: the
-        // replay has no synchronizations, and the peak is what is compared.
-        pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).map_err(|e| e.to_string())?;
+        match idle.filter(|_| kind.is_hipmem()) {
+            // Memory idle for two windows of the trace's time goes back.
+            Some(window) => {
+                pool.set_idle_release(Some(window)).map_err(|e| e.to_string())?;
+                pool.set_idle_clock(Some(Duration::ZERO)).map_err(|e| e.to_string())?;
+            }
+            // Keep what is freed, as a program's caching allocator would:
+            // the replay has no synchronizations, and the peak is what is
+            // compared.
+            None => {
+                pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).map_err(|e| e.to_string())?
+            }
+        }
         Ok(Target::Pool(pool))
+    }
+
+    /// Tells a pool with idle release the trace's time.
+    fn set_time(&self, t: Duration) {
+        if let Target::Pool(pool) = self {
+            let _ = pool.set_idle_clock(Some(t));
+        }
     }
 
     fn alloc(&self, rt: &Runtime, device: usize, size: u64, stream: &Stream) -> hipmem::Result<DevicePtr> {
@@ -213,16 +239,31 @@ struct Pass {
     layout: Option<Vec<AddressRun>>,
 }
 
+/// What a pass records besides the operations.
+#[derive(Copy, Clone)]
+enum Record {
+    /// Nothing (the timed pass).
+    Nothing,
+    /// The reserved bytes after every operation, and the address map at
+    /// the peak if `layout`.
+    Samples { layout: bool },
+}
+
 fn pass(
     rt: &Runtime,
     kind: PoolKind,
     device: usize,
     w: &Workload,
-    sample: bool,
-    want_layout: bool,
+    record: Record,
+    idle: Option<Duration>,
     progress: &mut Progress,
 ) -> Result<Pass, String> {
-    let target = Target::create(rt, kind, device)?;
+    let (sample, want_layout) = match record {
+        Record::Nothing => (false, false),
+        Record::Samples { layout } => (true, layout),
+    };
+    let target = Target::create(rt, kind, device, idle)?;
+    let clocked = idle.is_some() && kind.is_hipmem();
     let dev = rt.device(device).map_err(|e| e.to_string())?;
     let streams: Vec<Stream> = w
         .streams
@@ -254,6 +295,9 @@ fn pass(
         }
         let stream = &streams[op.stream as usize];
         let slot = op.slot as usize;
+        if clocked {
+            target.set_time(Duration::from_nanos(op.t_ns));
+        }
         match op.kind {
             OpKind::Alloc => match target.alloc(rt, device, w.allocs[slot].size, stream) {
                 Ok(ptr) => {
@@ -336,20 +380,23 @@ fn pass(
     })
 }
 
-/// Replays `w` into `kind` on `device`. Err: the allocator cannot be set up
-/// here (the reason, for a note).
+/// Replays `w` into `kind` on `device`, hipmem's pools with idle release of
+/// windows of `idle` on the trace's clock where the trace is timed. Err:
+/// the allocator cannot be set up here (the reason, for a note).
 pub fn replay(
     rt: &Runtime,
     kind: PoolKind,
     device: usize,
     w: &Workload,
     want_layout: bool,
+    idle: Option<Duration>,
     progress: &mut Progress,
 ) -> Result<PoolResult, String> {
+    let idle = idle.filter(|_| w.timed && kind.is_hipmem());
     progress.begin(&format!("{} (timed)", kind.name()), w.ops.len() as u64);
-    let timed = pass(rt, kind, device, w, false, false, progress)?;
+    let timed = pass(rt, kind, device, w, Record::Nothing, idle, progress)?;
     progress.begin(&format!("{} (sampled)", kind.name()), w.ops.len() as u64);
-    let sampled = pass(rt, kind, device, w, true, want_layout, progress)?;
+    let sampled = pass(rt, kind, device, w, Record::Samples { layout: want_layout }, idle, progress)?;
     progress.done();
     let ops = w.ops.len() as u64;
     Ok(PoolResult {
@@ -380,6 +427,7 @@ pub fn replay(
             sampled.late_reserved as f64 / sampled.late_live as f64
         },
         plan: timed.plan,
+        idle_release_ms: idle.map(|w| w.as_millis() as u64),
         reserved_series: sampled.series,
         layout_at_peak: sampled.layout,
     })

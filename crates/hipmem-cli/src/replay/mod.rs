@@ -38,7 +38,13 @@ pub struct ReplayArgs {
     pub svg: Option<PathBuf>,
     /// Where to write the HTML page.
     pub html: Option<PathBuf>,
+    /// hipmem's pools: the idle-release window on the trace's clock, in
+    /// milliseconds (0: off).
+    pub idle_release_ms: u64,
 }
+
+/// `--idle-release-ms`'s default: the window hipmem's PyTorch interface uses.
+pub const DEFAULT_IDLE_RELEASE_MS: u64 = 100;
 
 /// An allocator that was not replayed, and why.
 #[derive(Clone, Debug, Serialize)]
@@ -98,12 +104,15 @@ pub fn parse_pools(values: &[String]) -> Result<Vec<PoolKind>, String> {
     Ok(kinds)
 }
 
-/// Replays `w` into every allocator of `kinds` that the backend has.
+/// Replays `w` into every allocator of `kinds` that the backend has;
+/// hipmem's pools release memory idle for windows of `idle` on the trace's
+/// clock (where the trace is timed).
 pub fn replay(
     rt: &Runtime,
     w: &Workload,
     kinds: &[PoolKind],
     device: usize,
+    idle: Option<std::time::Duration>,
     progress: &mut Progress,
 ) -> Result<ReplayReport, String> {
     rt.check_device(device).map_err(|e| e.to_string())?;
@@ -112,7 +121,7 @@ pub fn replay(
     // The map is drawn for the first hipmem pool replayed.
     let mut want_layout = true;
     for &kind in kinds {
-        match engine::replay(rt, kind, device, w, want_layout && kind.is_hipmem(), progress) {
+        match engine::replay(rt, kind, device, w, want_layout && kind.is_hipmem(), idle, progress) {
             Ok(result) => {
                 if kind.is_hipmem() && result.layout_at_peak.is_some() {
                     want_layout = false;
@@ -168,7 +177,9 @@ pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
     }
     let w = Workload::load(&args.trace).map_err(hipmem::Error::InvalidValue)?;
     let mut progress = Progress::on_terminal();
-    let report = replay(rt, &w, &kinds, args.device, &mut progress).map_err(hipmem::Error::InvalidValue)?;
+    let idle = (args.idle_release_ms > 0).then(|| std::time::Duration::from_millis(args.idle_release_ms));
+    let report =
+        replay(rt, &w, &kinds, args.device, idle, &mut progress).map_err(hipmem::Error::InvalidValue)?;
     let backend = format!("{} device {}", report.backend, report.device);
     if let Some(path) = &args.svg {
         write_file(path, &svg::render(&w, &report.pools, &backend))?;
@@ -246,6 +257,11 @@ fn print_table(r: &ReplayReport, w: &Workload) {
     if r.pools.iter().any(|p| p.backend_calls.is_some()) {
         println!(
             "second half, late t/op: peak reserved / peak live, and time per operation, in the trace's second half (peaks reset at its midpoint, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
+        );
+    }
+    if let Some(ms) = r.pools.iter().find_map(|p| p.idle_release_ms) {
+        println!(
+            "hipmem's pools released memory idle for two windows of {ms} ms on the trace's clock, as hipmem's PyTorch interface does (--idle-release-ms 0: off)"
         );
     }
     for p in &r.pools {

@@ -122,6 +122,9 @@ pub(crate) struct PoolCore {
     /// what the pool needed in the current and the last window.
     pub(super) idle_window_ms: AtomicU64,
     pub(super) idle: Mutex<super::release::IdleWindows>,
+    /// The idle clock: the caller's time in nanoseconds, or
+    /// `release::WALL_CLOCK` (the default).
+    pub(super) idle_clock_ns: AtomicU64,
     /// Growths of the pool (asked by idle release).
     pub(super) growths: AtomicU64,
 }
@@ -175,6 +178,7 @@ impl PoolCore {
             exact_growth: AtomicBool::new(false),
             idle_window_ms: AtomicU64::new(0),
             idle: Mutex::new(super::release::IdleWindows::new()),
+            idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),
             growths: AtomicU64::new(0),
         }
     }

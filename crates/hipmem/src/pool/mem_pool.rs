@@ -462,6 +462,25 @@ impl MemPool {
         }
     }
 
+    /// Drives idle release (see [`MemPool::set_idle_release`]) by a clock of
+    /// the caller's: `Some(now)`, the time since an origin the caller keeps
+    /// (a time earlier than the last one given counts as the last), instead
+    /// of the wall clock (`None`, the default). `hipmem replay` gives the
+    /// recorded trace's own time before each operation, so the idle periods
+    /// of a recorded run count as they did when it ran. Switching clocks
+    /// starts a new window. InvalidValue for a pool that is not hipmem's own.
+    pub fn set_idle_clock(&self, now: Option<std::time::Duration>) -> Result<()> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => {
+                c.set_idle_clock(now);
+                Ok(())
+            }
+            PoolRef::Driver(_) | PoolRef::Imported(_) => {
+                Err(Error::InvalidValue("only hipmem's own pools release idle memory on a clock".into()))
+            }
+        }
+    }
+
     /// The idle-release window, if on (see [`MemPool::set_idle_release`]).
     pub fn idle_release(&self) -> Option<std::time::Duration> {
         match &self.pool {

@@ -16,7 +16,11 @@ use crate::runtime::ordering::StreamClock;
 /// last window of time.
 #[derive(Debug)]
 pub(crate) struct IdleWindows {
-    started: Instant,
+    /// The wall clock's origin (its time is the nanoseconds since).
+    origin: Instant,
+    /// When the current window started, in nanoseconds on the pool's idle
+    /// clock (the wall clock's, or the caller's: [`PoolCore::set_idle_clock`]).
+    started: u64,
     current: u64,
     last: u64,
     /// Growths of the pool so far, and at the start of each window since
@@ -34,7 +38,8 @@ pub(crate) struct IdleWindows {
 impl IdleWindows {
     pub(super) fn new() -> IdleWindows {
         IdleWindows {
-            started: Instant::now(),
+            origin: Instant::now(),
+            started: 0,
             current: 0,
             last: 0,
             growths: 0,
@@ -48,19 +53,57 @@ impl IdleWindows {
 /// The most windows without growth an idle release may come to need.
 const MOST_QUIET_WINDOWS: u32 = 64;
 
+/// `PoolCore::idle_clock_ns` when idle release runs on the wall clock.
+pub(super) const WALL_CLOCK: u64 = u64::MAX;
+
 impl PoolCore {
     // ---- idle release --------------------------------------------------------------------
 
     /// Sets the idle-release window (None: off, the default).
     pub(crate) fn set_idle_release(&self, window: Option<Duration>) {
         let ms = window.map_or(0, |w| (w.as_millis() as u64).max(1));
-        *lock(&self.idle) = IdleWindows::new();
+        let mut fresh = IdleWindows::new();
+        fresh.started = self.idle_now(&fresh);
+        *lock(&self.idle) = fresh;
         self.idle_window_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Counts a growth (idle release waits for windows without one).
     pub(super) fn note_growth(&self) {
         self.growths.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drives idle release by the caller's clock (`Some(time)`, since an
+    /// origin of the caller's; earlier times than the last are taken as the
+    /// last) or by the wall clock (`None`, the default). Switching clocks
+    /// starts a new window.
+    pub(crate) fn set_idle_clock(&self, now: Option<Duration>) {
+        let ns = now.map_or(WALL_CLOCK, |t| (t.as_nanos().min(u128::from(WALL_CLOCK - 1))) as u64);
+        let before = if ns == WALL_CLOCK {
+            self.idle_clock_ns.swap(WALL_CLOCK, Ordering::Relaxed)
+        } else {
+            // Never backwards (fetch_max keeps the later), and never the
+            // wall clock's mark.
+            let before = self.idle_clock_ns.load(Ordering::Relaxed);
+            if before == WALL_CLOCK {
+                self.idle_clock_ns.store(ns, Ordering::Relaxed);
+            } else {
+                self.idle_clock_ns.fetch_max(ns, Ordering::Relaxed);
+            }
+            before
+        };
+        if (before == WALL_CLOCK) != (ns == WALL_CLOCK) {
+            let mut w = lock(&self.idle);
+            w.started = self.idle_now(&w);
+        }
+    }
+
+    /// Now on the pool's idle clock, in nanoseconds.
+    fn idle_now(&self, w: &IdleWindows) -> u64 {
+        match self.idle_clock_ns.load(Ordering::Relaxed) {
+            WALL_CLOCK => w.origin.elapsed().as_nanos() as u64,
+            ns => ns,
+        }
     }
 
     /// The idle-release window, if on.
@@ -77,7 +120,8 @@ impl PoolCore {
     /// pool's own clock. Once per window, if the pool has not grown for two
     /// windows, memory beyond the most the last two windows needed (and
     /// beyond the threshold) goes back, if that is more than 1/16 of it:
-    /// memory idle for one to two windows. A pool still growing (a loop
+    /// memory idle for one to two windows (again each window while the pool
+    /// does not grow, so a peak left behind goes back in steps). A pool still growing (a loop
     /// learning its steps) keeps what it has, and one that grows again
     /// within two windows of a release (a loop that needed the free memory
     /// between its blocks) waits twice as many quiet windows next time, up
@@ -92,11 +136,12 @@ impl PoolCore {
         let keep = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
-            if w.started.elapsed() < Duration::from_millis(ms) {
+            let now = self.idle_now(&w);
+            if now.saturating_sub(w.started) < ms.saturating_mul(1_000_000) {
                 return;
             }
             let keep = w.current.max(w.last);
-            (w.last, w.current, w.started) = (w.current, need, Instant::now());
+            (w.last, w.current, w.started) = (w.current, need, now);
             // Only where the pool has not grown for `needed` windows: a
             // loop still growing (learning its steps) keeps what it has.
             let growths = self.growths.load(Ordering::Relaxed);
@@ -134,8 +179,9 @@ impl PoolCore {
         let released = self.release_unused(rt, reserved - keep, keep);
         if released > 0 {
             let mut w = lock(&self.idle);
+            // The quiet windows go on counting: while the pool does not
+            // grow, each window gives back what the last two did not need.
             w.released_at = Some((w.growths, 0));
-            w.quiet = 0;
         }
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: idle release: {released} of {reserved} bytes (the last two windows needed {keep})", self.id);
     }

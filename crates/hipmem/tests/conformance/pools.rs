@@ -761,3 +761,67 @@ fn idle_release_waits_while_the_pool_grows() {
     assert_eq!(pool.stats().used_current, 0);
     pool.check_invariants().unwrap();
 }
+
+/// Idle release on the caller's clock (`MemPool::set_idle_clock`, what
+/// `hipmem replay` uses to replay a trace on its own time): wall time does
+/// not count, the caller's does, a time earlier than the last counts as the
+/// last, and a peak left behind goes back in steps, one per window, while
+/// the pool does not grow.
+#[test]
+fn idle_release_runs_on_the_callers_clock() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let window = Duration::from_millis(100);
+    let pool = new_pool(&rt, 0);
+    pool.set_idle_release(Some(window)).unwrap();
+    pool.set_idle_clock(Some(Duration::ZERO)).unwrap();
+    // One slow-path request at `t` ms on the caller's clock, of a size not
+    // seen before, freed at once; returns the reserved bytes after.
+    let mut k = 0;
+    let mut at = |t: u64| {
+        pool.set_idle_clock(Some(Duration::from_millis(t))).unwrap();
+        k += 1;
+        let p = pool.alloc_raw(MIB + k * 4096, &s).unwrap();
+        rt.free_async(p, &s).unwrap();
+        pool.stats().reserved_current
+    };
+    let keep = pool.alloc_raw(MIB, &s).unwrap();
+    fill_u32(&rt, keep, MIB, 0x1d1e_0002, &s);
+    // A peak of 96 MiB, then one of 48 MiB a window later; both freed.
+    let peak: Vec<DevicePtr> = (0..12).map(|_| pool.alloc_raw(8 * MIB, &s).unwrap()).collect();
+    for p in peak {
+        rt.free_async(p, &s).unwrap();
+    }
+    let held = at(0);
+    assert!(held >= 97 * MIB, "{held}");
+    // Wall time alone does nothing.
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(at(0), held, "the wall clock does not drive a pool on the caller's clock");
+    let second: Vec<DevicePtr> = (0..6).map(|_| pool.alloc_raw(8 * MIB, &s).unwrap()).collect();
+    assert_eq!(at(150), held, "the second window starts; no growth, but too soon");
+    for p in second {
+        rt.free_async(p, &s).unwrap();
+    }
+    // An earlier time counts as the last one.
+    assert_eq!(at(20), held);
+    // Windows start at 0, 150, 260, 370, 480, 590 (each at the first request
+    // a window or more after the last start). The pool grew in the first;
+    // at 370 it has not grown for two windows: what the 150 and 260 windows
+    // did not need goes (the second peak, 48 MiB, stays); at 480, still
+    // without growth, the next window gives back the rest.
+    let reserved: Vec<u64> = [260, 370, 480, 590].into_iter().map(&mut at).collect();
+    assert_eq!(reserved[0], held, "too soon after the growth: {reserved:?}");
+    assert!(
+        reserved[1] >= 49 * MIB && reserved[1] < held,
+        "the first release keeps the 48 MiB window's need: {reserved:?}"
+    );
+    assert!(reserved[2] <= 16 * MIB, "the next window gives back the second peak: {reserved:?}");
+    assert!(reserved[3] <= reserved[2], "never grows back: {reserved:?}");
+    assert_eq!(pool.stats().used_current, granules(MIB), "only the kept block is live");
+    assert!(read_u32s(&rt, keep, MIB).iter().all(|&v| v == 0x1d1e_0002), "a live block keeps its data");
+    // Back on the wall clock: a new window starts, on wall time.
+    pool.set_idle_clock(None).unwrap();
+    rt.free_async(keep, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}

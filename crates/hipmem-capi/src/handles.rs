@@ -134,6 +134,15 @@ pub fn stream_on(rt: &Runtime, device: usize, handle: hipStream_t) -> Result<Str
     }
 }
 
+/// The current device's null stream if `handle` names it (0,
+/// `hipStreamLegacy`, `hipStreamPerThread`) and the device exists: the
+/// allocator's hot path, with no closure and no cache (the null streams are
+/// made once and live as long as the process). None: ask [`with_stream`].
+#[inline]
+pub(crate) fn null_stream(rt: &'static Runtime, handle: hipStream_t) -> Option<&'static Stream> {
+    if is_null_handle(handle as usize as u64) { null_streams(rt).get(current_device()) } else { None }
+}
+
 /// Runs `f` on the stream behind `handle` on the current device (see
 /// [`stream`]), lent from the tables or this thread's cache: no reference
 /// count is touched when the stream was used before.

@@ -20,7 +20,10 @@ pub unsafe extern "C" fn hipMallocAsync(
     call(|| {
         non_null(dev_ptr, "hipMallocAsync: dev_ptr")?;
         let rt = rt()?;
-        let p = handles::with_stream(rt, stream, |s| rt.malloc_async(size as u64, s))?;
+        let p = match handles::null_stream(rt, stream) {
+            Some(s) => rt.malloc_async(size as u64, s)?,
+            None => handles::with_stream(rt, stream, |s| rt.malloc_async(size as u64, s))?,
+        };
         // SAFETY: non-null; points to a writable `void*` (HIP's contract).
         unsafe { *dev_ptr = p.0 as usize as *mut c_void };
         Ok(())
@@ -33,7 +36,11 @@ pub unsafe extern "C" fn hipFreeAsync(dev_ptr: *mut c_void, stream: hipStream_t)
     call(|| {
         non_null(dev_ptr, "hipFreeAsync: dev_ptr")?;
         let rt = rt()?;
-        handles::with_stream(rt, stream, |s| rt.free_async(DevicePtr(dev_ptr as usize as u64), s))
+        let ptr = DevicePtr(dev_ptr as usize as u64);
+        match handles::null_stream(rt, stream) {
+            Some(s) => rt.free_async(ptr, s),
+            None => handles::with_stream(rt, stream, |s| rt.free_async(ptr, s)),
+        }
     })
 }
 

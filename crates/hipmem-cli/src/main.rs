@@ -51,7 +51,7 @@ enum Command {
     Replay {
         /// The trace: a file written with HIPMEM_TRACE, or a torch.cuda.memory._dump_snapshot pickle.
         trace: std::path::PathBuf,
-        /// Allocators: vmm, vmm-lowmem (moving memory whenever that keeps the pool smaller), vmm-units (mapping each unit alone, not each growth of 64 MiB or more in one call), segments, driver, malloc (repeat or separate by commas; default: all the backend has).
+        /// Allocators: vmm, vmm-lowmem (moving memory whenever that keeps the pool smaller), vmm-units (mapping each unit alone, not each growth of 128 MiB or more in one call), segments, driver, malloc (repeat or separate by commas; default: all the backend has).
         #[arg(long = "pool", value_name = "POOL")]
         pools: Vec<String>,
         /// The device to replay on.

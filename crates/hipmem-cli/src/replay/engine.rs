@@ -26,7 +26,7 @@ use super::workload::{OpKind, Workload};
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PoolKind {
     /// hipmem's pool on one reserved virtual address range (the default:
-    /// each growth of 64 MiB or more mapped in one call).
+    /// each growth of 128 MiB or more mapped in one call).
     Vmm,
     /// The same, moving memory whenever that keeps it smaller
     /// (`MoveBudget::LEAST_MEMORY`).

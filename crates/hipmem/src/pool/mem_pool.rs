@@ -401,7 +401,7 @@ impl MemPool {
     /// allocation, mapped and given access in one call each, and released
     /// only whole (when all of them are free). On a GPU a mapping of 64 MiB
     /// or more costs about 1 µs per MiB, one of up to 32 MiB about 25 µs
-    /// (`hipmem bench vmm`, `chunk_ops`). The default is 64 MiB
+    /// (`hipmem bench vmm`, `chunk_ops`). The default is 128 MiB
     /// (`HIPMEM_POOL_GROUP_MIB` sets another for new pools); 0 maps each
     /// unit alone, so that trim and the release threshold can give back
     /// any free unit. Pools made for sharing (a handle type) always map

@@ -371,32 +371,41 @@ fn a_large_growth_is_one_mapping_released_only_whole() {
     s.synchronize().unwrap();
 }
 
-/// By default a new pool that only grows maps each growth of 64 MiB or
+/// By default a new pool that only grows maps each growth of 128 MiB or
 /// more as one physical allocation (unless `HIPMEM_POOL_GROUP_MIB` says
-/// otherwise), and its data is intact.
+/// otherwise), and its data is intact; a smaller growth maps a physical
+/// allocation per unit, each released alone.
 #[test]
-fn a_new_pool_maps_a_growth_of_64_mib_in_one_call() {
+fn a_new_pool_maps_a_growth_of_128_mib_in_one_call() {
     if std::env::var_os("HIPMEM_POOL_GROUP_MIB").is_some() {
         return;
     }
     let rt = private_runtime();
-    let Some(pool) = vmm_pool(&rt, "a_new_pool_maps_a_growth_of_64_mib_in_one_call") else { return };
+    let Some(pool) = vmm_pool(&rt, "a_new_pool_maps_a_growth_of_128_mib_in_one_call") else { return };
     pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
-    assert_eq!(pool.growth_mapping(), Some(64 << 20));
+    let group = 128u64 << 20;
+    assert_eq!(pool.growth_mapping(), Some(group));
     let u = unit(&pool);
-    if u > 16 << 20 {
-        eprintln!("a unit of {u} bytes: a 64 MiB growth is too few units to check");
+    if u > group / 4 {
+        eprintln!("a unit of {u} bytes: a 128 MiB growth is too few units to check");
         return;
     }
     let s = stream0(&rt);
     let before = pool.backend_calls().unwrap();
-    let big = pool.alloc_raw(64 << 20, &s).unwrap();
+    let big = pool.alloc_raw(group, &s).unwrap();
     let after = pool.backend_calls().unwrap();
     assert_eq!(after.granules_created - before.granules_created, 1, "one physical allocation");
     assert_eq!(after.maps - before.maps, 1, "one mapping");
-    fill_u32(&rt, big, 64 << 20, 0x6464_0001, &s);
+    fill_u32(&rt, big, group, 0x6464_0001, &s);
+    // Half a group: one physical allocation per unit.
+    let half = pool.alloc_raw(group / 2, &s).unwrap();
+    let units = pool.backend_calls().unwrap();
+    assert_eq!(units.granules_created - after.granules_created, group / 2 / u, "a unit each");
+    fill_u32(&rt, half, group / 2, 0x6464_0002, &s);
     s.synchronize().unwrap();
-    assert!(read_u32s(&rt, big, 64 << 20).iter().all(|&v| v == 0x6464_0001));
+    assert!(read_u32s(&rt, big, group).iter().all(|&v| v == 0x6464_0001));
+    assert!(read_u32s(&rt, half, group / 2).iter().all(|&v| v == 0x6464_0002));
+    rt.free_async(half, &s).unwrap();
     rt.free_async(big, &s).unwrap();
     s.synchronize().unwrap();
     pool.trim_to(0).unwrap();
@@ -404,10 +413,10 @@ fn a_new_pool_maps_a_growth_of_64_mib_in_one_call() {
     pool.check_invariants().unwrap();
 }
 
-/// A pool of 512 MiB or more that must grow for a small request maps a
-/// whole group (64 MiB by default: a GPU maps smaller ranges at twenty times
-/// the cost per MiB); the requests that follow use the rest without
-/// growing, and trim gives it all back.
+/// A pool of eight groups or more (1 GiB by default) that must grow for a
+/// small request maps a whole group (128 MiB by default: a GPU maps ranges
+/// under 64 MiB at twenty times the cost per MiB); the requests that follow
+/// use the rest without growing, and trim gives it all back.
 #[test]
 fn a_large_pool_grows_by_whole_groups_even_for_small_requests() {
     if std::env::var_os("HIPMEM_POOL_GROUP_MIB").is_some() {
@@ -419,20 +428,22 @@ fn a_large_pool_grows_by_whole_groups_even_for_small_requests() {
     };
     pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
     let u = unit(&pool);
-    let group = 64 << 20;
+    let group = 128u64 << 20;
+    assert_eq!(pool.growth_mapping(), Some(group));
     if u > group / 4 {
-        eprintln!("a unit of {u} bytes: a 64 MiB group is too few units to check");
+        eprintln!("a unit of {u} bytes: a 128 MiB group is too few units to check");
         return;
     }
     let s = stream0(&rt);
-    let big = pool.alloc_raw(512 << 20, &s).unwrap();
-    assert_eq!(pool.stats().reserved_current, 512 << 20);
+    let large = 8 * group;
+    let big = pool.alloc_raw(large, &s).unwrap();
+    assert_eq!(pool.stats().reserved_current, large);
     let before = pool.backend_calls().unwrap();
     let small = pool.alloc_raw(u / 2, &s).unwrap();
     let after = pool.backend_calls().unwrap();
     assert_eq!(after.granules_created - before.granules_created, 1, "one physical allocation");
     assert_eq!(after.maps - before.maps, 1, "one mapping");
-    assert_eq!(pool.stats().reserved_current, (512 << 20) + group, "a whole group");
+    assert_eq!(pool.stats().reserved_current, large + group, "a whole group");
     // What is left of the group serves the next requests without growing.
     let mut rest = Vec::new();
     for k in 0..(group / u - 1) {
@@ -441,7 +452,7 @@ fn a_large_pool_grows_by_whole_groups_even_for_small_requests() {
         rest.push(p);
     }
     assert_eq!(pool.backend_calls().unwrap().granules_created, after.granules_created, "no growth");
-    assert_eq!(pool.stats().reserved_current, (512 << 20) + group);
+    assert_eq!(pool.stats().reserved_current, large + group);
     fill_u32(&rt, small, u / 2, 0x6400_ffff, &s);
     s.synchronize().unwrap();
     for (k, &p) in rest.iter().enumerate() {

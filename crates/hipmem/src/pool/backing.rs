@@ -478,6 +478,14 @@ impl PoolCore {
         })
     }
 
+    /// Whether a growth maps only what the request needs (in whole units):
+    /// while a plan's new piece is made, and while a plan runs (it serves
+    /// the steps; what takes the usual path then is a one-off, a place
+    /// still in use, and more would be held for nothing).
+    fn growth_is_exact(&self) -> bool {
+        self.exact_growth.load(Ordering::Relaxed) || self.plan.running.load(Ordering::Acquire)
+    }
+
     /// Sets the physical unit of a pool on virtual memory before it maps
     /// anything: a multiple of the driver's granularity, at most 64 of them.
     pub(crate) fn set_mapping_unit(&self, bytes: u64) -> Result<()> {
@@ -653,8 +661,9 @@ impl PoolCore {
             // follow fit without growing again. Twice, not more: what a
             // growth maps past the peak is held for nothing (replayed
             // PyTorch CNN training: 1.019 of its peak live bytes with eight
-            // times, 1.009 with two; the other replays unchanged).
-            let span = if self.exact_growth.load(Ordering::Relaxed) {
+            // times, 1.009 with two; the other replays unchanged). Not while
+            // a plan runs ([`PoolCore::growth_is_exact`]).
+            let span = if self.growth_is_exact() {
                 want
             } else {
                 (vr.physical_bytes() / 32).min(want.saturating_mul(2)).max(want)
@@ -913,7 +922,7 @@ impl PoolCore {
             let least = group_min / g;
             let n = plan.new_granules.len() as u64;
             if !use_donors
-                && !self.exact_growth.load(Ordering::Relaxed)
+                && !self.growth_is_exact()
                 && group_min > 0
                 && self.props.handle_types == 0
                 && plan.reuse.is_empty()

@@ -185,3 +185,82 @@ fn a_changed_sequence_ends_the_plan_and_its_memory_goes_back() {
     }
     assert_eq!(pool.plan_counts().plans, plans);
 }
+
+/// One step of `a_miss_while_a_plan_runs_grows_by_what_it_needs`: 16 small
+/// blocks of 1–4 MiB one after the other (each freed before the next,
+/// except the one `hold` names, freed only after its successor is
+/// allocated: the successor's planned place is still in use), and a 64 MiB
+/// block live from the eighth to the step's end. Returns the reserved bytes
+/// just after the successor.
+fn step_with_hold(rt: &Runtime, pool: &MemPool, s: &Stream, hold: Option<usize>) -> u64 {
+    let mut big = None;
+    let mut held: Option<(DevicePtr, u64)> = None;
+    let mut reserved_after = 0;
+    for i in 0..16usize {
+        if i == 8 {
+            let p = pool.alloc_raw(64 * MIB, s).unwrap();
+            fill_u32(rt, p, 64 * MIB, 0x64, s);
+            big = Some(p);
+        }
+        let bytes = (1 + i as u64 % 4) * MIB;
+        let p = pool.alloc_raw(bytes, s).unwrap();
+        fill_u32(rt, p, bytes, 0x5000 + i as u32, s);
+        if let Some((h, hb)) = held.take() {
+            reserved_after = pool.stats().reserved_current;
+            s.synchronize().unwrap();
+            check(rt, h, hb, 0x5000 + i as u32 - 1);
+            rt.free_async(h, s).unwrap();
+        }
+        if hold == Some(i) {
+            held = Some((p, bytes));
+        } else {
+            s.synchronize().unwrap();
+            check(rt, p, bytes, 0x5000 + i as u32);
+            rt.free_async(p, s).unwrap();
+        }
+    }
+    let big = big.expect("allocated at the eighth block");
+    s.synchronize().unwrap();
+    check(rt, big, 64 * MIB, 0x64);
+    rt.free_async(big, s).unwrap();
+    reserved_after
+}
+
+/// A planned allocation whose place is still in use takes the usual path;
+/// while a plan runs, the usual path grows by what the request needs (in
+/// whole units), not by more as it does while the pool learns: the plan
+/// serves the steps, and a miss is a one-off. The plan goes on.
+#[test]
+fn a_miss_while_a_plan_runs_grows_by_what_it_needs() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "a_miss_while_a_plan_runs_grows_by_what_it_needs") else { return };
+    let s = stream0(&rt);
+    // A pool of 1 GiB: the usual path would grow by up to twice a request.
+    let keep = pool.alloc_raw(1024 * MIB, &s).unwrap();
+    for _ in 0..6 {
+        step_with_hold(&rt, &pool, &s, None);
+    }
+    let c = pool.plan_counts();
+    assert_eq!((c.plans, c.ended), (1, 0), "{c:?}");
+    let before = pool.stats().reserved_current;
+    // Block 10 (3 MiB) is held past block 11's allocation (4 MiB).
+    let after = step_with_hold(&rt, &pool, &s, Some(10));
+    let c2 = pool.plan_counts();
+    assert!(c2.missed > c.missed, "block 11's place was in use: {c2:?}");
+    assert_eq!(c2.ended, 0, "a miss does not end the plan: {c2:?}");
+    let unit = pool.mapping_unit().unwrap();
+    let need = (4 * MIB).div_ceil(unit) * unit;
+    assert!(
+        after - before <= need,
+        "the miss grew the pool by {} bytes for a request of 4 MiB (units of {unit})",
+        after - before
+    );
+    // The next steps are served again.
+    let served = pool.plan_counts().served;
+    step_with_hold(&rt, &pool, &s, None);
+    assert_eq!(pool.plan_counts().served - served, 17, "{:?}", pool.plan_counts());
+    rt.free_async(keep, &s).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+}

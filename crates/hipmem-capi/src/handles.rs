@@ -143,6 +143,27 @@ pub(crate) fn null_stream(rt: &'static Runtime, handle: hipStream_t) -> Option<&
     if is_null_handle(handle as usize as u64) { null_streams(rt).get(current_device()) } else { None }
 }
 
+/// Runs `f` on the stream behind `handle` if this thread's cache holds it
+/// (a created or adopted stream this thread used before, and no stream was
+/// destroyed since): the allocator's hot path for streams other than the
+/// null stream. None: ask [`with_stream`] (`f` is dropped unused).
+#[inline]
+pub(crate) fn with_cached_stream<R>(handle: hipStream_t, f: impl FnOnce(&Stream) -> R) -> Option<R> {
+    let h = handle as usize as u64;
+    let generation = GENERATION.load(Ordering::Acquire);
+    CACHE
+        .try_with(|c| {
+            let cache = c.try_borrow().ok()?;
+            if cache.generation != generation {
+                return None;
+            }
+            let (_, s) = cache.entries.iter().rev().find(|(k, _)| *k == h)?;
+            Some(f(s))
+        })
+        .ok()
+        .flatten()
+}
+
 /// Runs `f` on the stream behind `handle` on the current device (see
 /// [`stream`]), lent from the tables or this thread's cache: no reference
 /// count is touched when the stream was used before.

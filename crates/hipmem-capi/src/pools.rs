@@ -22,7 +22,10 @@ pub unsafe extern "C" fn hipMallocAsync(
         let rt = rt()?;
         let p = match handles::null_stream(rt, stream) {
             Some(s) => rt.malloc_async(size as u64, s)?,
-            None => handles::with_stream(rt, stream, |s| rt.malloc_async(size as u64, s))?,
+            None => match handles::with_cached_stream(stream, |s| rt.malloc_async(size as u64, s)) {
+                Some(p) => p?,
+                None => handles::with_stream(rt, stream, |s| rt.malloc_async(size as u64, s))?,
+            },
         };
         // SAFETY: non-null; points to a writable `void*` (HIP's contract).
         unsafe { *dev_ptr = p.0 as usize as *mut c_void };
@@ -39,7 +42,10 @@ pub unsafe extern "C" fn hipFreeAsync(dev_ptr: *mut c_void, stream: hipStream_t)
         let ptr = DevicePtr(dev_ptr as usize as u64);
         match handles::null_stream(rt, stream) {
             Some(s) => rt.free_async(ptr, s),
-            None => handles::with_stream(rt, stream, |s| rt.free_async(ptr, s)),
+            None => match handles::with_cached_stream(stream, |s| rt.free_async(ptr, s)) {
+                Some(r) => r,
+                None => handles::with_stream(rt, stream, |s| rt.free_async(ptr, s)),
+            },
         }
     })
 }

@@ -175,7 +175,8 @@ impl Target {
                 return Ok(Target::Malloc { baseline_used: info.total - info.free });
             }
         };
-        match idle.filter(|_| kind.is_hipmem()) {
+        // (`idle` is Some only for hipmem's pools: see `replay`.)
+        match idle {
             // Memory idle for two windows of the trace's time goes back.
             Some(window) => {
                 pool.set_idle_release(Some(window)).map_err(|e| e.to_string())?;
@@ -263,7 +264,7 @@ fn pass(
         Record::Samples { layout } => (true, layout),
     };
     let target = Target::create(rt, kind, device, idle)?;
-    let clocked = idle.is_some() && kind.is_hipmem();
+    let clocked = idle.is_some();
     let dev = rt.device(device).map_err(|e| e.to_string())?;
     let streams: Vec<Stream> = w
         .streams

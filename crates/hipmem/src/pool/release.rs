@@ -79,18 +79,10 @@ impl PoolCore {
     /// starts a new window.
     pub(crate) fn set_idle_clock(&self, now: Option<Duration>) {
         let ns = now.map_or(WALL_CLOCK, |t| (t.as_nanos().min(u128::from(WALL_CLOCK - 1))) as u64);
-        let before = if ns == WALL_CLOCK {
-            self.idle_clock_ns.swap(WALL_CLOCK, Ordering::Relaxed)
-        } else {
-            // Never backwards (fetch_max keeps the later), and never the
-            // wall clock's mark.
-            let before = self.idle_clock_ns.load(Ordering::Relaxed);
-            if before == WALL_CLOCK {
-                self.idle_clock_ns.store(ns, Ordering::Relaxed);
-            } else {
-                self.idle_clock_ns.fetch_max(ns, Ordering::Relaxed);
-            }
-            before
+        // The caller's time never goes backwards (the later one stays).
+        let next = |old: u64| Some(if ns == WALL_CLOCK || old == WALL_CLOCK { ns } else { old.max(ns) });
+        let before = match self.idle_clock_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, next) {
+            Ok(v) | Err(v) => v,
         };
         if (before == WALL_CLOCK) != (ns == WALL_CLOCK) {
             let mut w = lock(&self.idle);

@@ -149,14 +149,16 @@ pub(crate) fn null_stream(rt: &'static Runtime, handle: hipStream_t) -> Option<&
 /// null stream. None: ask [`with_stream`] (`f` is dropped unused).
 #[inline]
 pub(crate) fn with_cached_stream<R>(handle: hipStream_t, f: impl FnOnce(&Stream) -> R) -> Option<R> {
-    let h = handle as usize as u64;
-    let generation = GENERATION.load(Ordering::Acquire);
+    cached(handle as usize as u64, GENERATION.load(Ordering::Acquire), f)
+}
+
+/// Runs `f` on the stream this thread's cache holds under handle `h`, if
+/// the cache is of `generation`.
+#[inline]
+fn cached<R>(h: u64, generation: u64, f: impl FnOnce(&Stream) -> R) -> Option<R> {
     CACHE
         .try_with(|c| {
-            let cache = c.try_borrow().ok()?;
-            if cache.generation != generation {
-                return None;
-            }
+            let cache = c.try_borrow().ok().filter(|c| c.generation == generation)?;
             let (_, s) = cache.entries.iter().rev().find(|(k, _)| *k == h)?;
             Some(f(s))
         })
@@ -194,12 +196,7 @@ pub(crate) fn with_stream_on<R>(
     // every destruction that the generation counts.
     let generation = GENERATION.load(Ordering::Acquire);
     let mut f = Some(f);
-    let hit = CACHE.try_with(|c| {
-        let cache = c.try_borrow().ok().filter(|c| c.generation == generation)?;
-        let (_, s) = cache.entries.iter().rev().find(|(k, _)| *k == h)?;
-        f.take().map(|f| f(s))
-    });
-    if let Ok(Some(result)) = hit {
+    if let Some(Some(result)) = cached(h, generation, |s| f.take().map(|f| f(s))) {
         return result;
     }
     let Some(f) = f else {

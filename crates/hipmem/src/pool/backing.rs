@@ -567,6 +567,16 @@ impl PoolCore {
         Ok(())
     }
 
+    /// Whether the pool gives unused memory back before it grows for a large
+    /// request (`release.rs`): one that moves memory moves it under the
+    /// request instead.
+    pub(super) fn gives_back_before_growing(&self) -> bool {
+        match self.backing {
+            Backing::Segments => true,
+            Backing::Virtual(_) => self.move_budget() == MoveBudget::GROW_FIRST,
+        }
+    }
+
     /// The size class a request of `want` bytes is placed in: by size on
     /// virtual memory (each class has its own part of the reservation),
     /// one class with segments.

@@ -23,6 +23,9 @@
 //!    complete turn global (if opportunistic reuse is allowed), and global
 //!    memory that their pending blocks absorbed is given back.
 //! 4. Growth: a new segment from the backend (within the pool's maxSize).
+//!    A request of 256 MiB or more and at least 1/8 of the pool first gives
+//!    back unused memory, up to its size and above the release threshold
+//!    (`release.rs`), unless the pool moves memory.
 //! 5. Internal dependencies, when growing is impossible: make `S` wait for `T`
 //!    (an event from the event pool) and take `T`'s pending block.
 //! 6. Release what the pool caches and completed frees, retry growth once.
@@ -91,6 +94,9 @@ impl PoolCore {
                 return Ok(found);
             }
         }
+        // 4a. A large request gives back unused memory before the pool grows
+        //     for it (`release.rs`): it rarely fits the free runs it finds.
+        self.release_before_large_growth(&rt, slot, want);
         let grow_err = match self.grow(&rt, want, slot.stream_id()) {
             Ok(found) => {
                 self.note_growth();

@@ -762,6 +762,70 @@ fn idle_release_waits_while_the_pool_grows() {
     pool.check_invariants().unwrap();
 }
 
+/// A large request (256 MiB or more, and at least 1/8 of the pool) that
+/// fits no free run gives back the memory no block uses before the pool
+/// grows for it, up to the request's size: the pool then holds what is live
+/// and the new block, not also the free memory beside them. A live block in
+/// the middle keeps its data; the release threshold still keeps memory; a
+/// smaller request grows as before.
+#[test]
+fn a_large_request_gives_back_unused_memory_before_the_pool_grows() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    // (threshold, first block, request, whether memory goes back first)
+    for (threshold, first, want, gives_back) in [
+        (0, 299 * MIB, 400 * MIB, true),
+        (u64::MAX, 299 * MIB, 400 * MIB, false),
+        (0, 149 * MIB, 200 * MIB, false),
+    ] {
+        let pool = new_pool(&rt, 0);
+        pool.set_planning(false).unwrap();
+        // Each unit its own physical allocation (a group goes back only whole).
+        if pool.mapping_unit().is_some() {
+            pool.set_growth_mapping(0).unwrap();
+        }
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, threshold).unwrap();
+        // A block, then one in the free tail of its last unit that stays
+        // live: the first, freed, cannot grow past it.
+        let big = pool.alloc_raw(first, &s).unwrap();
+        let pin = pool.alloc_raw(MIB / 2, &s).unwrap();
+        fill_u32(&rt, pin, MIB / 2, 0x1a26_e001, &s);
+        rt.free_async(big, &s).unwrap();
+        let held = pool.stats().reserved_current;
+        assert!(held >= first, "{held}");
+        let next = pool.alloc_raw(want, &s).unwrap();
+        fill_u32(&rt, next, want, 0x1a26_e002, &s);
+        let st = pool.stats();
+        if gives_back {
+            assert!(
+                st.reserved_current <= want + 8 * MIB,
+                "reserved {} for {want} live bytes after giving back (held {held})",
+                st.reserved_current
+            );
+            assert!(st.reserved_high <= held.max(st.reserved_current), "the peak is not both at once");
+        } else {
+            assert!(
+                st.reserved_current >= held + want,
+                "kept: reserved {} (held {held})",
+                st.reserved_current
+            );
+        }
+        assert_eq!(st.used_current, granules(MIB / 2) + want);
+        s.synchronize().unwrap();
+        assert!(
+            read_u32s(&rt, pin, MIB / 2).iter().all(|&v| v == 0x1a26_e001),
+            "a live block keeps its data"
+        );
+        let tail = read_u32s(&rt, DevicePtr(next.0 + want - MIB), MIB);
+        assert!(tail.iter().all(|&v| v == 0x1a26_e002), "the new block holds what was written");
+        rt.free_async(next, &s).unwrap();
+        rt.free_async(pin, &s).unwrap();
+        s.synchronize().unwrap();
+        pool.check_invariants().unwrap();
+        pool.destroy().unwrap();
+    }
+}
+
 /// Idle release on the caller's clock (`MemPool::set_idle_clock`, what
 /// `hipmem replay` uses to replay a trace on its own time): wall time does
 /// not count, the caller's does, a time earlier than the last counts as the

@@ -156,8 +156,14 @@ fn is_pickle(head: &[u8]) -> bool {
     head.first() == Some(&0x80) && head.get(1).is_some_and(|&p| (2..=5).contains(&p))
 }
 
+/// The first bytes of a gzip stream.
+fn is_gzip(head: &[u8]) -> bool {
+    head.starts_with(&[0x1f, 0x8b])
+}
+
 impl Workload {
-    /// Reads a hipmem trace or a PyTorch snapshot pickle (told apart by their first bytes).
+    /// Reads a hipmem trace or a PyTorch snapshot pickle (told apart by their
+    /// first bytes), either of them plain or gzip-compressed.
     pub fn load(path: &Path) -> Result<Workload, String> {
         let name = path.display().to_string();
         let mut head = [0u8; 2];
@@ -166,8 +172,31 @@ impl Workload {
         if is_pickle(&head[..n]) {
             let bytes = std::fs::read(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
             Workload::from_pickle(&bytes, &name)
+        } else if is_gzip(&head[..n]) {
+            let bytes = std::fs::read(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+            Workload::from_bytes(&bytes, &name)
         } else {
             let reader = TraceReader::open(path).map_err(|e| e.to_string())?;
+            Workload::from_trace(reader)
+        }
+    }
+
+    /// [`Workload::load`] on bytes in memory (`name` names them in messages).
+    pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Workload, String> {
+        if is_gzip(bytes) {
+            let mut plain = Vec::new();
+            flate2::read::MultiGzDecoder::new(bytes)
+                .read_to_end(&mut plain)
+                .map_err(|e| format!("{name}: not a readable gzip stream: {e}"))?;
+            if is_gzip(&plain) {
+                return Err(format!("{name}: compressed twice"));
+            }
+            return Workload::from_bytes(&plain, name);
+        }
+        if is_pickle(bytes) {
+            Workload::from_pickle(bytes, name)
+        } else {
+            let reader = TraceReader::new(std::io::BufReader::new(bytes), name).map_err(|e| e.to_string())?;
             Workload::from_trace(reader)
         }
     }

@@ -49,7 +49,7 @@ enum Command {
     /// Replay a recorded allocation sequence (a hipmem trace or a PyTorch memory
     /// snapshot pickle) into hipmem's pools, the driver's pool and hipMalloc, and compare.
     Replay {
-        /// The trace: a file written with HIPMEM_TRACE, or a torch.cuda.memory._dump_snapshot pickle.
+        /// The trace: a file written with HIPMEM_TRACE, or a torch.cuda.memory._dump_snapshot pickle (either may be gzip-compressed).
         trace: std::path::PathBuf,
         /// Allocators: vmm, vmm-lowmem (moving memory whenever that keeps the pool smaller), vmm-units (mapping each unit alone, not each growth of 128 MiB or more in one call), segments, driver, malloc (repeat or separate by commas; default: all the backend has).
         #[arg(long = "pool", value_name = "POOL")]

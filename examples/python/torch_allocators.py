@@ -15,8 +15,8 @@ warm-up:
                (HIPMEM_POOL_MOVE_BURST_MS=60000): least memory, more driver time
                and waits for the GPU before moving memory (not in the default
                set; name it with --allocators)
-  hipmem-units  hipmem mapping each 8 MiB unit alone, not each growth of
-               64 MiB or more in one call (HIPMEM_POOL_GROUP_MIB=0; not in the
+  hipmem-units  hipmem mapping each 2 MiB unit alone, not each growth of
+               128 MiB or more in one call (HIPMEM_POOL_GROUP_MIB=0; not in the
                default set)
   hipmem-segments  hipmem's pool on separate device allocations, no virtual
                memory (HIPMEM_POOL_BACKING=segments; not in the default set)
@@ -400,13 +400,14 @@ def main():
                 r = run_child(script, w, a, args)
                 r["rep"] = rep
                 results.append(r)
+                if args.json:
+                    # Written after every child, so that a run cut short keeps what it measured.
+                    with open(args.json, "w") as f:
+                        json.dump(results, f, indent=1)
                 print(f"rep {rep} {w:13s} {a:16s} " + (
                     f"{r['step_ms']:8.1f} ms  reserved {r['reserved_high'] / 2**30:6.2f} GiB  "
                     f"allocated {r['allocated_high'] / 2**30:6.2f} GiB  {r['detail']}  ({r['wall_s']:.0f} s)"
                     if r.get("ok") else f"FAILED {r.get('detail', '')}"), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
     summarize(results, allocators, workloads)
     return 0 if all(r.get("ok") for r in results) else 1
 

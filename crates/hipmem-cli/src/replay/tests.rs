@@ -402,10 +402,7 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         "ckpt_train" => (1.07, 1.03),
         "cnn_train" => (1.05, 1.03),
         "side_stream" => (1.20, 1.03),
-        "varlen_infer" => (1.03, 1.03),
-        // Regrowth after idle release around 1.5-5.8 GB blocks leaves free
-        // runs in groups that live blocks keep (1.033 live and replayed).
-        _ => (1.04, 1.04),
+        _ => (1.03, 1.03),
     };
     let rt = runtime();
     let window = Some(std::time::Duration::from_millis(100));

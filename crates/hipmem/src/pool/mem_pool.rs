@@ -422,8 +422,13 @@ impl MemPool {
     /// Set it before the pool's first allocation: a pool that first maps
     /// memory under [`MoveBudget::GROW_FIRST`] keeps one heap for every size
     /// (best fit over all its free memory), one that may move keeps three
-    /// size classes apart, and that choice stays. InvalidValue for other
-    /// pools or a budget out of range.
+    /// size classes apart, and that choice stays. Under
+    /// [`MoveBudget::GROW_FIRST`] a request of 256 MiB or more (and at
+    /// least 1/8 of what the pool holds) that fits no free run first gives
+    /// back the memory no block uses, up to its size and never below the
+    /// release threshold, then grows; a pool that moves memory moves it
+    /// under the request instead. InvalidValue for other pools or a budget
+    /// out of range.
     pub fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
         match &self.pool {
             PoolRef::Hipmem(c) => c.set_move_budget(budget),

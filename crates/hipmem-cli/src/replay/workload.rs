@@ -169,10 +169,7 @@ impl Workload {
         let mut head = [0u8; 2];
         let mut file = std::fs::File::open(path).map_err(|e| format!("{name}: cannot open: {e}"))?;
         let n = file.read(&mut head).map_err(|e| format!("{name}: cannot read: {e}"))?;
-        if is_pickle(&head[..n]) {
-            let bytes = std::fs::read(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
-            Workload::from_pickle(&bytes, &name)
-        } else if is_gzip(&head[..n]) {
+        if is_pickle(&head[..n]) || is_gzip(&head[..n]) {
             let bytes = std::fs::read(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
             Workload::from_bytes(&bytes, &name)
         } else {

@@ -397,9 +397,10 @@ impl MemPool {
 
     /// Sets the least a hipmem pool on virtual memory maps in one call when
     /// it grows without moving memory (see [`MoveBudget::GROW_FIRST`]): new
-    /// units of one growth that add up to `bytes` or more are one physical
-    /// allocation, mapped and given access in one call each, and released
-    /// only whole (when all of them are free). On a GPU a mapping of 64 MiB
+    /// units of one growth that add up to half of `bytes` or more are one
+    /// physical allocation (up to 256 MiB each), mapped and given access in
+    /// one call each, and released only whole (when all of them are free);
+    /// a pool of eight times `bytes` or more grows by at least `bytes`. On a GPU a mapping of 64 MiB
     /// or more costs about 1 µs per MiB, one of up to 32 MiB about 25 µs
     /// (`hipmem bench vmm`, `chunk_ops`). The default is 128 MiB
     /// (`HIPMEM_POOL_GROUP_MIB` sets another for new pools); 0 maps each

@@ -192,7 +192,7 @@ impl PoolCore {
     /// variable-length inference run held 1.57 of its peak live bytes
     /// without this and 1.01 with it, GPT-2 training's first steps 1.10 and
     /// 1.04. It costs a few driver calls where the idle memory is in groups
-    /// (memory that a growth of 128 MiB or more mapped), at most one
+    /// (memory that a growth of 64 MiB or more mapped), at most one
     /// unmap and release per unit otherwise. This stream's frees the device
     /// has completed count as unused (asked with a wait only when it has
     /// frees pending).

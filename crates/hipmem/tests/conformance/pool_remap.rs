@@ -371,17 +371,18 @@ fn a_large_growth_is_one_mapping_released_only_whole() {
     s.synchronize().unwrap();
 }
 
-/// By default a new pool that only grows maps each growth of 128 MiB or
-/// more as one physical allocation (unless `HIPMEM_POOL_GROUP_MIB` says
-/// otherwise), and its data is intact; a smaller growth maps a physical
-/// allocation per unit, each released alone.
+/// By default a new pool that only grows maps each growth of 64 MiB or
+/// more (half its 128 MiB growth mapping) as one physical allocation
+/// (unless `HIPMEM_POOL_GROUP_MIB` says otherwise), and its data is intact;
+/// a smaller growth maps a physical allocation per unit, each released
+/// alone.
 #[test]
-fn a_new_pool_maps_a_growth_of_128_mib_in_one_call() {
+fn a_new_pool_maps_a_growth_of_64_mib_or_more_in_one_call() {
     if std::env::var_os("HIPMEM_POOL_GROUP_MIB").is_some() {
         return;
     }
     let rt = private_runtime();
-    let Some(pool) = vmm_pool(&rt, "a_new_pool_maps_a_growth_of_128_mib_in_one_call") else { return };
+    let Some(pool) = vmm_pool(&rt, "a_new_pool_maps_a_growth_of_64_mib_or_more_in_one_call") else { return };
     pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
     let group = 128u64 << 20;
     assert_eq!(pool.growth_mapping(), Some(group));
@@ -397,14 +398,21 @@ fn a_new_pool_maps_a_growth_of_128_mib_in_one_call() {
     assert_eq!(after.granules_created - before.granules_created, 1, "one physical allocation");
     assert_eq!(after.maps - before.maps, 1, "one mapping");
     fill_u32(&rt, big, group, 0x6464_0001, &s);
-    // Half a group: one physical allocation per unit.
+    // Half a group: one physical allocation still.
     let half = pool.alloc_raw(group / 2, &s).unwrap();
-    let units = pool.backend_calls().unwrap();
-    assert_eq!(units.granules_created - after.granules_created, group / 2 / u, "a unit each");
+    let halved = pool.backend_calls().unwrap();
+    assert_eq!(halved.granules_created - after.granules_created, 1, "half a group is one allocation");
     fill_u32(&rt, half, group / 2, 0x6464_0002, &s);
+    // A quarter of a group: one physical allocation per unit.
+    let quarter = pool.alloc_raw(group / 4, &s).unwrap();
+    let units = pool.backend_calls().unwrap();
+    assert_eq!(units.granules_created - halved.granules_created, group / 4 / u, "a unit each");
+    fill_u32(&rt, quarter, group / 4, 0x6464_0003, &s);
     s.synchronize().unwrap();
     assert!(read_u32s(&rt, big, group).iter().all(|&v| v == 0x6464_0001));
     assert!(read_u32s(&rt, half, group / 2).iter().all(|&v| v == 0x6464_0002));
+    assert!(read_u32s(&rt, quarter, group / 4).iter().all(|&v| v == 0x6464_0003));
+    rt.free_async(quarter, &s).unwrap();
     rt.free_async(half, &s).unwrap();
     rt.free_async(big, &s).unwrap();
     s.synchronize().unwrap();

@@ -312,8 +312,9 @@ impl Backing {
 /// 32 MiB; `hipmem bench vmm`, `chunk_ops`), but a group goes back only
 /// whole: a long-lived block in it keeps all of it. Replayed on an H100,
 /// five PyTorch runs' second halves hold 1.005–1.014× their peak with
-/// 128 MiB groups of 2 MiB units, against 1.006–1.059× with 64 MiB groups
-/// of 8 MiB units, at 1.2–2.5× the whole trace's time per operation
+/// 128 MiB groups of 2 MiB units (1.005–1.023× with growths of 64 MiB
+/// grouped too, [`least_plain_group`]), against 1.006–1.059× with 64 MiB
+/// groups of 8 MiB units, at 1.2–2.5× the whole trace's time per operation
 /// (learning steps included; the second halves map nothing).
 pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 128 << 20;
 

@@ -330,6 +330,7 @@ pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 128 << 20;
 fn least_plain_group(group_min: u64) -> u64 {
     group_min / 2
 }
+
 /// The largest group a growth maps (larger growths map several): large
 /// enough that mapping is cheap (on an H100 about 1.3 µs per MiB for 64
 /// MiB, 0.6 for 128 and 0.2 for 512: `hipmem bench vmm`), small enough
@@ -908,6 +909,7 @@ impl PoolCore {
         let g = vr.granularity;
         let span = span.max(want);
         let group_min = self.growth_mapping();
+        let least_group = least_plain_group(group_min);
         let (plan, owners) = {
             let mut heap = lock(&self.heap);
             let reserved = vr.physical_bytes();
@@ -999,7 +1001,7 @@ impl PoolCore {
             && group_min > 0
             && self.props.handle_types == 0
             && plan.reuse.is_empty()
-            && plan.new_granules.len() as u64 * g >= least_plain_group(group_min)
+            && plan.new_granules.len() as u64 * g >= least_group
             && plan.new_granules.windows(2).all(|w| w[1] == w[0] + g);
         let mut groups: Vec<(u64, Group)> = Vec::new();
         if grouped {
@@ -1013,7 +1015,7 @@ impl PoolCore {
             } else {
                 (MAX_GROUP.max(group_min) / g).max(1) as usize
             };
-            let least = (least_plain_group(group_min) / g).max(1) as usize;
+            let least = (least_group / g).max(1) as usize;
             let mut chunks = Vec::new();
             let mut i = 0;
             while i < n {

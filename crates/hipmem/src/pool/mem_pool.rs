@@ -400,13 +400,13 @@ impl MemPool {
     /// units of one growth that add up to half of `bytes` or more are one
     /// physical allocation (up to 256 MiB each), mapped and given access in
     /// one call each, and released only whole (when all of them are free);
-    /// a pool of eight times `bytes` or more grows by at least `bytes`. On a GPU a mapping of 64 MiB
-    /// or more costs about 1 µs per MiB, one of up to 32 MiB about 25 µs
-    /// (`hipmem bench vmm`, `chunk_ops`). The default is 128 MiB
-    /// (`HIPMEM_POOL_GROUP_MIB` sets another for new pools); 0 maps each
-    /// unit alone, so that trim and the release threshold can give back
-    /// any free unit. Pools made for sharing (a handle type) always map
-    /// units alone. InvalidValue for other pools.
+    /// a pool of eight times `bytes` or more grows by at least `bytes`. On
+    /// a GPU a mapping of 64 MiB or more costs about 1 µs per MiB, one of
+    /// up to 32 MiB about 25 µs (`hipmem bench vmm`, `chunk_ops`). The
+    /// default is 128 MiB (`HIPMEM_POOL_GROUP_MIB` sets another for new
+    /// pools); 0 maps each unit alone, so that trim and the release
+    /// threshold can give back any free unit. Pools made for sharing (a
+    /// handle type) always map units alone. InvalidValue for other pools.
     pub fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
         match &self.pool {
             PoolRef::Hipmem(c) => c.set_growth_mapping(bytes),

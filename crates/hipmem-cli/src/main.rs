@@ -69,6 +69,9 @@ enum Command {
         /// hipmem's pools give back memory idle for two windows of this many milliseconds of the trace's own time, as hipmem's PyTorch interface does on the wall clock (0: keep everything freed).
         #[arg(long, value_name = "MS", default_value_t = replay::DEFAULT_IDLE_RELEASE_MS)]
         idle_release_ms: u64,
+        /// Write this many KiB of other memory between operations, as a framework's own work evicts the allocator's state from the caches between its calls; the times per operation are then the calls' alone (0: back to back, the whole loop timed).
+        #[arg(long, value_name = "KIB", default_value_t = 0)]
+        evict_kib: usize,
     },
     /// Memory traces: what a recorded trace says.
     Trace {
@@ -192,9 +195,10 @@ fn main() -> ExitCode {
 
 fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
     match command {
-        Command::Replay { trace, pools, device, json, svg, html, idle_release_ms } => {
-            replay::run(&rt, &replay::ReplayArgs { trace, pools, device, json, svg, html, idle_release_ms })
-        }
+        Command::Replay { trace, pools, device, json, svg, html, idle_release_ms, evict_kib } => replay::run(
+            &rt,
+            &replay::ReplayArgs { trace, pools, device, json, svg, html, idle_release_ms, evict_kib },
+        ),
         Command::Trace { which: TraceCommand::Summary { trace, json, top } } => {
             replay::run_summary(&trace, json, top)
         }

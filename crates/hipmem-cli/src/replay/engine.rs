@@ -256,7 +256,7 @@ fn pass(
     device: usize,
     w: &Workload,
     record: Record,
-    idle: Option<Duration>,
+    (idle, evict_kib): (Option<Duration>, usize),
     progress: &mut Progress,
 ) -> Result<Pass, String> {
     let (sample, want_layout) = match record {
@@ -288,12 +288,26 @@ fn pass(
     let half = w.ops.len() / 2;
     let mut calls_at_half = None;
     let mut at_half = None;
+    // With `evict_kib`, other memory is written between operations (as a
+    // framework's own work would evict the pool's state from the caches),
+    // and only the allocator's calls are timed.
+    let mut other = vec![0u8; evict_kib << 10];
+    let mut in_calls = Duration::ZERO;
+    let mut in_calls_at_half = Duration::ZERO;
     let started = Instant::now();
     for (i, op) in w.ops.iter().enumerate() {
         if i == half {
             calls_at_half = calls();
             at_half = Some(Instant::now());
+            in_calls_at_half = in_calls;
         }
+        if !other.is_empty() {
+            for byte in other.iter_mut().step_by(64) {
+                *byte = byte.wrapping_add(1);
+            }
+            std::hint::black_box(&other);
+        }
+        let call = Instant::now();
         let stream = &streams[op.stream as usize];
         let slot = op.slot as usize;
         if clocked {
@@ -321,6 +335,9 @@ fn pass(
                 }
             }
         }
+        if !other.is_empty() {
+            in_calls += call.elapsed();
+        }
         if sample {
             let reserved = target.reserved(rt, device);
             if reserved != last_reserved {
@@ -342,8 +359,11 @@ fn pass(
             progress.update(i as u64);
         }
     }
-    let elapsed = started.elapsed();
-    let elapsed_second_half = at_half.map(|t| t.elapsed()).unwrap_or_default();
+    let (elapsed, elapsed_second_half) = if other.is_empty() {
+        (started.elapsed(), at_half.map(|t| t.elapsed()).unwrap_or_default())
+    } else {
+        (in_calls, in_calls - in_calls_at_half)
+    };
     let calls_at_end = calls();
     let plan = match &target {
         Target::Pool(pool) if kind.is_hipmem() => Some(pool.plan_counts()),
@@ -382,22 +402,24 @@ fn pass(
 }
 
 /// Replays `w` into `kind` on `device`, hipmem's pools with idle release of
-/// windows of `idle` on the trace's clock where the trace is timed. Err:
-/// the allocator cannot be set up here (the reason, for a note).
+/// windows of `idle` on the trace's clock where the trace is timed, `evict_kib`
+/// KiB of other memory written between operations in the timed pass (then
+/// only the calls are timed). Err: the allocator cannot be set up here (the
+/// reason, for a note).
 pub fn replay(
     rt: &Runtime,
     kind: PoolKind,
     device: usize,
     w: &Workload,
     want_layout: bool,
-    idle: Option<Duration>,
+    (idle, evict_kib): (Option<Duration>, usize),
     progress: &mut Progress,
 ) -> Result<PoolResult, String> {
     let idle = idle.filter(|_| w.timed && kind.is_hipmem());
     progress.begin(&format!("{} (timed)", kind.name()), w.ops.len() as u64);
-    let timed = pass(rt, kind, device, w, Record::Nothing, idle, progress)?;
+    let timed = pass(rt, kind, device, w, Record::Nothing, (idle, evict_kib), progress)?;
     progress.begin(&format!("{} (sampled)", kind.name()), w.ops.len() as u64);
-    let sampled = pass(rt, kind, device, w, Record::Samples { layout: want_layout }, idle, progress)?;
+    let sampled = pass(rt, kind, device, w, Record::Samples { layout: want_layout }, (idle, 0), progress)?;
     progress.done();
     let ops = w.ops.len() as u64;
     Ok(PoolResult {

@@ -41,6 +41,8 @@ pub struct ReplayArgs {
     /// hipmem's pools: the idle-release window on the trace's clock, in
     /// milliseconds (0: off).
     pub idle_release_ms: u64,
+    /// KiB of other memory written between operations (0: none).
+    pub evict_kib: usize,
 }
 
 /// `--idle-release-ms`'s default: the window hipmem's PyTorch interface uses.
@@ -112,7 +114,7 @@ pub fn replay(
     w: &Workload,
     kinds: &[PoolKind],
     device: usize,
-    idle: Option<std::time::Duration>,
+    (idle, evict_kib): (Option<std::time::Duration>, usize),
     progress: &mut Progress,
 ) -> Result<ReplayReport, String> {
     rt.check_device(device).map_err(|e| e.to_string())?;
@@ -121,7 +123,15 @@ pub fn replay(
     // The map is drawn for the first hipmem pool replayed.
     let mut want_layout = true;
     for &kind in kinds {
-        match engine::replay(rt, kind, device, w, want_layout && kind.is_hipmem(), idle, progress) {
+        match engine::replay(
+            rt,
+            kind,
+            device,
+            w,
+            want_layout && kind.is_hipmem(),
+            (idle, evict_kib),
+            progress,
+        ) {
             Ok(result) => {
                 if kind.is_hipmem() && result.layout_at_peak.is_some() {
                     want_layout = false;
@@ -178,8 +188,8 @@ pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
     let w = Workload::load(&args.trace).map_err(hipmem::Error::InvalidValue)?;
     let mut progress = Progress::on_terminal();
     let idle = (args.idle_release_ms > 0).then(|| std::time::Duration::from_millis(args.idle_release_ms));
-    let report =
-        replay(rt, &w, &kinds, args.device, idle, &mut progress).map_err(hipmem::Error::InvalidValue)?;
+    let report = replay(rt, &w, &kinds, args.device, (idle, args.evict_kib), &mut progress)
+        .map_err(hipmem::Error::InvalidValue)?;
     let backend = format!("{} device {}", report.backend, report.device);
     if let Some(path) = &args.svg {
         write_file(path, &svg::render(&w, &report.pools, &backend))?;

@@ -99,7 +99,7 @@ fn runtime() -> Runtime {
 }
 
 fn replay_all(w: &Workload) -> ReplayReport {
-    replay(&runtime(), w, &PoolKind::ALL, 0, None, &mut Progress::new(false)).unwrap()
+    replay(&runtime(), w, &PoolKind::ALL, 0, (None, 0), &mut Progress::new(false)).unwrap()
 }
 
 fn check_replay(w: &Workload, report: &ReplayReport, (peak, peak_granules, allocs): (u64, u64, u64)) {
@@ -180,6 +180,32 @@ fn the_pytorch_snapshot_replays_with_its_exact_peak() {
     assert!(!w.recorded_reserved.is_empty());
     let report = replay_all(&w);
     check_replay(&w, &report, expected_snapshot());
+}
+
+#[test]
+fn evicting_between_operations_times_the_calls_and_changes_nothing_else() {
+    let w = Workload::from_trace(TraceReader::new(TRACE, "training_loop.jsonl").unwrap()).unwrap();
+    let rt = runtime();
+    let run = |evict_kib| {
+        let r = replay(
+            &rt,
+            &w,
+            &[PoolKind::Vmm, PoolKind::Malloc],
+            0,
+            (None, evict_kib),
+            &mut Progress::new(false),
+        );
+        r.unwrap().pools
+    };
+    let (plain, evicted) = (run(0), run(256));
+    assert_eq!(plain.len(), 2);
+    for (a, b) in plain.iter().zip(&evicted) {
+        assert_eq!(a.pool, b.pool);
+        assert_eq!((a.failures, b.failures), (0, 0));
+        assert_eq!(a.peak_reserved_bytes, b.peak_reserved_bytes, "{}", a.pool);
+        assert_eq!(a.backend_calls, b.backend_calls, "{}", a.pool);
+        assert!(b.time_per_op_ns > 0.0 && b.time_per_op_second_half_ns > 0.0, "{}", b.pool);
+    }
 }
 
 fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
@@ -348,7 +374,7 @@ fn replay_releases_idle_memory_on_the_traces_clock() {
     };
     let rt = runtime();
     let run = |w: &Workload, idle: Option<std::time::Duration>| {
-        let r = replay(&rt, w, &[PoolKind::Vmm], 0, idle, &mut Progress::new(false)).unwrap();
+        let r = replay(&rt, w, &[PoolKind::Vmm], 0, (idle, 0), &mut Progress::new(false)).unwrap();
         r.pools.into_iter().next().unwrap()
     };
     let window = Some(std::time::Duration::from_millis(100));
@@ -420,7 +446,7 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     for (name, bytes) in RECORDED {
         let w = Workload::from_bytes(bytes, name).unwrap();
         assert!(w.timed, "{name}: the recording has times");
-        let report = replay(&rt, &w, &[PoolKind::Vmm], 0, window, &mut Progress::new(false)).unwrap();
+        let report = replay(&rt, &w, &[PoolKind::Vmm], 0, (window, 0), &mut Progress::new(false)).unwrap();
         let r = &report.pools[0];
         assert_eq!((r.failures, &r.first_failure), (0, &None), "{name}");
         let (whole, late) = bounds(name);

@@ -19,18 +19,32 @@ impl Runtime {
         // Fast path: the slot this thread used last on this stream; only
         // that stream's own lock is taken. (Memory that is not a pool block,
         // such as a mapping of an imported pool, is never in a slot.)
+        // (A pool whose plan runs has most of its blocks in the plan's arena,
+        // freed through the planner: it is asked first.)
         let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
-            (slot.pool_id, slot.free_fast(ptr.0), slot.pool_alive())
+            let planned = slot.has_arena() && slot.pool_alive();
+            let done = if planned { FastFree::NotHere } else { slot.free_fast(ptr.0) };
+            (slot.pool_id, done, slot.pool_alive(), planned)
         });
         let trace = |pool: u64| crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
         let tried = match fast {
-            Some((pool, FastFree::Done, true)) => {
+            Some((pool, FastFree::Done, true, _)) => {
                 trace(pool);
                 return Some(Ok(()));
             }
             None => None,
-            Some((pool, FastFree::NotHere, _)) => Some(pool),
-            Some((pool, done, _)) => {
+            // Straight to the planner, without the global lookup; a block it
+            // does not have takes the pool's path below (`PoolCore::free`).
+            Some((pool, FastFree::NotHere, true, true)) => {
+                if let Some(core) = table(self).get(pool) {
+                    if core.free_planned(ptr, &StreamRef::of(stream)) {
+                        return Some(Ok(()));
+                    }
+                }
+                None
+            }
+            Some((pool, FastFree::NotHere, _, _)) => Some(pool),
+            Some((pool, done, _, _)) => {
                 trace(pool);
                 if let Some(core) = table(self).get(pool) {
                     core.after_free(&core.slot_for(&StreamRef::of(stream)), evicted(done));

@@ -30,8 +30,11 @@
 //!    and every earlier free there must be safe for the requesting stream
 //!    (same stream, known complete, or ordered by an event); else the
 //!    request takes the pool's usual path. An allocation the plan does not
-//!    expect ends the plan; learning goes on, and the arena's pieces go
-//!    back to the heap once its blocks are freed.
+//!    expect ends the plan; learning starts afresh (it rests while a plan
+//!    serves), and the arena's pieces go back to the heap once its blocks
+//!    are freed. While every free in the arena was on one stream, frees are
+//!    not recorded one by one ([`Solo`]): a request on that stream may take
+//!    any free place.
 //!
 //! This file is the policy only (no backend calls): `planned.rs` calls it.
 #![forbid(unsafe_code)]
@@ -515,6 +518,26 @@ pub struct IdleArena {
     pub freed: Vec<(u64, Freed)>,
 }
 
+/// The streams of the arena's frees. While all were on one stream (a
+/// training loop on the default stream), a request on that stream may take
+/// any free place (the stream's own frees are ordered before it), so frees
+/// are not recorded one by one: that is two map operations fewer per
+/// allocation and one per free, which in a PyTorch step (where other work
+/// evicts the pool's state from the caches between calls) are cache misses.
+/// The latest free stands for all of them once another stream takes part:
+/// its tag is at least every earlier one's, so whatever makes it safe
+/// (completion, an event) makes them all safe.
+#[derive(Clone, Default)]
+enum Solo {
+    /// No free yet.
+    #[default]
+    Empty,
+    /// Every free was on this record's stream; the record is the latest.
+    One(Freed),
+    /// Frees are recorded in `freed`.
+    Mixed,
+}
+
 /// A pool's planner and the switches its fast paths read.
 #[derive(Debug)]
 pub struct PlanState {
@@ -590,8 +613,11 @@ pub struct Planner {
     old_arena: Option<Vec<(u64, u64)>>,
     /// Live blocks in the arena (current or old): address → bytes.
     live: BTreeMap<u64, u64>,
-    /// Frees in the arena not yet covered by a later block: address → record.
+    /// Frees in the arena not yet covered by a later block: address → record
+    /// (while [`Solo::Mixed`]).
     freed: BTreeMap<u64, Freed>,
+    /// Whether the arena's frees so far were all on one stream.
+    solo: Solo,
     /// Plans made, served allocations, plans ended (for reports and tests).
     pub counts: super::PlanCounts,
 }
@@ -686,7 +712,17 @@ impl Planner {
                 return Request::NeedArena;
             }
         }
-        let (ordinal, confirmed) = self.learner.observe(sig);
+        // While a plan serves, the learner rests: a period that repeats
+        // needs no learning, and learning touches several maps per call
+        // (in a PyTorch step, where other work evicts the pool's state from
+        // the caches between calls, each is a cache miss). An allocation
+        // the plan does not expect ends it, and learning starts afresh.
+        let resting = self.is_resting();
+        if resting && self.runner.as_ref().is_some_and(|r| r.plan.entries[r.pos].sig != sig) {
+            self.end_plan();
+        }
+        let resting = self.is_resting();
+        let (ordinal, confirmed) = if resting { (u64::MAX, None) } else { self.learner.observe(sig) };
         let mut serve = None;
         let mut ended = false;
         if let Some(r) = &mut self.runner {
@@ -707,9 +743,11 @@ impl Planner {
             self.end_plan();
         }
         if let Some(addr) = serve {
-            if self.take_place(addr, sig.size, safe) {
+            if self.take_place(addr, sig.size, sig.stream, safe) {
                 self.counts.served += 1;
-                self.learner.allocated(ordinal, addr);
+                if !resting {
+                    self.learner.allocated(ordinal, addr);
+                }
                 return Request::Serve(addr);
             }
             self.counts.missed += 1;
@@ -777,12 +815,30 @@ impl Planner {
     }
 
     /// Whether the block at `addr` may be taken now; if so, takes it.
-    fn take_place(&mut self, addr: u64, size: u64, safe: &mut dyn FnMut(&Freed) -> bool) -> bool {
+    fn take_place(
+        &mut self,
+        addr: u64,
+        size: u64,
+        stream: u64,
+        safe: &mut dyn FnMut(&Freed) -> bool,
+    ) -> bool {
         let (a0, a1) = (addr, addr + size);
         if let Some((&o, &l)) = self.live.range(..a1).next_back() {
             if o + l > a0 {
                 return false;
             }
+        }
+        match &self.solo {
+            Solo::Empty => {
+                self.live.insert(a0, size);
+                return true;
+            }
+            Solo::One(last) if last.clock.stream_id == stream => {
+                self.live.insert(a0, size);
+                return true;
+            }
+            Solo::One(_) => self.mix(),
+            Solo::Mixed => {}
         }
         // Earlier frees there: each must be safe for this stream.
         let first = self.freed.range(..a0).next_back().filter(|(f, r)| **f + r.len > a0).map(|(&f, _)| f);
@@ -790,20 +846,27 @@ impl Planner {
             self.live.insert(a0, size);
             return true;
         }
-        let keys: Vec<u64> = first.into_iter().chain(self.freed.range(a0..a1).map(|(&f, _)| f)).collect();
-        for k in &keys {
-            if !safe(&self.freed[k]) {
-                return false;
-            }
+        // (Checked in place, then removed one by one: no list is built, as
+        // this runs on every planned allocation.)
+        let earlier = first.and_then(|f| self.freed.get_key_value(&f));
+        if !earlier.into_iter().chain(self.freed.range(a0..a1)).all(|(_, r)| safe(r)) {
+            return false;
         }
-        for k in keys {
-            let r = self.freed.remove(&k).expect("present");
+        let trim = |freed: &mut BTreeMap<u64, Freed>, k: u64| {
+            let Some(r) = freed.remove(&k) else { return };
             if k < a0 {
-                self.freed.insert(k, Freed { len: a0 - k, ..r.clone() });
+                freed.insert(k, Freed { len: a0 - k, ..r.clone() });
             }
             if k + r.len > a1 {
-                self.freed.insert(a1, Freed { len: k + r.len - a1, ..r });
+                freed.insert(a1, Freed { len: k + r.len - a1, ..r });
             }
+        };
+        if let Some(k) = first {
+            trim(&mut self.freed, k);
+        }
+        // (What is left of each lies outside [a0, a1).)
+        while let Some(k) = self.freed.range(a0..a1).next().map(|(&f, _)| f) {
+            trim(&mut self.freed, k);
         }
         self.live.insert(a0, size);
         true
@@ -818,15 +881,57 @@ impl Planner {
     /// returns its size (the pool gives it back here); `record` describes
     /// the free.
     pub fn freed(&mut self, addr: u64, record: impl FnOnce(u64) -> Freed) -> Option<u64> {
-        self.learner.freed(addr);
+        if !self.is_resting() {
+            self.learner.freed(addr);
+        }
         let size = self.live.remove(&addr)?;
-        self.freed.insert(addr, record(size));
+        let r = record(size);
+        match &self.solo {
+            Solo::Empty => self.solo = Solo::One(r),
+            Solo::One(last) if last.clock.stream_id == r.clock.stream_id => self.solo = Solo::One(r),
+            Solo::One(_) => {
+                // (With the block live again for a moment: the records made
+                // for the earlier frees must not cover it.)
+                self.live.insert(addr, size);
+                self.mix();
+                self.live.remove(&addr);
+                self.freed.insert(addr, r);
+            }
+            Solo::Mixed => {
+                self.freed.insert(addr, r);
+            }
+        }
         Some(size)
+    }
+
+    /// From [`Solo::One`] to [`Solo::Mixed`]: every part of the arena that
+    /// no live block holds gets a record of the stream's latest free.
+    fn mix(&mut self) {
+        let Solo::One(last) = std::mem::replace(&mut self.solo, Solo::Mixed) else { return };
+        let pieces = self.pieces().to_vec();
+        for (base, len) in pieces {
+            let end = base + len;
+            let mut at = base;
+            let blocks: Vec<(u64, u64)> = self.live.range(base..end).map(|(&a, &l)| (a, l)).collect();
+            for (a, l) in blocks.into_iter().chain(std::iter::once((end, 0))) {
+                if a > at {
+                    self.freed.insert(at, Freed { len: a - at, ..last.clone() });
+                }
+                at = at.max(a + l);
+            }
+        }
     }
 
     /// Records a free seen by the learner only (not an arena block).
     pub fn note_free(&mut self, addr: u64) {
-        self.learner.freed(addr);
+        if !self.is_resting() {
+            self.learner.freed(addr);
+        }
+    }
+
+    /// Whether the learner rests: a plan serves (see [`Planner::request`]).
+    pub fn is_resting(&self) -> bool {
+        self.runner.as_ref().is_some_and(|r| r.started)
     }
 
     /// No arena could be made: the plan ends.
@@ -837,6 +942,10 @@ impl Planner {
 
     fn end_plan(&mut self) {
         if let Some(r) = self.runner.take() {
+            if r.started {
+                // The learner rested while the plan served: it starts afresh.
+                self.learner.forget();
+            }
             self.counts.ended += 1;
             tracing::debug!(target: "hipmem::pool", "a plan of {} allocations ended after {} served", r.plan.period(), self.counts.served);
             if let Some((pieces, _)) = r.arena {
@@ -878,7 +987,11 @@ impl Planner {
             }
             None => return None,
         };
-        let freed = std::mem::take(&mut self.freed).into_iter().collect();
+        let freed = match std::mem::take(&mut self.solo) {
+            // Every free was on one stream: its latest stands for all.
+            Solo::One(last) => pieces.iter().map(|&(a, len)| (a, Freed { len, ..last.clone() })).collect(),
+            Solo::Empty | Solo::Mixed => std::mem::take(&mut self.freed).into_iter().collect(),
+        };
         Some(IdleArena { pieces, freed })
     }
 
@@ -886,6 +999,10 @@ impl Planner {
     /// ended plan's, kept until they are.
     pub fn restore_arena(&mut self, idle: IdleArena) {
         self.old_arena = Some(idle.pieces);
+        if !idle.freed.is_empty() {
+            self.mix();
+            self.solo = Solo::Mixed;
+        }
         self.freed.extend(idle.freed);
     }
 
@@ -1004,6 +1121,11 @@ mod tests {
 
     /// A step: allocate `n` blocks of growing sizes, free them in reverse.
     fn step(p: &mut Planner, n: u64, base_addr: u64) -> Vec<u64> {
+        step_freed_on(p, n, base_addr, 1)
+    }
+
+    /// [`step`] with the blocks freed on stream `free_stream`.
+    fn step_freed_on(p: &mut Planner, n: u64, base_addr: u64, free_stream: u64) -> Vec<u64> {
         let mut addrs = Vec::new();
         for i in 0..n {
             let s = sig((i + 1) << 20);
@@ -1028,7 +1150,7 @@ mod tests {
         for &a in addrs.iter().rev() {
             let _ = p.freed(a, |len| Freed {
                 len,
-                clock: Arc::new(StreamClock::new(1)),
+                clock: Arc::new(StreamClock::new(free_stream)),
                 raw: RawStream::null(0),
                 tag: 0,
             });
@@ -1057,7 +1179,9 @@ mod tests {
         assert!(p.plan().is_none());
         assert!(p.has_old_arena());
         let idle = p.take_idle_arena(false).expect("idle");
-        assert_eq!(idle.freed.len(), 20);
+        // Every free was on one stream: one record (the latest free) per piece.
+        assert_eq!(idle.freed.len(), idle.pieces.len());
+        assert!(idle.freed.iter().zip(&idle.pieces).all(|((a, f), &(b, len))| *a == b && f.len == len));
     }
 
     /// A step of `n` blocks whose sizes repeat every `inner` (1 to `inner`
@@ -1114,9 +1238,10 @@ mod tests {
 
     #[test]
     fn a_place_that_is_not_safe_takes_the_usual_path() {
+        // Blocks allocated on stream 1 and freed on stream 2.
         let mut p = Planner::new();
         for k in 0..3 {
-            step(&mut p, 20, k << 36);
+            step_freed_on(&mut p, 20, k << 36, 2);
         }
         let served = p.counts.served;
         // Every earlier free in the arena is unsafe now.
@@ -1124,6 +1249,38 @@ mod tests {
         assert!(matches!(r, Request::Normal(_)), "{r:?}");
         assert_eq!(p.counts.served, served);
         assert_eq!(p.counts.missed, 1);
+    }
+
+    #[test]
+    fn frees_on_one_stream_stand_for_each_other_until_another_stream_comes() {
+        let mut p = Planner::new();
+        for k in 0..3 {
+            step(&mut p, 20, k << 36);
+        }
+        // Every free was on stream 1: a request on stream 1 asks nothing.
+        let served = p.counts.served;
+        let r = p.request(sig(1 << 20), &mut |_| panic!("a stream's own frees need no asking"));
+        assert!(matches!(r, Request::Serve(_)), "{r:?}");
+        assert_eq!(p.counts.served, served + 1);
+        let Request::Serve(a) = r else { unreachable!() };
+        // A free on stream 2: from now on each free is recorded, and the
+        // arena's other free memory carries stream 1's latest free (tag 0).
+        let _ = p.freed(a, |len| Freed {
+            len,
+            clock: Arc::new(StreamClock::new(2)),
+            raw: RawStream::null(0),
+            tag: 7,
+        });
+        let mut asked = Vec::new();
+        let r = p.request(sig(2 << 20), &mut |f| {
+            asked.push((f.clock.stream_id, f.tag));
+            true
+        });
+        assert!(matches!(r, Request::Serve(_)), "{r:?}");
+        assert!(
+            !asked.is_empty() && asked.iter().all(|&(s, t)| (s, t) == (1, 0) || (s, t) == (2, 7)),
+            "{asked:?}"
+        );
     }
 
     #[test]

@@ -222,6 +222,12 @@ impl Slot {
         }
     }
 
+    /// Whether the slot's pool has a plan's arena (whose blocks are freed
+    /// through the planner, not the slot).
+    pub fn has_arena(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.has_arena())
+    }
+
     /// Whether the slot's pool is not destroyed (a free into a destroyed
     /// pool must go through the pool, which gives unused memory back).
     pub fn pool_alive(&self) -> bool {

@@ -11,7 +11,8 @@
 //! hipmem's own allocator, file by file:
 //! - `core.rs`: the pool's state and the fast paths of allocation and free;
 //! - `stream_cache.rs`: each stream's front (its cache of freed blocks, its
-//!   live blocks), reached without any shared lock;
+//!   live blocks), reached without any shared lock (`addr_hash.rs`: the
+//!   hash of its maps and the planner's);
 //! - `reuse.rs`: **the reuse rules**, what an allocation that missed its
 //!   stream's cache may take, in order;
 //! - `placement.rs`: best-fit placement, splitting, coalescing;
@@ -36,6 +37,7 @@
 //! one). All of it is safe Rust.
 #![forbid(unsafe_code)]
 
+mod addr_hash;
 mod backing;
 mod buffer;
 pub(crate) mod core;

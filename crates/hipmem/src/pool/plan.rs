@@ -39,9 +39,10 @@
 //! This file is the policy only (no backend calls): `planned.rs` calls it.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use super::addr_hash::AddrMap;
 use crate::backend::RawStream;
 use crate::runtime::ordering::StreamClock;
 
@@ -373,9 +374,9 @@ struct Learner {
     /// For each allocation, how many allocations had been made when it was
     /// freed (u64::MAX: live).
     freed_at: VecDeque<u64>,
-    live: HashMap<u64, u64>,
+    live: AddrMap<u64>,
     /// The last ordinal that ended each window hash.
-    last_seen: HashMap<u64, u64>,
+    last_seen: AddrMap<u64>,
     rolling: u64,
     period: u64,
     matched: u64,

@@ -15,7 +15,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -53,23 +53,7 @@ pub struct CachedBlock {
     pub tag: u64,
 }
 
-/// A multiplicative hash for block addresses (256-byte aligned numbers).
-#[derive(Default)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (n >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
-    }
-}
+pub use super::addr_hash::AddrHasher;
 
 /// Address → block size.
 pub type LiveMap = HashMap<u64, u64, BuildHasherDefault<AddrHasher>>;

@@ -1017,8 +1017,18 @@ fn device_reset_frees_the_device_and_its_handles() {
         let mut h: *mut c_void = null_mut();
         assert_eq!(hipHostMalloc(&mut h, 64, 0), hipSuccess);
         assert_eq!(hipDeviceReset(), hipSuccess);
-        assert_eq!(hipFree(p), hipErrorInvalidValue, "freed by the reset");
-        assert_eq!(hipFree(pitched), hipErrorInvalidValue, "freed by the reset");
+        // Freed by the reset: no longer memory of this device. (Not checked
+        // with hipFree: another test's thread may have been given the same
+        // address on device 0 meanwhile, and a free would take its memory.)
+        for gone in [p, pitched] {
+            let mut ordinal: c_int = 5;
+            let r =
+                hipPointerGetAttribute((&raw mut ordinal).cast(), HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL, gone);
+            assert!(
+                r == hipErrorInvalidValue || (r == hipSuccess && ordinal != last),
+                "freed by the reset: {r} {ordinal}"
+            );
+        }
         assert_eq!(hipStreamSynchronize(s), hipErrorInvalidHandle, "destroyed by the reset");
         assert_eq!(hipEventQuery(e), hipErrorInvalidHandle, "destroyed by the reset");
         assert_eq!(hipHostFree(h), hipSuccess, "page-locked memory is not the device's");

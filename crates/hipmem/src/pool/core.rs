@@ -321,6 +321,12 @@ impl PoolCore {
     /// Frees a block of this pool in the order of the stream with `clock`.
     /// Returns false if `ptr` is not a live block of this pool.
     pub(crate) fn free(&self, ptr: DevicePtr, stream: &StreamRef<'_>) -> bool {
+        self.free_with(ptr, stream, true)
+    }
+
+    /// [`PoolCore::free`]; `ask_planner` false when the planner was asked
+    /// already (`free.rs`).
+    pub(crate) fn free_with(&self, ptr: DevicePtr, stream: &StreamRef<'_>, ask_planner: bool) -> bool {
         use super::stream_cache::FastFree;
         let primary = stream.primary_slot(self.id);
         let other;
@@ -335,7 +341,7 @@ impl PoolCore {
             FastFree::Done => None,
             FastFree::Evicted(b) => Some(b),
             FastFree::NotHere => {
-                if self.plan.has_arena() && self.free_planned(ptr, stream) {
+                if ask_planner && self.plan.has_arena() && self.free_planned(ptr, stream) {
                     return true;
                 }
                 let Some(size) = self.take_live_elsewhere(ptr.0, slot.stream_id()) else { return false };

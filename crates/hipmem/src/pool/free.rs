@@ -22,9 +22,10 @@ impl Runtime {
         // (A pool whose plan runs has most of its blocks in the plan's arena,
         // freed through the planner: it is asked first.)
         let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
-            let planned = slot.has_arena() && slot.pool_alive();
+            let alive = slot.pool_alive();
+            let planned = alive && slot.has_arena();
             let done = if planned { FastFree::NotHere } else { slot.free_fast(ptr.0) };
-            (slot.pool_id, done, slot.pool_alive(), planned)
+            (slot.pool_id, done, alive, planned)
         });
         let trace = |pool: u64| crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
         let tried = match fast {
@@ -34,14 +35,16 @@ impl Runtime {
             }
             None => None,
             // Straight to the planner, without the global lookup; a block it
-            // does not have takes the pool's path below (`PoolCore::free`).
+            // does not have takes the pool's own path (its slots), and one
+            // of another pool the global lookup below.
             Some((pool, FastFree::NotHere, true, true)) => {
                 if let Some(core) = table(self).get(pool) {
-                    if core.free_planned(ptr, &StreamRef::of(stream)) {
+                    let s = StreamRef::of(stream);
+                    if core.free_planned(ptr, &s) || core.free_with(ptr, &s, false) {
                         return Some(Ok(()));
                     }
                 }
-                None
+                Some(pool)
             }
             Some((pool, FastFree::NotHere, _, _)) => Some(pool),
             Some((pool, done, _, _)) => {

@@ -718,8 +718,7 @@ impl Planner {
         // (in a PyTorch step, where other work evicts the pool's state from
         // the caches between calls, each is a cache miss). An allocation
         // the plan does not expect ends it, and learning starts afresh.
-        let resting = self.is_resting();
-        if resting && self.runner.as_ref().is_some_and(|r| r.plan.entries[r.pos].sig != sig) {
+        if self.is_resting() && self.runner.as_ref().is_some_and(|r| r.plan.entries[r.pos].sig != sig) {
             self.end_plan();
         }
         let resting = self.is_resting();
@@ -829,18 +828,17 @@ impl Planner {
                 return false;
             }
         }
-        match &self.solo {
-            Solo::Empty => {
-                self.live.insert(a0, size);
-                return true;
-            }
-            Solo::One(last) if last.clock.stream_id == stream => {
-                self.live.insert(a0, size);
-                return true;
-            }
-            Solo::One(_) => self.mix(),
-            Solo::Mixed => {}
+        // No free yet, or all on this stream: nothing to ask.
+        let own = match &self.solo {
+            Solo::Empty => true,
+            Solo::One(last) => last.clock.stream_id == stream,
+            Solo::Mixed => false,
+        };
+        if own {
+            self.live.insert(a0, size);
+            return true;
         }
+        self.mix();
         // Earlier frees there: each must be safe for this stream.
         let first = self.freed.range(..a0).next_back().filter(|(f, r)| **f + r.len > a0).map(|(&f, _)| f);
         if first.is_none() && self.freed.range(a0..a1).next().is_none() {

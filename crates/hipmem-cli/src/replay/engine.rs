@@ -124,6 +124,12 @@ pub struct PoolResult {
     pub reserved_over_live_second_half: f64,
     /// hipmem's pools: what learned layouts did in the timed pass.
     pub plan: Option<hipmem::pool::PlanCounts>,
+    /// The operation after which the reserved bytes first reached their
+    /// most (sampled between operations): with `first_planned_op`, whether
+    /// the peak fell in the steps a pool learned from or while a plan ran.
+    pub peak_reserved_op: Option<u64>,
+    /// hipmem's pools: the first operation a learned layout served.
+    pub first_planned_op: Option<u64>,
     /// hipmem's pools: the idle-release window on the trace's clock, in
     /// milliseconds (None: off; the pool keeps what is freed).
     pub idle_release_ms: Option<u64>,
@@ -233,6 +239,8 @@ struct Pass {
     first_failure: Option<String>,
     series: Vec<(u32, u64)>,
     peak_reserved: u64,
+    peak_op: Option<u64>,
+    first_planned_op: Option<u64>,
     late_reserved: u64,
     late_live: u64,
     plan: Option<hipmem::pool::PlanCounts>,
@@ -278,6 +286,8 @@ fn pass(
     let mut series = Vec::new();
     let mut last_reserved = u64::MAX;
     let mut peak_reserved = 0;
+    let mut peak_reserved_op = None;
+    let mut first_planned_op = None;
     let (mut late_reserved, mut late_live, mut live) = (0u64, 0u64, 0u64);
     let mut layout = None;
     let peak_op = w.peak_op.unwrap_or(usize::MAX);
@@ -343,11 +353,21 @@ fn pass(
             if reserved != last_reserved {
                 series.push((i as u32, reserved));
                 last_reserved = reserved;
-                peak_reserved = peak_reserved.max(reserved);
+                if reserved > peak_reserved {
+                    peak_reserved = reserved;
+                    peak_reserved_op = Some(i as u64);
+                }
             }
             if i >= half {
                 late_reserved = late_reserved.max(reserved);
                 late_live = late_live.max(live);
+            }
+            if first_planned_op.is_none() && kind.is_hipmem() {
+                if let Target::Pool(pool) = &target {
+                    if pool.plan_counts().served > 0 {
+                        first_planned_op = Some(i as u64);
+                    }
+                }
             }
             if want_layout && i == peak_op {
                 if let Target::Pool(pool) = &target {
@@ -393,6 +413,8 @@ fn pass(
         first_failure,
         series,
         peak_reserved,
+        peak_op: peak_reserved_op,
+        first_planned_op,
         late_reserved,
         late_live,
         plan,
@@ -450,6 +472,8 @@ pub fn replay(
             sampled.late_reserved as f64 / sampled.late_live as f64
         },
         plan: timed.plan,
+        peak_reserved_op: sampled.peak_op,
+        first_planned_op: sampled.first_planned_op,
         idle_release_ms: idle.map(|w| w.as_millis() as u64),
         reserved_series: sampled.series,
         layout_at_peak: sampled.layout,

@@ -281,6 +281,18 @@ fn print_table(r: &ReplayReport, w: &Workload) {
                 p.pool, c.plans, c.served, c.missed, c.ended
             );
         }
+        if let (Some(first), Some(peak)) = (p.first_planned_op, p.peak_reserved_op) {
+            println!(
+                "{}: a plan served from op {first} of {}; the most memory was held after op {peak}, {}",
+                p.pool,
+                p.ops,
+                if peak < first {
+                    "while the pool learned (the trace's first steps: see the second half)"
+                } else {
+                    "while a plan ran"
+                }
+            );
+        }
     }
     for p in r.pools.iter().filter(|p| p.first_failure.is_some()) {
         println!("{}: first failure: {}", p.pool, p.first_failure.as_deref().unwrap_or(""));

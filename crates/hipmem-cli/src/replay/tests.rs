@@ -476,8 +476,22 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         let calls = r.backend_calls.expect("hipmem's pool counts its driver calls");
         assert!(calls <= most_calls(name), "{name}: {calls} driver calls (at most {})", most_calls(name));
         let plan = r.plan.expect("hipmem's pool reports its plans");
+        let peak_op = r.peak_reserved_op.expect("the sampled pass finds the peak");
+        assert!(peak_op < r.ops, "{name}: peak after op {peak_op} of {}", r.ops);
         if name.ends_with("_train") || name == "side_stream" {
             assert!(plan.plans >= 1 && plan.served > 0, "{name}: the training step is planned: {plan:?}");
+            let first = r.first_planned_op.expect("a planned run says where its plan began");
+            assert!(first < r.ops / 2, "{name}: the plan serves from op {first} of {}", r.ops);
+            // What the whole trace holds beyond the steady state's bound
+            // comes from the steps the pool learned from.
+            if r.reserved_over_live > late {
+                assert!(
+                    peak_op < first,
+                    "{name}: the peak (after op {peak_op}) came while a plan ran (from op {first})"
+                );
+            }
+        } else {
+            assert_eq!(r.first_planned_op.is_some(), plan.served > 0, "{name}");
         }
     }
 }

@@ -4,7 +4,8 @@
 Runs each (workload, allocator) pair in a fresh process, over several
 repetitions whose allocator order alternates, and prints, for each pair, the
 median step time and the peak reserved / peak allocated memory after a
-warm-up:
+warm-up (and, as "warm-up", the same ratio over the warm-up's steps, where
+an allocator learns):
 
   native       PyTorch's caching allocator
   expandable   the caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -282,6 +283,7 @@ def child(args):
     for i in range(args.warmup):
         step(i)
     torch.cuda.synchronize()
+    warm = stats()
     reset()
     times = []
     for i in range(args.warmup, args.warmup + args.steps):
@@ -301,6 +303,8 @@ def child(args):
         "workload": args.workload, "allocator": args.allocator, "ok": ok, "detail": detail,
         "step_ms": statistics.median(times) * 1e3, "steps": len(times),
         "reserved_high": s["reserved_high"], "allocated_high": s["allocated_high"],
+        # The warm-up's peaks: the run's first steps, where an allocator learns.
+        "warmup_reserved_high": warm["reserved_high"], "warmup_allocated_high": warm["allocated_high"],
     }), flush=True)
 
 
@@ -353,11 +357,15 @@ def summarize(results, allocators, workloads):
             res = max(r["reserved_high"] for r in good)
             alloc = max(r["allocated_high"] for r in good)
             ratios = [r["reserved_high"] / r["allocated_high"] for r in good if r["allocated_high"]]
+            warm = [r["warmup_reserved_high"] / r["warmup_allocated_high"]
+                    for r in good if r.get("warmup_allocated_high")]
             rows.append((w, a, f"{step:.1f}", f"{step / base:.3f}" if base else "-",
                          f"{res / 2**30:.2f}", f"{alloc / 2**30:.2f}",
                          f"{max(ratios):.3f}" if ratios else "-",
+                         f"{max(warm):.3f}" if warm else "-",
                          f"{len(good)}/{len(rs)} ok; " + good[-1].get("detail", "")))
-    head = ("workload", "allocator", "step ms", "vs native", "reserved GiB", "allocated GiB", "res/alloc", "check")
+    head = ("workload", "allocator", "step ms", "vs native", "reserved GiB", "allocated GiB", "res/alloc",
+            "warm-up", "check")
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
     for row in [head] + rows:
         print("  ".join(str(x).ljust(wd) for x, wd in zip(row, widths)))

@@ -431,7 +431,8 @@ const RECORDED: [(&str, &[u8]); 6] = [
 /// on the traces' clocks (as hipmem's PyTorch interface runs): peak reserved
 /// / peak live over the whole trace and over its second half (peaks reset
 /// at the midpoint, as after a warm-up), no failed allocation, and every
-/// training step after the first few served from a learned layout. The
+/// training step from the second on served from a learned layout (the
+/// second and third from a plan of the step before them). The
 /// bounds are the figures of this build with a little room (the CPU
 /// backend completes frees on its own threads, so a run may differ
 /// slightly): a regression in the pool's placement, growth or release
@@ -441,9 +442,9 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     // (whole trace, second half) at most; the whole trace includes the
     // steps before a plan starts.
     let bounds = |name: &str| match name {
-        "gpt_train" => (1.05, 1.03),
-        "ckpt_train" => (1.07, 1.03),
-        "cnn_train" => (1.05, 1.03),
+        "gpt_train" => (1.02, 1.02),
+        "ckpt_train" => (1.04, 1.03),
+        "cnn_train" => (1.02, 1.02),
         "side_stream" => (1.20, 1.03),
         _ => (1.03, 1.03),
     };
@@ -481,10 +482,15 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         if name.ends_with("_train") || name == "side_stream" {
             assert!(plan.plans >= 1 && plan.served > 0, "{name}: the training step is planned: {plan:?}");
             let first = r.first_planned_op.expect("a planned run says where its plan began");
-            assert!(first < r.ops / 2, "{name}: the plan serves from op {first} of {}", r.ops);
+            // The training runs' second steps are planned (what comes
+            // before, model set-up and the first step, is about a tenth of
+            // the trace); the side stream's period is too short for a plan
+            // of one step before it is confirmed.
+            let by = if name == "side_stream" { r.ops / 2 } else { r.ops / 8 };
+            assert!(first < by, "{name}: the plan serves from op {first} of {}", r.ops);
             // What the whole trace holds beyond the steady state's bound
-            // comes from the steps the pool learned from.
-            if r.reserved_over_live > late {
+            // comes from the steps before a plan.
+            if r.reserved_over_live > late && name == "side_stream" {
                 assert!(
                     peak_op < first,
                     "{name}: the peak (after op {peak_op}) came while a plan ran (from op {first})"

@@ -31,10 +31,22 @@
 //!    (same stream, known complete, or ordered by an event); else the
 //!    request takes the pool's usual path. An allocation the plan does not
 //!    expect ends the plan; learning starts afresh (it rests while a plan
-//!    serves), and the arena's pieces go back to the heap once its blocks
-//!    are freed. While every free in the arena was on one stream, frees are
-//!    not recorded one by one ([`Solo`]): a request on that stream may take
-//!    any free place.
+//!    serves), and the arena goes back to the heap, its live blocks taken
+//!    over by the pool's usual path ([`Planner::take_old_arena_with_live`]).
+//!    While every free in the arena was on one stream, frees are not
+//!    recorded one by one ([`Solo`]): a request on that stream may take any
+//!    free place.
+//! 5. **The first steps.** A period is confirmed over two occurrences, and a
+//!    training run's first step has allocations no later step has (a
+//!    library's workspace, the optimizer's state), so the second and third
+//!    steps would be placed online, and that is where an online pool holds
+//!    the most. Shortly after a window never seen before, the learner looks
+//!    for the earlier occurrence of the window that the allocations before
+//!    it match longest, skipping blocks the earlier stretch never freed
+//!    ([`Learner::align`]); the rest of that stretch, as it went, is a
+//!    *provisional plan* for the rest of this one ([`Planner::try_provisional`]).
+//!    Replayed, the recorded PyTorch training runs then hold 1.005-1.032 of
+//!    their peak over the whole run, from 1.038-1.051.
 //!
 //! This file is the policy only (no backend calls): `planned.rs` calls it.
 #![forbid(unsafe_code)]
@@ -117,6 +129,9 @@ pub struct Plan {
     arena: u64,
     /// The position where the plan starts running (its quiet point).
     quiet: usize,
+    /// The circle its lifetimes are laid out on: the period, or for a plan
+    /// of one occurrence's rest, twice it (no block wraps onto another).
+    circle: u64,
 }
 
 impl Plan {
@@ -347,7 +362,7 @@ pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
         return Err(Rejected::NoQuietPoint);
     }
     let arena = layout(&lives, period, &[]).extra;
-    Ok(Plan { entries, lives, arena, quiet })
+    Ok(Plan { entries, lives, arena, quiet, circle: period })
 }
 
 /// What a request gets from the planner.
@@ -377,6 +392,11 @@ struct Learner {
     live: AddrMap<u64>,
     /// The last ordinal that ended each window hash.
     last_seen: AddrMap<u64>,
+    /// For each allocation, the one before it that ended the same window
+    /// (u64::MAX: none), a chain through every occurrence of a window.
+    prev_same: VecDeque<u64>,
+    /// Allocations since the last window never seen before.
+    since_novel: u64,
     rolling: u64,
     period: u64,
     matched: u64,
@@ -386,6 +406,11 @@ struct Learner {
     /// Bytes of the blocks in `live`, and their most since learning (re)started.
     live_bytes: u64,
     peak_live: u64,
+    /// The distance back to the stretch the last allocation's window fell
+    /// in step with, if it proposed one (see [`Learner::align`]).
+    proposed: Option<u64>,
+    /// The last distance a provisional plan was tried for, and when.
+    tried: (u64, u64),
 }
 
 /// Multiplier of the rolling hash.
@@ -409,9 +434,13 @@ impl Learner {
         self.hashes.push_back(h);
         self.freed_at.push_back(u64::MAX);
         self.fruitless += 1;
+        self.proposed = None;
         // Rolling hash of the last WINDOW allocations.
         self.rolling = self.rolling.wrapping_mul(MUL).wrapping_add(h);
         let len = self.sigs.len();
+        if len < WINDOW {
+            self.prev_same.push_back(u64::MAX);
+        }
         if len > WINDOW {
             let old = self.hashes[len - 1 - WINDOW];
             self.rolling = self.rolling.wrapping_sub(old.wrapping_mul(MUL.wrapping_pow(WINDOW as u32)));
@@ -424,8 +453,20 @@ impl Learner {
         }
         if len >= WINDOW {
             let key = self.rolling;
+            let last = self.last_seen.get(&key).copied();
+            self.prev_same.push_back(last.unwrap_or(u64::MAX));
+            // Windows seen before, shortly after one never seen: the
+            // sequence may have fallen in step with an earlier stretch (a
+            // step's start, past the first step's one-off allocations):
+            // propose a provisional plan.
+            if last.is_none() {
+                self.since_novel = 0;
+            } else if self.since_novel < ALIGN_SPAN {
+                self.since_novel += 1;
+                self.proposed = self.align(n);
+            }
             if self.period == 0 {
-                if let Some(&f) = self.last_seen.get(&key) {
+                if let Some(f) = last {
                     // A distance shorter than the least period looked for (a
                     // repetition inside the step that was rejected, or too
                     // short) proposes its least multiple that is long enough:
@@ -459,6 +500,7 @@ impl Learner {
         self.sigs.drain(..drop);
         self.hashes.drain(..drop);
         self.freed_at.drain(..drop);
+        self.prev_same.drain(..drop);
         self.base += drop as u64;
         let base = self.base;
         self.last_seen.retain(|_, &mut o| o >= base);
@@ -492,6 +534,87 @@ impl Learner {
     /// `period` allocations.
     fn period_before(&self, period: u64) -> Option<(Vec<Sig>, Vec<Option<u64>>)> {
         let end = self.next().checked_sub(period)?;
+        let start = end.checked_sub(period)?;
+        if start < self.base {
+            return None;
+        }
+        let (mut sigs, mut lens) = (Vec::new(), Vec::new());
+        for o in start..end {
+            let i = (o - self.base) as usize;
+            sigs.push(self.sigs[i]);
+            let f = self.freed_at[i];
+            lens.push((f != u64::MAX).then(|| f - o));
+        }
+        Some((sigs, lens))
+    }
+
+    /// The distance to the earlier occurrence of the window ending at `n`
+    /// (more than two windows back) that the sequence before the window
+    /// matches longest, going back past blocks the earlier stretch never
+    /// freed (one-off allocations of a first step); the newest of equals.
+    /// None if none matches a single allocation before the window (a
+    /// window inside repeated layers matches every layer alike).
+    fn align(&self, n: u64) -> Option<u64> {
+        let mut best: Option<(u64, u64)> = None; // (score, distance)
+        let mut f = self.last_seen.get(&self.rolling).copied();
+        let mut seen = 0;
+        while let Some(at) = f.filter(|&at| at >= self.base && at != u64::MAX) {
+            seen += 1;
+            if seen > 64 {
+                break;
+            }
+            let d = n - at;
+            if d > MAX_PERIOD as u64 {
+                break;
+            }
+            if d > 2 * WINDOW as u64 && (0..WINDOW as u64).all(|i| self.sig(n - i) == self.sig(at - i)) {
+                let score = self.match_back(n - WINDOW as u64, at.saturating_sub(WINDOW as u64), at);
+                // (Occurrences come newest first: on a tie the newest wins,
+                // the stretch most like what follows.)
+                if best.is_none_or(|(b, _)| score > b) {
+                    best = Some((score, d));
+                }
+            }
+            f = self.prev_same.get((at - self.base) as usize).copied();
+        }
+        let (score, d) = best?;
+        tracing::trace!(target: "hipmem::pool", "aligned at {n} with {d} back: {score} more matched");
+        (score >= 1).then_some(d)
+    }
+
+    /// How many allocations before `a` match those before `b` (both
+    /// included), skipping on `b`'s side blocks never freed; `a` stays
+    /// above `floor`.
+    fn match_back(&self, mut a: u64, mut b: u64, floor: u64) -> u64 {
+        let mut score = 0;
+        for _ in 0..512 {
+            if a <= floor || b < self.base {
+                break;
+            }
+            if self.sig(a) == self.sig(b) {
+                score += 1;
+                a -= 1;
+                b = match b.checked_sub(1) {
+                    Some(b) => b,
+                    None => break,
+                };
+            } else if self.freed_at.get((b - self.base) as usize) == Some(&u64::MAX) {
+                b = match b.checked_sub(1) {
+                    Some(b) => b,
+                    None => break,
+                };
+            } else {
+                break;
+            }
+        }
+        score
+    }
+
+    /// The sizes, streams and lifetimes (so far) of the stretch a distance
+    /// was just proposed for: the `period` allocations before the window
+    /// that proposed it (the window starts the next occurrence).
+    fn occurrence(&self, period: u64) -> Option<(Vec<Sig>, Vec<Option<u64>>)> {
+        let end = self.next().checked_sub(WINDOW as u64)?;
         let start = end.checked_sub(period)?;
         if start < self.base {
             return None;
@@ -603,6 +726,69 @@ struct Runner {
     /// laid out; the plan serves only then, from its quiet point on.
     arena: Option<(Pieces, Vec<Option<u64>>)>,
     started: bool,
+    /// Planned from one occurrence (see [`Planner::try_provisional`]): it
+    /// serves the rest of the next one only, the learner goes on learning,
+    /// and entries not freed in that occurrence may be skipped.
+    provisional: bool,
+    /// Set when a provisional plan has followed its occurrence to the end.
+    done: bool,
+}
+
+/// Bytes of planned blocks live at position `pos` of a circle (before the
+/// allocation there is made).
+fn live_at(lives: &[Life], circle: u64, pos: u64) -> u64 {
+    lives.iter().filter(|l| l.start != pos && (pos + circle - l.start) % circle < l.len).map(|l| l.size).sum()
+}
+
+/// Allocations after a window never seen before during which the learner
+/// looks for the earlier stretch the sequence is in step with.
+const ALIGN_SPAN: u64 = 64;
+
+/// Allocations a provisional plan must follow before it starts (a wrong
+/// alignment costs an arena).
+const CONFIRM: usize = 16;
+
+/// The most one-off entries a provisional plan skips at once.
+const MAX_SKIP: usize = 256;
+/// Provisional plans in a row that ended before their occurrence did,
+/// after which none is made until a plan is confirmed.
+const MAX_PROVISIONAL_MISSES: u32 = 3;
+
+impl Runner {
+    /// Moves to the entry for `sig`: the next one, or for a provisional
+    /// plan the first after one-off entries (blocks its occurrence never
+    /// freed: they have no place, so skipping them moves nothing).
+    fn follow(&mut self, sig: Sig) -> bool {
+        let entries = &self.plan.entries;
+        if entries[self.pos].sig == sig {
+            return true;
+        }
+        // (Not before it starts: the allocations up to there confirm it.)
+        if !self.provisional || self.pos < self.plan.quiet {
+            return false;
+        }
+        // (Not past the occurrence's end, where the plan ends.)
+        let n = entries.len();
+        for k in 1..=MAX_SKIP.min(n - 1 - self.pos) {
+            let e = &entries[self.pos + k - 1];
+            if e.life.is_some() {
+                return false;
+            }
+            if entries[self.pos + k].sig == sig {
+                self.pos += k;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Moves past the entry just followed.
+    fn advance(&mut self) {
+        self.pos = (self.pos + 1) % self.plan.entries.len();
+        if self.provisional && self.pos == 0 {
+            self.done = true;
+        }
+    }
 }
 
 /// The planner of one pool (behind the pool's lock for it).
@@ -619,6 +805,8 @@ pub struct Planner {
     freed: BTreeMap<u64, Freed>,
     /// Whether the arena's frees so far were all on one stream.
     solo: Solo,
+    /// Provisional plans in a row that ended early.
+    provisional_misses: u32,
     /// Plans made, served allocations, plans ended (for reports and tests).
     pub counts: super::PlanCounts,
 }
@@ -663,6 +851,12 @@ impl Planner {
         self.runner.as_ref().is_some_and(|r| r.arena.is_none())
     }
 
+    /// Whether the plan waiting for its arena is provisional (its arena is
+    /// mapped as any growth is: it may be handed over with live blocks).
+    pub fn waits_provisionally(&self) -> bool {
+        self.runner.as_ref().is_some_and(|r| r.arena.is_none() && r.provisional)
+    }
+
     /// Whether a plan runs or waits to start.
     pub fn has_runner(&self) -> bool {
         self.runner.is_some()
@@ -675,17 +869,25 @@ impl Planner {
         let (ordinal, confirmed) = self.learner.observe(sig);
         self.learner.allocated(ordinal, addr);
         let mut ended = false;
-        match &mut self.runner {
-            Some(r) if r.plan.entries[r.pos].sig == sig => r.pos = (r.pos + 1) % r.plan.entries.len(),
-            Some(_) => ended = true,
-            None => {
-                if let Some(p) = confirmed {
-                    self.try_plan(p);
+        if let Some(r) = &mut self.runner {
+            if r.follow(sig) {
+                r.advance();
+                if r.done {
+                    self.finish_provisional();
                 }
+            } else {
+                ended = true;
             }
         }
         if ended {
             self.end_plan();
+        }
+        if self.runner.is_none() {
+            if let Some(p) = confirmed {
+                self.try_plan(p);
+            } else if let Some(p) = self.learner.proposed {
+                self.try_provisional(p);
+            }
         }
     }
 
@@ -705,12 +907,14 @@ impl Planner {
     pub fn request(&mut self, sig: Sig, safe: &mut dyn FnMut(&Freed) -> bool) -> Request {
         // A plan at its quiet point without an arena: make one first.
         if let Some(r) = &self.runner {
-            if r.arena.is_none()
-                && r.pos == r.plan.quiet
-                && r.plan.entries[r.pos].sig == sig
-                && self.old_arena.is_none()
-            {
-                return Request::NeedArena;
+            if r.arena.is_none() && r.pos == r.plan.quiet && r.plan.entries[r.pos].sig == sig {
+                if self.old_arena.is_none() {
+                    return Request::NeedArena;
+                }
+                if r.provisional && !r.started {
+                    // A provisional plan starts where it was made, or never.
+                    self.runner = None;
+                }
             }
         }
         // While a plan serves, the learner rests: a period that repeats
@@ -726,21 +930,25 @@ impl Planner {
         let mut serve = None;
         let mut ended = false;
         if let Some(r) = &mut self.runner {
-            let pos = r.pos;
-            if r.plan.entries[pos].sig != sig {
+            if !r.follow(sig) {
                 ended = true;
             } else {
+                let pos = r.pos;
                 if pos == r.plan.quiet && r.arena.is_some() {
                     r.started = true;
                 }
-                r.pos = (pos + 1) % r.plan.entries.len();
                 if let (true, Some((_, addrs))) = (r.started, &r.arena) {
                     serve = addrs[pos];
                 }
+                r.advance();
             }
         }
         if ended {
             self.end_plan();
+        } else if self.runner.as_ref().is_some_and(|r| r.done) {
+            // (Its last block is served first; the arena goes back once
+            // its blocks are freed.)
+            self.finish_provisional();
         }
         if let Some(addr) = serve {
             if self.take_place(addr, sig.size, sig.stream, safe) {
@@ -752,9 +960,11 @@ impl Planner {
             }
             self.counts.missed += 1;
         }
-        if self.runner.is_none() {
+        if self.runner.is_none() && !resting {
             if let Some(p) = confirmed {
                 self.try_plan(p);
+            } else if let Some(p) = self.learner.proposed {
+                self.try_provisional(p);
             }
         }
         Request::Normal(ordinal)
@@ -764,13 +974,29 @@ impl Planner {
     fn try_plan(&mut self, p: u64) {
         let Some((sigs, lens)) = self.learner.period_before(p) else { return };
         match build(&sigs, &lens) {
-            Ok(plan) => {
+            Ok(mut plan) => {
+                // Start at once where that holds little more than the
+                // quiet point (the period was confirmed at its boundary).
+                let circle = plan.circle;
+                let at_quiet = live_at(&plan.lives, circle, plan.quiet as u64);
+                let now = live_at(&plan.lives, circle, 0);
+                if plan.quiet != 0 && now <= at_quiet + (plan.arena / 100).max(2 << 20) {
+                    plan.quiet = 0;
+                }
                 self.counts.plans += 1;
                 self.learner.fruitless = 0;
                 tracing::debug!(target: "hipmem::pool", "planned a period of {p} allocations: {} placed, {} bytes in one piece, starting at {}", plan.planned(), plan.arena, plan.quiet);
                 // The next allocation is position 0 of the period (the
                 // period planned starts 2p before the next one).
-                self.runner = Some(Runner { plan, pos: 0, arena: None, started: false });
+                self.provisional_misses = 0;
+                self.runner = Some(Runner {
+                    plan,
+                    pos: 0,
+                    arena: None,
+                    started: false,
+                    provisional: false,
+                    done: false,
+                });
             }
             Err(why) => {
                 self.counts.rejected += 1;
@@ -782,10 +1008,85 @@ impl Planner {
         }
     }
 
+    /// Plans the rest of a stretch from the one it fell in step with (see
+    /// [`Learner::align`]): the first steps of a training loop, placed
+    /// online before a period is confirmed, are where a pool holds the most.
+    /// The blocks the earlier stretch allocated from [`CONFIRM`]
+    /// allocations past the window that proposed it, and freed, are laid
+    /// out in a line (no wrap: the plan serves this stretch only); blocks
+    /// it never freed (the first step's optimizer state, a library's
+    /// workspace) have no place and may be missing now (see
+    /// [`Runner::follow`]). The plan starts after following those
+    /// allocations (a wrong alignment costs an arena), ends at the first
+    /// allocation it does not expect or at the stretch's end; learning
+    /// goes on meanwhile, so a confirmed period is planned as usual.
+    fn try_provisional(&mut self, p: u64) {
+        let l = &self.learner;
+        if self.provisional_misses >= MAX_PROVISIONAL_MISSES
+            || self.old_arena.is_some()
+            || l.peak_live < MIN_ARENA
+            || (l.tried.0 == p && l.next() - l.tried.1 < p)
+        {
+            return;
+        }
+        self.learner.tried = (p, self.learner.next());
+        let Some((sigs, lens)) = self.learner.occurrence(p) else { return };
+        let from = WINDOW + CONFIRM;
+        if sigs.len() <= from + MIN_PERIOD {
+            return;
+        }
+        // Worth an arena: the blocks it places held at least half of the
+        // most the pool has had live at once.
+        let mut diff = vec![0i128; 3 * sigs.len() + 1];
+        for (k, (sig, len)) in sigs.iter().zip(&lens).enumerate().skip(from) {
+            if let Some(len) = len {
+                let end = (k + *len as usize).min(diff.len() - 1);
+                diff[k] += sig.size as i128;
+                diff[end] -= sig.size as i128;
+            }
+        }
+        let mut live = 0i128;
+        let most = diff
+            .iter()
+            .map(|d| {
+                live += d;
+                live
+            })
+            .max()
+            .unwrap_or(0)
+            .max(0) as u64;
+        let peak = self.learner.peak_live;
+        tracing::trace!(target: "hipmem::pool", "provisional candidate of {p}: {most} bytes at most live (of {peak})");
+        if most < MIN_ARENA.max(peak / 2) {
+            return;
+        }
+        let mut lives = Vec::new();
+        let mut entries: Vec<Entry> = sigs.iter().map(|&sig| Entry { sig, life: None }).collect();
+        for (k, (sig, len)) in sigs.iter().zip(&lens).enumerate().skip(from) {
+            if let Some(len) = len {
+                entries[k].life = Some(lives.len());
+                lives.push(Life { size: sig.size, start: k as u64, len: (*len).max(1) });
+            }
+        }
+        let circle = 2 * p + lens.iter().flatten().max().copied().unwrap_or(0);
+        let arena = layout(&lives, circle, &[]).extra;
+        let plan = Plan { entries, lives, arena, quiet: from, circle };
+        tracing::debug!(target: "hipmem::pool", "provisional plan of the rest of a period of {p} allocations: {} placed, {arena} bytes in one piece", plan.planned());
+        self.runner =
+            Some(Runner { plan, pos: WINDOW, arena: None, started: false, provisional: true, done: false });
+    }
+
+    /// A provisional plan followed its stretch to the end: it ends (not a
+    /// miss, not counted as ended), its arena going back.
+    fn finish_provisional(&mut self) {
+        self.end_plan_as(false);
+        self.provisional_misses = 0;
+    }
+
     /// Lays the waiting plan out in free pieces of memory (their sizes).
     pub fn layout(&self, pieces: &[u64]) -> Option<Layout> {
         let r = self.runner.as_ref()?;
-        Some(layout(&r.plan.lives, r.plan.period() as u64, pieces))
+        Some(layout(&r.plan.lives, r.plan.circle, pieces))
     }
 
     /// Starts the waiting plan with `layout` over `pieces`: (address,
@@ -809,6 +1110,9 @@ impl Planner {
                 })
             })
             .collect();
+        if r.provisional {
+            self.counts.plans += 1;
+        }
         // Runs no block uses were not taken: they are no pieces.
         r.arena = Some((pieces.into_iter().filter(|p| p.1 > 0).collect(), addrs));
         true
@@ -930,7 +1234,7 @@ impl Planner {
 
     /// Whether the learner rests: a plan serves (see [`Planner::request`]).
     pub fn is_resting(&self) -> bool {
-        self.runner.as_ref().is_some_and(|r| r.started)
+        self.runner.as_ref().is_some_and(|r| r.started && !r.provisional)
     }
 
     /// No arena could be made: the plan ends.
@@ -940,12 +1244,23 @@ impl Planner {
     }
 
     fn end_plan(&mut self) {
+        self.end_plan_as(true);
+    }
+
+    /// Ends the plan; `missed`: by an allocation it did not expect.
+    fn end_plan_as(&mut self, missed: bool) {
         if let Some(r) = self.runner.take() {
-            if r.started {
+            if r.started && !r.provisional {
                 // The learner rested while the plan served: it starts afresh.
                 self.learner.forget();
             }
-            self.counts.ended += 1;
+            // (A provisional plan counts once it has started.)
+            if missed && (r.started || !r.provisional) {
+                if r.provisional {
+                    self.provisional_misses += 1;
+                }
+                self.counts.ended += 1;
+            }
             tracing::debug!(target: "hipmem::pool", "a plan of {} allocations ended after {} served", r.plan.period(), self.counts.served);
             if let Some((pieces, _)) = r.arena {
                 self.old_arena = Some(pieces);
@@ -992,6 +1307,25 @@ impl Planner {
             Solo::Empty | Solo::Mixed => std::mem::take(&mut self.freed).into_iter().collect(),
         };
         Some(IdleArena { pieces, freed })
+    }
+
+    /// Takes an ended plan's arena away with its live blocks, (address,
+    /// bytes) each: the pool's usual path takes them over, so the arena's
+    /// free memory goes back to the heap before its blocks are freed.
+    pub fn take_old_arena_with_live(&mut self) -> Option<(IdleArena, Vec<(u64, u64)>)> {
+        let pieces = self.old_arena.take()?;
+        let live: Vec<(u64, u64)> = std::mem::take(&mut self.live).into_iter().collect();
+        let freed = match std::mem::take(&mut self.solo) {
+            Solo::One(last) => pieces.iter().map(|&(a, len)| (a, Freed { len, ..last.clone() })).collect(),
+            Solo::Empty | Solo::Mixed => std::mem::take(&mut self.freed).into_iter().collect(),
+        };
+        Some((IdleArena { pieces, freed }, live))
+    }
+
+    /// Puts back what [`Planner::take_old_arena_with_live`] took.
+    pub fn restore_arena_with_live(&mut self, idle: IdleArena, live: Vec<(u64, u64)>) {
+        self.live.extend(live);
+        self.restore_arena(idle);
     }
 
     /// Puts an arena back (its frees were not yet safe to give away): an
@@ -1313,5 +1647,125 @@ mod tests {
             p.note_free(1 << 30);
         }
         assert_eq!(p.counts.plans, 0);
+    }
+
+    /// One training-like step through the planner: 40 blocks kept, then 20
+    /// temporaries each freeing two of them, newest first (every size
+    /// distinct, the first 32 small). With `first`, a one-off block (a library's workspace) at
+    /// the fourth allocation and four at the end (an optimizer's state),
+    /// never freed. Returns how many allocations were served, and at which
+    /// an arena was made, if one was.
+    fn first_steps(p: &mut Planner, first: bool, base_addr: u64) -> (usize, Option<usize>) {
+        let m = 1u64 << 20;
+        // (Small first blocks: the plan places the rest.)
+        let size = |i: u64| if i < 32 { (64 + 4 * i) << 10 } else { (1 + i % 4) * 8 * m + i * (64 << 10) };
+        let mut next_addr = base_addr;
+        let (mut served, mut arena_at) = (0, None);
+        let mut alloc = |p: &mut Planner, s: Sig, k: usize| -> u64 {
+            match p.request(s, &mut |_| true) {
+                Request::Serve(a) => {
+                    served += 1;
+                    a
+                }
+                Request::Normal(o) => {
+                    // (An ended plan's arena goes back, as the pool does.)
+                    let _ = p.take_old_arena_with_live();
+                    next_addr += 1 << 30;
+                    p.allocated(o, next_addr);
+                    next_addr
+                }
+                Request::NeedArena => {
+                    arena_at = Some(k);
+                    let l = p.layout(&[]).expect("a plan waits");
+                    assert!(p.start(&l, vec![(1 << 44, l.extra)]));
+                    match p.request(s, &mut |_| true) {
+                        Request::Serve(a) => {
+                            served += 1;
+                            a
+                        }
+                        other => panic!("a plan with an arena serves where it starts: {other:?}"),
+                    }
+                }
+            }
+        };
+        let free = |p: &mut Planner, a: u64| {
+            let _ = p.freed(a, |len| Freed {
+                len,
+                clock: Arc::new(StreamClock::new(1)),
+                raw: RawStream::null(0),
+                tag: 0,
+            });
+            p.note_free(a);
+        };
+        let mut kept = Vec::new();
+        let mut k = 0;
+        for i in 0..40 {
+            if first && i == 3 {
+                alloc(p, sig(8 * m), usize::MAX);
+            }
+            kept.push(alloc(p, sig(size(i)), k));
+            k += 1;
+        }
+        for i in 40..60 {
+            let t = alloc(p, sig(size(i)), k);
+            k += 1;
+            free(p, t);
+            for _ in 0..2 {
+                let a = kept.pop().unwrap();
+                free(p, a);
+            }
+        }
+        if first {
+            for j in 0..4 {
+                alloc(p, sig(20 * m + j), usize::MAX);
+            }
+        }
+        (served, arena_at)
+    }
+
+    #[test]
+    fn the_second_step_is_planned_from_the_first_despite_its_one_offs() {
+        let mut p = Planner::new();
+        assert_eq!(first_steps(&mut p, true, 0), (0, None), "the first step is learned");
+        // The second step falls in step with the first at its 19th
+        // allocation (the first window past the first step's workspace:
+        // allocations 3 to 18), follows it for 16 more, then is served to
+        // its end.
+        let (served, at) = first_steps(&mut p, false, 1 << 40);
+        assert_eq!(at, Some(19 + CONFIRM), "{:?}", p.counts);
+        assert_eq!(served, 60 - 19 - CONFIRM, "{:?}", p.counts);
+        assert_eq!((p.counts.plans, p.counts.ended, p.counts.missed), (1, 0, 0), "{:?}", p.counts);
+        // The first step's state is skipped (no place: nothing is served
+        // for it), and the plan of that stretch ends with it; the third
+        // step is then planned from the second, the fourth confirmed.
+        for k in 2..6 {
+            let (served, _) = first_steps(&mut p, false, (k as u64) << 40);
+            assert!(served >= 60 - 19 - CONFIRM, "step {k}: {served} served, {:?}", p.counts);
+        }
+        assert_eq!(p.counts.missed, 0, "{:?}", p.counts);
+    }
+
+    #[test]
+    fn a_stretch_the_sequence_falls_in_step_with_must_follow_before_it_is_served() {
+        // Two steps alike for their first 40 allocations, then different:
+        // the second is proposed a plan of the first, which starts only if
+        // it still matches 16 allocations past the window.
+        let mut p = Planner::new();
+        first_steps(&mut p, true, 0);
+        let m = 1u64 << 20;
+        let mut addr = 1u64 << 40;
+        for i in 0..36u64 {
+            let s = if i < 24 { sig((64 + 4 * i) << 10) } else { sig(100 * m + i) };
+            match p.request(s, &mut |_| true) {
+                Request::Normal(o) => {
+                    addr += 1 << 30;
+                    p.allocated(o, addr);
+                }
+                other => panic!(
+                    "allocation {i}: nothing is served or laid out before the plan is confirmed: {other:?}"
+                ),
+            }
+        }
+        assert_eq!((p.counts.plans, p.counts.served), (0, 0), "{:?}", p.counts);
     }
 }

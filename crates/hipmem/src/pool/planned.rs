@@ -13,10 +13,16 @@
 //!   as pool memory. Before taking them, the pool waits for its streams'
 //!   frees and gives its idle memory back: the arena replaces what the usual
 //!   path held for the same blocks.
-//! - The pieces go back to the heap when their plan has ended and its blocks
-//!   are freed, or (from a running plan, which makes a new arena at its next
-//!   quiet point) on trim, under the release threshold and before
-//!   OutOfMemory; only once every free in them is known complete.
+//! - When a plan ends, its pieces go back to the heap at once and its live
+//!   blocks are taken over by the usual path (`hand_over_old_arena`), if
+//!   every free in the arena is complete or all were on one stream (the
+//!   pieces are then pending on it); else once its blocks are freed. A
+//!   running plan's pieces (it makes a new arena at its next quiet point) go
+//!   back on trim, under the release threshold and before OutOfMemory; only
+//!   once every free in them is known complete.
+//! - A provisional plan (`plan.rs`) makes its arena as any plan, its new
+//!   piece mapped as any growth is (not one physical allocation: it may be
+//!   handed over with live blocks in it).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -51,6 +57,13 @@ impl PoolCore {
     pub(super) fn alloc_planned(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
         let sig = Sig { size: want, stream: stream.clock.stream_id };
         if !self.plan.running.load(Ordering::Acquire) {
+            // An ended plan's arena goes back first (with no plan running,
+            // an arena is an ended plan's).
+            if self.plan.has_arena() {
+                if let Ok(rt) = self.runtime() {
+                    self.hand_over_old_arena(&rt, &self.slot_of(stream));
+                }
+            }
             // Learning: the usual path, then one lock to record it.
             let r = self.alloc_unplanned(want, size, stream);
             if let Ok(p) = &r {
@@ -62,11 +75,11 @@ impl PoolCore {
             return r;
         }
         loop {
-            let request = {
+            let (request, ended) = {
                 let mut planner = self.plan.lock();
                 let r = planner.request(sig, &mut |f| self.reusable(f, stream.clock));
                 self.plan.running.store(planner.has_runner(), Ordering::Release);
-                r
+                (r, planner.has_old_arena())
             };
             match request {
                 Request::Serve(addr) => {
@@ -74,6 +87,12 @@ impl PoolCore {
                     return Ok(DevicePtr(addr));
                 }
                 Request::Normal(ordinal) => {
+                    // (A plan this request ended gives its arena back first.)
+                    if ended {
+                        if let Ok(rt) = self.runtime() {
+                            self.hand_over_old_arena(&rt, &self.slot_of(stream));
+                        }
+                    }
                     let r = self.alloc_unplanned(want, size, stream);
                     let mut planner = self.plan.lock();
                     if let Ok(p) = &r {
@@ -247,7 +266,10 @@ impl PoolCore {
         let taken_ok = pieces.iter().zip(&layout.used).all(|(p, &u)| u == 0 || p.1 > 0);
         let mut new_piece = None;
         if taken_ok && layout.extra > 0 {
-            self.exact_growth.store(true, Ordering::Relaxed);
+            // (In one physical allocation, but for a provisional plan's,
+            // which may be handed over with live blocks in it.)
+            let whole = !self.plan.lock().waits_provisionally();
+            self.exact_growth.store(whole, Ordering::Relaxed);
             let grown = self.alloc_slow(layout.extra, layout.extra, &slot);
             self.exact_growth.store(false, Ordering::Relaxed);
             match grown {
@@ -295,6 +317,60 @@ impl PoolCore {
                 heap.release_block(addr, Owner::Global);
             }
         }
+    }
+
+    /// Gives an ended plan's arena back to the heap at once, its live
+    /// blocks handed to the usual path (taken in the heap, known to
+    /// `slot`), so that the rest of the sequence (the plan did not expect
+    /// it) can use its free memory. Only where every free made in the
+    /// arena is complete, or all were on one stream (the memory is then
+    /// pending on it); else the arena waits for its blocks as before.
+    pub(super) fn hand_over_old_arena(&self, rt: &Runtime, slot: &Arc<super::stream_cache::Slot>) -> bool {
+        let Some((idle, live)) = self.plan.lock().take_old_arena_with_live() else { return false };
+        let complete = |f: &Freed| {
+            f.clock.is_complete(f.tag)
+                || (f.clock.stream_id != ORPHAN_STREAM
+                    && lock(&self.slots).contains_key(&f.clock.stream_id)
+                    && self.learn_completed(rt, &f.clock, f.raw, false)
+                    && f.clock.is_complete(f.tag))
+        };
+        let pending: Vec<&Freed> = idle.freed.iter().map(|(_, f)| f).filter(|f| !complete(f)).collect();
+        let owner = match pending.first() {
+            None => Some(Owner::Global),
+            Some(first) if pending.iter().all(|f| f.clock.stream_id == first.clock.stream_id) => {
+                Some(Owner::Stream {
+                    stream: first.clock.stream_id,
+                    tag: pending.iter().map(|f| f.tag).max().unwrap_or(first.tag),
+                })
+            }
+            Some(_) => None,
+        };
+        let Some(owner) = owner else {
+            self.plan.lock().restore_arena_with_live(idle, live);
+            return false;
+        };
+        self.plan.publish(false);
+        {
+            let mut heap = lock(&self.heap);
+            for &(addr, len) in &idle.pieces {
+                if len > 0 {
+                    heap.release_block(addr, owner);
+                }
+            }
+            for &(addr, size) in &live {
+                if heap.take_range(addr, size).is_none() {
+                    tracing::warn!(target: "hipmem", "pool {:#x}: the live block at {addr:#x} of an ended plan's arena was not free to take over", self.id);
+                }
+            }
+        }
+        let mut state = slot.lock();
+        for &(addr, size) in &live {
+            state.insert_live(addr, size);
+        }
+        drop(state);
+        let bytes: u64 = idle.pieces.iter().map(|p| p.1).sum();
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: an ended plan's arena of {bytes} bytes went back to the heap, its {} live blocks taken over", self.id, live.len());
+        true
     }
 
     /// Gives an arena without live blocks back to the heap: an ended plan's,

@@ -264,3 +264,154 @@ fn a_miss_while_a_plan_runs_grows_by_what_it_needs() {
     assert_eq!(pool.stats().used_current, 0);
     pool.check_invariants().unwrap();
 }
+
+/// One longer training-like step for the first-steps tests: 40 blocks kept
+/// (the first 32 small), then 20 temporaries each freeing two of them,
+/// newest first; every block carries a canary checked before its free. A
+/// first step also allocates a one-off block at its fourth allocation (a
+/// library's workspace) and four at its end (an optimizer's state), kept
+/// and returned. With `odd`, the allocation at that position asks for a
+/// size the step never had. Returns the most bytes live at once (one-offs
+/// not counted) and the one-offs.
+fn long_step(
+    rt: &Runtime,
+    pool: &MemPool,
+    s: &Stream,
+    seed: u32,
+    first: bool,
+    odd: Option<u64>,
+) -> (u64, Vec<DevicePtr>) {
+    let size = |i: u64| {
+        if odd == Some(i) {
+            77 * MIB
+        } else if i < 32 {
+            (64 + 4 * i) << 10
+        } else {
+            (1 + i % 4) * 8 * MIB + i * (64 << 10)
+        }
+    };
+    let mut one_offs = Vec::new();
+    let mut live: Vec<(DevicePtr, u64, u32)> = Vec::new();
+    let (mut now, mut peak) = (0u64, 0u64);
+    let alloc = |i: u64, live: &mut Vec<(DevicePtr, u64, u32)>| {
+        let bytes = size(i);
+        let p = pool.alloc_raw(bytes, s).unwrap();
+        let value = seed.wrapping_mul(1000).wrapping_add(i as u32);
+        fill_u32(rt, p, bytes, value, s);
+        live.push((p, bytes, value));
+    };
+    for i in 0..40u64 {
+        if first && i == 3 {
+            one_offs.push(pool.alloc_raw(8 * MIB, s).unwrap());
+        }
+        alloc(i, &mut live);
+        now += size(i);
+        peak = peak.max(now);
+    }
+    for i in 40..60u64 {
+        alloc(i, &mut live);
+        peak = peak.max(now + size(i));
+        let free = |(p, bytes, value): (DevicePtr, u64, u32)| {
+            s.synchronize().unwrap();
+            check(rt, p, bytes, value);
+            rt.free_async(p, s).unwrap();
+        };
+        free(live.pop().unwrap());
+        for _ in 0..2 {
+            let b = live.pop().unwrap();
+            now -= b.1;
+            free(b);
+        }
+    }
+    assert!(live.is_empty());
+    if first {
+        for j in 0..4 {
+            one_offs.push(pool.alloc_raw(4 * MIB + j * 4096, s).unwrap());
+        }
+    }
+    (peak, one_offs)
+}
+
+/// The first steps of a training loop are where a pool that learns holds
+/// the most: the first step has one-off allocations (a workspace, an
+/// optimizer's state) and the period is confirmed only over the second and
+/// third. The second step falls in step with the first past its one-offs
+/// and is planned from it (provisionally, for the rest of that step), the
+/// third from the second: the pool holds about the peak from the second
+/// step on, and every block keeps its data.
+#[test]
+fn the_first_steps_are_planned_from_the_step_before() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "the_first_steps_are_planned_from_the_step_before") else { return };
+    let s = stream0(&rt);
+    let (_, one_offs) = long_step(&rt, &pool, &s, 0, true, None);
+    let kept: u64 = 8 * MIB + (0..4).map(|j| 4 * MIB + j * 4096).sum::<u64>();
+    assert_eq!(pool.plan_counts().served, 0, "the first step is learned");
+    s.synchronize().unwrap();
+    reset_peaks(&pool);
+    let mut peak = 0;
+    for k in 1..3 {
+        let served = pool.plan_counts().served;
+        peak = peak.max(long_step(&rt, &pool, &s, k, false, None).0);
+        let c = pool.plan_counts();
+        assert!(c.served - served >= 20, "step {k} is served from a plan of the step before: {c:?}");
+    }
+    let st = pool.stats();
+    let ratio = st.reserved_high as f64 / (peak + kept) as f64;
+    assert!(
+        ratio <= 1.05,
+        "the second and third steps held {} bytes for a peak of {} ({ratio:.3})",
+        st.reserved_high,
+        peak + kept
+    );
+    for k in 3..6 {
+        long_step(&rt, &pool, &s, k, false, None);
+    }
+    let c = pool.plan_counts();
+    assert_eq!((c.missed, c.ended), (0, 0), "{c:?}");
+    for p in one_offs {
+        rt.free_async(p, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+}
+
+/// A plan that an unexpected allocation ends in the middle of a step gives
+/// its arena back at once, its live blocks taken over by the pool's usual
+/// path: the rest of the step reuses the arena's free memory instead of
+/// growing the pool, the taken-over blocks keep their data and free as any
+/// other, and the statistics stay exact.
+#[test]
+fn an_ended_plans_arena_serves_the_rest_of_its_step() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "an_ended_plans_arena_serves_the_rest_of_its_step") else { return };
+    let s = stream0(&rt);
+    for k in 0..5 {
+        long_step(&rt, &pool, &s, k, false, None);
+    }
+    let c = pool.plan_counts();
+    assert!(c.served > 0 && c.ended == 0, "{c:?}");
+    s.synchronize().unwrap();
+    let before = pool.stats().reserved_current;
+    // The 36th allocation (34 blocks live) is one the plan does not expect.
+    long_step(&rt, &pool, &s, 5, false, Some(35));
+    let c = pool.plan_counts();
+    assert_eq!(c.ended, 1, "{c:?}");
+    let after = pool.stats().reserved_current;
+    assert!(
+        after <= before + 77 * MIB,
+        "the rest of the step grew the pool from {before} to {after} bytes (77 MiB were new to it)"
+    );
+    s.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+    // The pool learns again and plans the steps that follow.
+    for k in 6..12 {
+        long_step(&rt, &pool, &s, k, false, None);
+    }
+    assert!(pool.plan_counts().plans > c.plans, "{:?}", pool.plan_counts());
+    s.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+}

@@ -557,10 +557,12 @@ impl Learner {
     fn align(&self, n: u64) -> Option<u64> {
         let mut best: Option<(u64, u64)> = None; // (score, distance)
         let mut f = self.last_seen.get(&self.rolling).copied();
-        let mut seen = 0;
+        // (At most ALIGN_CHAIN occurrences and ALIGN_WORK comparisons: a
+        // window inside repeated layers has many, each matching long.)
+        let (mut seen, mut work) = (0, 0);
         while let Some(at) = f.filter(|&at| at >= self.base && at != u64::MAX) {
             seen += 1;
-            if seen > 64 {
+            if seen > ALIGN_CHAIN || work >= ALIGN_WORK {
                 break;
             }
             let d = n - at;
@@ -568,7 +570,13 @@ impl Learner {
                 break;
             }
             if d > 2 * WINDOW as u64 && (0..WINDOW as u64).all(|i| self.sig(n - i) == self.sig(at - i)) {
-                let score = self.match_back(n - WINDOW as u64, at.saturating_sub(WINDOW as u64), at);
+                let score = self.match_back(
+                    n - WINDOW as u64,
+                    at.saturating_sub(WINDOW as u64),
+                    at,
+                    ALIGN_WORK - work,
+                );
+                work += score + 1;
                 // (Occurrences come newest first: on a tie the newest wins,
                 // the stretch most like what follows.)
                 if best.is_none_or(|(b, _)| score > b) {
@@ -584,10 +592,10 @@ impl Learner {
 
     /// How many allocations before `a` match those before `b` (both
     /// included), skipping on `b`'s side blocks never freed; `a` stays
-    /// above `floor`.
-    fn match_back(&self, mut a: u64, mut b: u64, floor: u64) -> u64 {
+    /// above `floor`; at most `limit` steps.
+    fn match_back(&self, mut a: u64, mut b: u64, floor: u64, limit: u64) -> u64 {
         let mut score = 0;
-        for _ in 0..512 {
+        for _ in 0..limit.min(512) {
             if a <= floor || b < self.base {
                 break;
             }
@@ -743,6 +751,10 @@ fn live_at(lives: &[Life], circle: u64, pos: u64) -> u64 {
 /// Allocations after a window never seen before during which the learner
 /// looks for the earlier stretch the sequence is in step with.
 const ALIGN_SPAN: u64 = 64;
+/// The most earlier occurrences of a window looked at, and the most
+/// allocations compared, per allocation while aligning.
+const ALIGN_CHAIN: u64 = 64;
+const ALIGN_WORK: u64 = 2048;
 
 /// Allocations a provisional plan must follow before it starts (a wrong
 /// alignment costs an arena).
@@ -1301,12 +1313,17 @@ impl Planner {
             }
             None => return None,
         };
-        let freed = match std::mem::take(&mut self.solo) {
+        let freed = self.take_frees(&pieces);
+        Some(IdleArena { pieces, freed })
+    }
+
+    /// Takes the records of the arena's frees (the arena's `pieces`).
+    fn take_frees(&mut self, pieces: &[(u64, u64)]) -> Vec<(u64, Freed)> {
+        match std::mem::take(&mut self.solo) {
             // Every free was on one stream: its latest stands for all.
             Solo::One(last) => pieces.iter().map(|&(a, len)| (a, Freed { len, ..last.clone() })).collect(),
             Solo::Empty | Solo::Mixed => std::mem::take(&mut self.freed).into_iter().collect(),
-        };
-        Some(IdleArena { pieces, freed })
+        }
     }
 
     /// Takes an ended plan's arena away with its live blocks, (address,
@@ -1315,10 +1332,7 @@ impl Planner {
     pub fn take_old_arena_with_live(&mut self) -> Option<(IdleArena, Vec<(u64, u64)>)> {
         let pieces = self.old_arena.take()?;
         let live: Vec<(u64, u64)> = std::mem::take(&mut self.live).into_iter().collect();
-        let freed = match std::mem::take(&mut self.solo) {
-            Solo::One(last) => pieces.iter().map(|&(a, len)| (a, Freed { len, ..last.clone() })).collect(),
-            Solo::Empty | Solo::Mixed => std::mem::take(&mut self.freed).into_iter().collect(),
-        };
+        let freed = self.take_frees(&pieces);
         Some((IdleArena { pieces, freed }, live))
     }
 

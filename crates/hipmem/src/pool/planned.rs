@@ -324,17 +324,14 @@ impl PoolCore {
     /// `slot`), so that the rest of the sequence (the plan did not expect
     /// it) can use its free memory. Only where every free made in the
     /// arena is complete, or all were on one stream (the memory is then
-    /// pending on it); else the arena waits for its blocks as before.
+    /// pending on it); else the arena waits for its blocks as before. (All
+    /// under the planner's lock: a free of one of those blocks meanwhile
+    /// finds it in the planner or in the slot.)
     pub(super) fn hand_over_old_arena(&self, rt: &Runtime, slot: &Arc<super::stream_cache::Slot>) -> bool {
-        let Some((idle, live)) = self.plan.lock().take_old_arena_with_live() else { return false };
-        let complete = |f: &Freed| {
-            f.clock.is_complete(f.tag)
-                || (f.clock.stream_id != ORPHAN_STREAM
-                    && lock(&self.slots).contains_key(&f.clock.stream_id)
-                    && self.learn_completed(rt, &f.clock, f.raw, false)
-                    && f.clock.is_complete(f.tag))
-        };
-        let pending: Vec<&Freed> = idle.freed.iter().map(|(_, f)| f).filter(|f| !complete(f)).collect();
+        let mut planner = self.plan.lock();
+        let Some((idle, live)) = planner.take_old_arena_with_live() else { return false };
+        let pending: Vec<&Freed> =
+            idle.freed.iter().map(|(_, f)| f).filter(|f| !self.free_complete(rt, f, false)).collect();
         let owner = match pending.first() {
             None => Some(Owner::Global),
             Some(first) if pending.iter().all(|f| f.clock.stream_id == first.clock.stream_id) => {
@@ -346,10 +343,9 @@ impl PoolCore {
             Some(_) => None,
         };
         let Some(owner) = owner else {
-            self.plan.lock().restore_arena_with_live(idle, live);
+            planner.restore_arena_with_live(idle, live);
             return false;
         };
-        self.plan.publish(false);
         {
             let mut heap = lock(&self.heap);
             for &(addr, len) in &idle.pieces {
@@ -368,9 +364,21 @@ impl PoolCore {
             state.insert_live(addr, size);
         }
         drop(state);
+        self.plan.publish(false);
+        drop(planner);
         let bytes: u64 = idle.pieces.iter().map(|p| p.1).sum();
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: an ended plan's arena of {bytes} bytes went back to the heap, its {} live blocks taken over", self.id, live.len());
         true
+    }
+
+    /// Whether the free `f` is known complete, asking its stream (with
+    /// `wait`, waiting for it) if the stream is still the pool's.
+    fn free_complete(&self, rt: &Runtime, f: &Freed, wait: bool) -> bool {
+        f.clock.is_complete(f.tag)
+            || (f.clock.stream_id != ORPHAN_STREAM
+                && lock(&self.slots).contains_key(&f.clock.stream_id)
+                && self.learn_completed(rt, &f.clock, f.raw, wait)
+                && f.clock.is_complete(f.tag))
     }
 
     /// Gives an arena without live blocks back to the heap: an ended plan's,
@@ -379,13 +387,7 @@ impl PoolCore {
     /// an arena went back.
     pub(super) fn retire_arena(&self, rt: &Runtime, all: bool, wait: bool) -> bool {
         let Some(idle) = self.plan.lock().take_idle_arena(all) else { return false };
-        let complete = idle.freed.iter().all(|(_, f)| {
-            f.clock.is_complete(f.tag)
-                || (f.clock.stream_id != ORPHAN_STREAM
-                    && lock(&self.slots).contains_key(&f.clock.stream_id)
-                    && self.learn_completed(rt, &f.clock, f.raw, wait)
-                    && f.clock.is_complete(f.tag))
-        });
+        let complete = idle.freed.iter().all(|(_, f)| self.free_complete(rt, f, wait));
         if !complete {
             self.plan.lock().restore_arena(idle);
             return false;

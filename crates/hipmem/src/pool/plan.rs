@@ -125,7 +125,8 @@ struct Entry {
 pub struct Plan {
     entries: Vec<Entry>,
     lives: Vec<Life>,
-    /// Bytes the plan needs in one piece of memory.
+    /// Bytes the plan needs in one piece of memory (a provisional plan's:
+    /// the most its blocks have live at once, a lower bound).
     arena: u64,
     /// The position where the plan starts running (its quiet point).
     quiet: usize,
@@ -1081,9 +1082,10 @@ impl Planner {
             }
         }
         let circle = 2 * p + lens.iter().flatten().max().copied().unwrap_or(0);
-        let arena = layout(&lives, circle, &[]).extra;
-        let plan = Plan { entries, lives, arena, quiet: from, circle };
-        tracing::debug!(target: "hipmem::pool", "provisional plan of the rest of a period of {p} allocations: {} placed, {arena} bytes in one piece", plan.planned());
+        // (Laid out only once it has followed CONFIRM allocations: its size
+        // in one piece is not needed before, the peak stands for it.)
+        let plan = Plan { entries, lives, arena: most, quiet: from, circle };
+        tracing::debug!(target: "hipmem::pool", "provisional plan of the rest of a period of {p} allocations: {} placed, {most} bytes live at most", plan.planned());
         self.runner =
             Some(Runner { plan, pos: WINDOW, arena: None, started: false, provisional: true, done: false });
     }

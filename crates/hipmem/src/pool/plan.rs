@@ -534,8 +534,13 @@ impl Learner {
     /// The sizes, streams and lifetimes of the period before the last
     /// `period` allocations.
     fn period_before(&self, period: u64) -> Option<(Vec<Sig>, Vec<Option<u64>>)> {
-        let end = self.next().checked_sub(period)?;
-        let start = end.checked_sub(period)?;
+        self.stretch_ending(self.next().checked_sub(period)?, period)
+    }
+
+    /// The sizes, streams and lifetimes (None: not freed yet) of the `len`
+    /// allocations before ordinal `end`, if the log still has them.
+    fn stretch_ending(&self, end: u64, len: u64) -> Option<(Vec<Sig>, Vec<Option<u64>>)> {
+        let start = end.checked_sub(len)?;
         if start < self.base {
             return None;
         }
@@ -603,18 +608,11 @@ impl Learner {
             if self.sig(a) == self.sig(b) {
                 score += 1;
                 a -= 1;
-                b = match b.checked_sub(1) {
-                    Some(b) => b,
-                    None => break,
-                };
-            } else if self.freed_at.get((b - self.base) as usize) == Some(&u64::MAX) {
-                b = match b.checked_sub(1) {
-                    Some(b) => b,
-                    None => break,
-                };
-            } else {
+            } else if self.freed_at.get((b - self.base) as usize) != Some(&u64::MAX) {
                 break;
             }
+            let Some(earlier) = b.checked_sub(1) else { break };
+            b = earlier;
         }
         score
     }
@@ -623,19 +621,7 @@ impl Learner {
     /// was just proposed for: the `period` allocations before the window
     /// that proposed it (the window starts the next occurrence).
     fn occurrence(&self, period: u64) -> Option<(Vec<Sig>, Vec<Option<u64>>)> {
-        let end = self.next().checked_sub(WINDOW as u64)?;
-        let start = end.checked_sub(period)?;
-        if start < self.base {
-            return None;
-        }
-        let (mut sigs, mut lens) = (Vec::new(), Vec::new());
-        for o in start..end {
-            let i = (o - self.base) as usize;
-            sigs.push(self.sigs[i]);
-            let f = self.freed_at[i];
-            lens.push((f != u64::MAX).then(|| f - o));
-        }
-        Some((sigs, lens))
+        self.stretch_ending(self.next().checked_sub(WINDOW as u64)?, period)
     }
 
     fn forget(&mut self) {
@@ -895,12 +881,19 @@ impl Planner {
         if ended {
             self.end_plan();
         }
-        if self.runner.is_none() {
-            if let Some(p) = confirmed {
-                self.try_plan(p);
-            } else if let Some(p) = self.learner.proposed {
-                self.try_provisional(p);
-            }
+        self.plan_if_found(confirmed);
+    }
+
+    /// With no plan: plans a period just confirmed, else one occurrence of
+    /// a stretch the learner just fell in step with (provisionally).
+    fn plan_if_found(&mut self, confirmed: Option<u64>) {
+        if self.runner.is_some() {
+            return;
+        }
+        if let Some(p) = confirmed {
+            self.try_plan(p);
+        } else if let Some(p) = self.learner.proposed {
+            self.try_provisional(p);
         }
     }
 
@@ -973,12 +966,8 @@ impl Planner {
             }
             self.counts.missed += 1;
         }
-        if self.runner.is_none() && !resting {
-            if let Some(p) = confirmed {
-                self.try_plan(p);
-            } else if let Some(p) = self.learner.proposed {
-                self.try_provisional(p);
-            }
+        if !resting {
+            self.plan_if_found(confirmed);
         }
         Request::Normal(ordinal)
     }
@@ -1048,15 +1037,21 @@ impl Planner {
         if sigs.len() <= from + MIN_PERIOD {
             return;
         }
+        let mut lives = Vec::new();
+        let mut entries: Vec<Entry> = sigs.iter().map(|&sig| Entry { sig, life: None }).collect();
+        for (k, (sig, len)) in sigs.iter().zip(&lens).enumerate().skip(from) {
+            if let Some(len) = len {
+                entries[k].life = Some(lives.len());
+                lives.push(Life { size: sig.size, start: k as u64, len: (*len).max(1) });
+            }
+        }
         // Worth an arena: the blocks it places held at least half of the
         // most the pool has had live at once.
         let mut diff = vec![0i128; 3 * sigs.len() + 1];
-        for (k, (sig, len)) in sigs.iter().zip(&lens).enumerate().skip(from) {
-            if let Some(len) = len {
-                let end = (k + *len as usize).min(diff.len() - 1);
-                diff[k] += sig.size as i128;
-                diff[end] -= sig.size as i128;
-            }
+        for l in &lives {
+            let end = (l.start + l.len).min(diff.len() as u64 - 1) as usize;
+            diff[l.start as usize] += l.size as i128;
+            diff[end] -= l.size as i128;
         }
         let mut live = 0i128;
         let most = diff
@@ -1072,14 +1067,6 @@ impl Planner {
         tracing::trace!(target: "hipmem::pool", "provisional candidate of {p}: {most} bytes at most live (of {peak})");
         if most < MIN_ARENA.max(peak / 2) {
             return;
-        }
-        let mut lives = Vec::new();
-        let mut entries: Vec<Entry> = sigs.iter().map(|&sig| Entry { sig, life: None }).collect();
-        for (k, (sig, len)) in sigs.iter().zip(&lens).enumerate().skip(from) {
-            if let Some(len) = len {
-                entries[k].life = Some(lives.len());
-                lives.push(Life { size: sig.size, start: k as u64, len: (*len).max(1) });
-            }
         }
         let circle = 2 * p + lens.iter().flatten().max().copied().unwrap_or(0);
         // (Laid out only once it has followed CONFIRM allocations: its size

@@ -60,9 +60,7 @@ impl PoolCore {
             // An ended plan's arena goes back first (with no plan running,
             // an arena is an ended plan's).
             if self.plan.has_arena() {
-                if let Ok(rt) = self.runtime() {
-                    self.hand_over_old_arena(&rt, &self.slot_of(stream));
-                }
+                self.hand_over_old_arena(stream);
             }
             // Learning: the usual path, then one lock to record it.
             let r = self.alloc_unplanned(want, size, stream);
@@ -89,9 +87,7 @@ impl PoolCore {
                 Request::Normal(ordinal) => {
                     // (A plan this request ended gives its arena back first.)
                     if ended {
-                        if let Ok(rt) = self.runtime() {
-                            self.hand_over_old_arena(&rt, &self.slot_of(stream));
-                        }
+                        self.hand_over_old_arena(stream);
                     }
                     let r = self.alloc_unplanned(want, size, stream);
                     let mut planner = self.plan.lock();
@@ -321,17 +317,19 @@ impl PoolCore {
 
     /// Gives an ended plan's arena back to the heap at once, its live
     /// blocks handed to the usual path (taken in the heap, known to
-    /// `slot`), so that the rest of the sequence (the plan did not expect
+    /// `stream`'s slot), so that the rest of the sequence (the plan did not expect
     /// it) can use its free memory. Only where every free made in the
     /// arena is complete, or all were on one stream (the memory is then
     /// pending on it); else the arena waits for its blocks as before. (All
     /// under the planner's lock: a free of one of those blocks meanwhile
     /// finds it in the planner or in the slot.)
-    pub(super) fn hand_over_old_arena(&self, rt: &Runtime, slot: &Arc<super::stream_cache::Slot>) -> bool {
+    fn hand_over_old_arena(&self, stream: &StreamRef<'_>) -> bool {
+        let Ok(rt) = self.runtime() else { return false };
+        let slot = self.slot_of(stream);
         let mut planner = self.plan.lock();
         let Some((idle, live)) = planner.take_old_arena_with_live() else { return false };
         let pending: Vec<&Freed> =
-            idle.freed.iter().map(|(_, f)| f).filter(|f| !self.free_complete(rt, f, false)).collect();
+            idle.freed.iter().map(|(_, f)| f).filter(|f| !self.free_complete(&rt, f, false)).collect();
         let owner = match pending.first() {
             None => Some(Owner::Global),
             Some(first) if pending.iter().all(|f| f.clock.stream_id == first.clock.stream_id) => {

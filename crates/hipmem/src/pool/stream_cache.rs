@@ -14,8 +14,6 @@
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -53,10 +51,8 @@ pub struct CachedBlock {
     pub tag: u64,
 }
 
-pub use super::addr_hash::AddrHasher;
-
 /// Address → block size.
-pub type LiveMap = HashMap<u64, u64, BuildHasherDefault<AddrHasher>>;
+pub type LiveMap = super::addr_hash::AddrMap<u64>;
 
 /// The mutable state of a slot.
 #[derive(Debug, Default)]

@@ -328,18 +328,7 @@ impl PoolCore {
         let slot = self.slot_of(stream);
         let mut planner = self.plan.lock();
         let Some((idle, live)) = planner.take_old_arena_with_live() else { return false };
-        let pending: Vec<&Freed> =
-            idle.freed.iter().map(|(_, f)| f).filter(|f| !self.free_complete(&rt, f, false)).collect();
-        let owner = match pending.first() {
-            None => Some(Owner::Global),
-            Some(first) if pending.iter().all(|f| f.clock.stream_id == first.clock.stream_id) => {
-                Some(Owner::Stream {
-                    stream: first.clock.stream_id,
-                    tag: pending.iter().map(|f| f.tag).max().unwrap_or(first.tag),
-                })
-            }
-            Some(_) => None,
-        };
+        let owner = owner_after(idle.freed.iter().map(|(_, f)| f), |f| self.ask_stream(&rt, f));
         let Some(owner) = owner else {
             planner.restore_arena_with_live(idle, live);
             return false;
@@ -372,11 +361,20 @@ impl PoolCore {
     /// Whether the free `f` is known complete, asking its stream (with
     /// `wait`, waiting for it) if the stream is still the pool's.
     fn free_complete(&self, rt: &Runtime, f: &Freed, wait: bool) -> bool {
-        f.clock.is_complete(f.tag)
-            || (f.clock.stream_id != ORPHAN_STREAM
-                && lock(&self.slots).contains_key(&f.clock.stream_id)
-                && self.learn_completed(rt, &f.clock, f.raw, wait)
-                && f.clock.is_complete(f.tag))
+        f.clock.is_complete(f.tag) || (self.ask_stream_with(rt, f, wait) && f.clock.is_complete(f.tag))
+    }
+
+    /// Asks the stream `f` was freed on whether it is idle (then every free
+    /// made on it so far is complete), if the stream is still the pool's.
+    fn ask_stream(&self, rt: &Runtime, f: &Freed) -> bool {
+        self.ask_stream_with(rt, f, false)
+    }
+
+    /// [`PoolCore::ask_stream`], with `wait` waiting for the stream.
+    fn ask_stream_with(&self, rt: &Runtime, f: &Freed, wait: bool) -> bool {
+        f.clock.stream_id != ORPHAN_STREAM
+            && lock(&self.slots).contains_key(&f.clock.stream_id)
+            && self.learn_completed(rt, &f.clock, f.raw, wait)
     }
 
     /// Gives an arena without live blocks back to the heap: an ended plan's,
@@ -395,5 +393,116 @@ impl PoolCore {
         let bytes: u64 = idle.pieces.iter().map(|p| p.1).sum();
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: a plan's arena of {bytes} bytes went back to the heap", self.id);
         true
+    }
+}
+
+/// Who may reuse an ended arena's memory when it goes back to the heap,
+/// given the frees made in it: every stream if all of them are complete,
+/// the one stream that all the incomplete ones were made on (up to its
+/// latest tag), else no one yet (None: the arena waits). `ask` asks a free's
+/// stream whether it is idle (if so, every free made on it so far is
+/// complete). Each stream is asked at most once and the search stops at a
+/// second stream with a free pending: the hand-over is tried on each
+/// allocation while frees are pending, and it costs a query per stream, not
+/// per free.
+fn owner_after<'a>(
+    freed: impl IntoIterator<Item = &'a Freed>,
+    mut ask: impl FnMut(&Freed) -> bool,
+) -> Option<Owner> {
+    let mut asked: Vec<u64> = Vec::new();
+    let mut pending: Option<(u64, u64)> = None; // (stream, latest tag)
+    for f in freed {
+        if f.clock.is_complete(f.tag) {
+            continue;
+        }
+        let stream = f.clock.stream_id;
+        if !asked.contains(&stream) {
+            asked.push(stream);
+            if ask(f) && f.clock.is_complete(f.tag) {
+                continue;
+            }
+        }
+        pending = match pending {
+            None => Some((stream, f.tag)),
+            Some((s, tag)) if s == stream => Some((s, tag.max(f.tag))),
+            Some(_) => return None,
+        };
+    }
+    Some(match pending {
+        None => Owner::Global,
+        Some((stream, tag)) => Owner::Stream { stream, tag },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::RawStream;
+
+    fn frees_on(clock: &Arc<StreamClock>, n: usize) -> Vec<Freed> {
+        (0..n)
+            .map(|_| Freed {
+                len: 1 << 20,
+                clock: Arc::clone(clock),
+                raw: RawStream { device: 0, handle: clock.stream_id },
+                tag: clock.free_tag(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_arena_whose_frees_are_complete_goes_to_every_stream_without_asking() {
+        let a = Arc::new(StreamClock::new(1));
+        let frees = frees_on(&a, 50);
+        a.mark_completed(a.advance());
+        let mut asked = 0;
+        assert_eq!(
+            owner_after(&frees, |_| {
+                asked += 1;
+                false
+            }),
+            Some(Owner::Global)
+        );
+        assert_eq!(asked, 0);
+    }
+
+    #[test]
+    fn each_stream_is_asked_once_however_many_frees_it_has_pending() {
+        let a = Arc::new(StreamClock::new(1));
+        let b = Arc::new(StreamClock::new(2));
+        let mut frees = frees_on(&a, 100);
+        frees.extend(frees_on(&b, 100));
+        frees.extend(frees_on(&a, 100));
+        // Both busy: the second stream with a free pending ends the search.
+        let mut asked = Vec::new();
+        assert_eq!(
+            owner_after(&frees, |f| {
+                asked.push(f.clock.stream_id);
+                false
+            }),
+            None
+        );
+        assert_eq!(asked, vec![1, 2]);
+        // `b` idle: its frees complete, the memory goes pending on `a`.
+        let mut asked = Vec::new();
+        let owner = owner_after(&frees, |f| {
+            asked.push(f.clock.stream_id);
+            let idle = f.clock.stream_id == 2;
+            if idle {
+                f.clock.mark_completed(f.clock.advance());
+            }
+            idle
+        });
+        assert_eq!(owner, Some(Owner::Stream { stream: 1, tag: frees[0].tag }));
+        assert_eq!(asked, vec![1, 2]);
+        // Both idle: every stream may reuse it.
+        let mut asked = 0;
+        let owner = owner_after(&frees, |f| {
+            asked += 1;
+            f.clock.mark_completed(f.clock.advance());
+            true
+        });
+        assert_eq!(owner, Some(Owner::Global));
+        assert_eq!(asked, 1, "only `a` was still pending");
     }
 }

@@ -328,7 +328,7 @@ impl PoolCore {
         let slot = self.slot_of(stream);
         let mut planner = self.plan.lock();
         let Some((idle, live)) = planner.take_old_arena_with_live() else { return false };
-        let owner = owner_after(idle.freed.iter().map(|(_, f)| f), |f| self.ask_stream(&rt, f));
+        let owner = owner_after(idle.freed.iter().map(|(_, f)| f), |f| self.ask_stream(&rt, f, false));
         let Some(owner) = owner else {
             planner.restore_arena_with_live(idle, live);
             return false;
@@ -361,17 +361,13 @@ impl PoolCore {
     /// Whether the free `f` is known complete, asking its stream (with
     /// `wait`, waiting for it) if the stream is still the pool's.
     fn free_complete(&self, rt: &Runtime, f: &Freed, wait: bool) -> bool {
-        f.clock.is_complete(f.tag) || (self.ask_stream_with(rt, f, wait) && f.clock.is_complete(f.tag))
+        f.clock.is_complete(f.tag) || (self.ask_stream(rt, f, wait) && f.clock.is_complete(f.tag))
     }
 
-    /// Asks the stream `f` was freed on whether it is idle (then every free
-    /// made on it so far is complete), if the stream is still the pool's.
-    fn ask_stream(&self, rt: &Runtime, f: &Freed) -> bool {
-        self.ask_stream_with(rt, f, false)
-    }
-
-    /// [`PoolCore::ask_stream`], with `wait` waiting for the stream.
-    fn ask_stream_with(&self, rt: &Runtime, f: &Freed, wait: bool) -> bool {
+    /// Asks the stream `f` was freed on whether it is idle (with `wait`,
+    /// waits for it; then every free made on it so far is complete), if the
+    /// stream is still the pool's.
+    fn ask_stream(&self, rt: &Runtime, f: &Freed, wait: bool) -> bool {
         f.clock.stream_id != ORPHAN_STREAM
             && lock(&self.slots).contains_key(&f.clock.stream_id)
             && self.learn_completed(rt, &f.clock, f.raw, wait)

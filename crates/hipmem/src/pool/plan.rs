@@ -317,33 +317,19 @@ pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
     let period = p as u64;
     let mut lives = Vec::new();
     let mut entries: Vec<Entry> = sigs.iter().map(|&sig| Entry { sig, life: None }).collect();
-    // Bytes live at each position (a difference array around the circle),
-    // and bytes that outlive the period (live everywhere).
-    let mut diff = vec![0i128; p + 1];
+    // Bytes that outlive the period (live everywhere).
     let mut always: u64 = 0;
     for (k, (sig, len)) in sigs.iter().zip(lens).enumerate() {
         match len {
             Some(len) if *len <= period => {
-                let len = (*len).max(1);
                 entries[k].life = Some(lives.len());
-                lives.push(Life { size: sig.size, start: k as u64, len });
-                let (s, e) = (k, k + len as usize);
-                diff[s] += sig.size as i128;
-                if e <= p {
-                    diff[e] -= sig.size as i128;
-                } else {
-                    diff[p] -= sig.size as i128;
-                    diff[0] += sig.size as i128;
-                    diff[e - p] -= sig.size as i128;
-                }
+                lives.push(Life { size: sig.size, start: k as u64, len: (*len).max(1) });
             }
             _ => always = always.saturating_add(sig.size),
         }
     }
-    let mut live = 0i128;
-    let (mut quiet, mut least, mut most) = (0usize, i128::MAX, 0i128);
-    for (k, d) in diff.iter().take(p).enumerate() {
-        live += d;
+    let (mut quiet, mut least, mut most) = (0usize, u64::MAX, 0u64);
+    for (k, live) in live_by_position(&lives, period).enumerate() {
         if live < least {
             least = live;
             quiet = k;
@@ -352,14 +338,14 @@ pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
     }
     // Cheap checks first (laying out is quadratic in the blocks): the
     // arena is at least the peak of bytes live at once.
-    if (most.max(0) as u64) < MIN_ARENA {
+    if most < MIN_ARENA {
         return Err(Rejected::TooSmall);
     }
     // Quiet: at most 5% of the peak (or 2 MiB) of what the period holds
     // stays live there (a step's end, where a prefetched batch may wait;
     // not a layer of inference, whose activations flow into the next).
-    let left = least.max(0) as u64 + always;
-    if left > (most.max(0) as u64 / 20).max(2 << 20) {
+    let left = least + always;
+    if left > (most / 20).max(2 << 20) {
         return Err(Rejected::NoQuietPoint);
     }
     let arena = layout(&lives, period, &[]).extra;
@@ -735,6 +721,30 @@ fn live_at(lives: &[Life], circle: u64, pos: u64) -> u64 {
     lives.iter().filter(|l| l.start != pos && (pos + circle - l.start) % circle < l.len).map(|l| l.size).sum()
 }
 
+/// Bytes of `lives` live at each position of a circle of `circle`
+/// allocations, from position 0 (a difference array; a block running past
+/// the end wraps to the start).
+fn live_by_position(lives: &[Life], circle: u64) -> impl Iterator<Item = u64> {
+    let c = circle as usize;
+    let mut diff = vec![0i128; c + 1];
+    for l in lives {
+        let (s, e, size) = (l.start as usize, (l.start + l.len) as usize, l.size as i128);
+        diff[s] += size;
+        if e <= c {
+            diff[e] -= size;
+        } else {
+            diff[c] -= size;
+            diff[0] += size;
+            diff[e - c] -= size;
+        }
+    }
+    diff.truncate(c);
+    diff.into_iter().scan(0i128, |live, d| {
+        *live += d;
+        Some((*live).max(0) as u64)
+    })
+}
+
 /// Allocations after a window never seen before during which the learner
 /// looks for the earlier stretch the sequence is in step with.
 const ALIGN_SPAN: u64 = 64;
@@ -1045,30 +1055,15 @@ impl Planner {
                 lives.push(Life { size: sig.size, start: k as u64, len: (*len).max(1) });
             }
         }
+        let circle = 2 * p + lens.iter().flatten().max().copied().unwrap_or(0);
         // Worth an arena: the blocks it places held at least half of the
-        // most the pool has had live at once.
-        let mut diff = vec![0i128; 3 * sigs.len() + 1];
-        for l in &lives {
-            let end = (l.start + l.len).min(diff.len() as u64 - 1) as usize;
-            diff[l.start as usize] += l.size as i128;
-            diff[end] -= l.size as i128;
-        }
-        let mut live = 0i128;
-        let most = diff
-            .iter()
-            .map(|d| {
-                live += d;
-                live
-            })
-            .max()
-            .unwrap_or(0)
-            .max(0) as u64;
+        // most the pool has had live at once (no block wraps on the circle).
+        let most = live_by_position(&lives, circle).max().unwrap_or(0);
         let peak = self.learner.peak_live;
         tracing::trace!(target: "hipmem::pool", "provisional candidate of {p}: {most} bytes at most live (of {peak})");
         if most < MIN_ARENA.max(peak / 2) {
             return;
         }
-        let circle = 2 * p + lens.iter().flatten().max().copied().unwrap_or(0);
         // (Laid out only once it has followed CONFIRM allocations: its size
         // in one piece is not needed before, the peak stands for it.)
         let plan = Plan { entries, lives, arena: most, quiet: from, circle };

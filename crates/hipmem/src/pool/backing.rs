@@ -389,10 +389,12 @@ fn create_and_map(
 ) -> Result<u64> {
     let handle = vm.mem_create(device, size, handle_types)?;
     CallCounts::add(&calls.granules_created);
+    CallCounts::add_bytes(&calls.bytes_created, size);
     if let Err(e) = vm.mem_map(DevicePtr(at), size, 0, handle) {
         let _ = vm.mem_unmap(DevicePtr(at), size);
         if vm.mem_release(handle).is_ok() {
             CallCounts::add(&calls.granules_released);
+            CallCounts::add_bytes(&calls.bytes_released, size);
         }
         return Err(e);
     }
@@ -405,6 +407,7 @@ fn unmap_and_release(calls: &CallCounts, vm: &dyn VirtualMemory, at: u64, size: 
     let _ = vm.mem_unmap(DevicePtr(at), size);
     if vm.mem_release(handle).is_ok() {
         CallCounts::add(&calls.granules_released);
+        CallCounts::add_bytes(&calls.bytes_released, size);
     }
 }
 
@@ -641,6 +644,7 @@ impl PoolCore {
         };
         debug_assert!(ptr.0 % BLOCK_ALIGN == 0);
         CallCounts::add(&self.calls.segments_allocated);
+        CallCounts::add_bytes(&self.calls.bytes_created, size);
         rt.allocations().insert(Allocation {
             base: ptr,
             size,
@@ -1001,7 +1005,8 @@ impl PoolCore {
             && group_min > 0
             && self.props.handle_types == 0
             && plan.reuse.is_empty()
-            && plan.new_granules.len() as u64 * g >= least_group
+            && (plan.new_granules.len() as u64 * g >= least_group
+                || self.arena_growth.load(Ordering::Relaxed))
             && plan.new_granules.windows(2).all(|w| w[1] == w[0] + g);
         let mut groups: Vec<(u64, Group)> = Vec::new();
         if grouped {
@@ -1262,7 +1267,10 @@ impl PoolCore {
                     }
                     crate::trace::pool_release(self.id, self.device, p.active, g);
                     match vm.mem_release(d.pid) {
-                        Ok(()) => CallCounts::add(&self.calls.granules_released),
+                        Ok(()) => {
+                            CallCounts::add(&self.calls.granules_released);
+                            CallCounts::add_bytes(&self.calls.bytes_released, g);
+                        }
                         Err(e) => tracing::warn!(target: "hipmem", "releasing a pool granule failed: {e}"),
                     }
                     released += g;
@@ -1284,28 +1292,9 @@ impl PoolCore {
                     if released >= bytes {
                         break;
                     }
-                    let mut heap = lock(&self.heap);
-                    if heap.reserved().saturating_sub(gr.len) < floor || !heap.unback(base, gr.len) {
-                        continue;
+                    if self.release_group(vm, vr, base, gr, floor) {
+                        released += gr.len;
                     }
-                    for at in (base..base + gr.len).step_by(g as usize) {
-                        if let Some(alias) = vr.aliases.remove(&at) {
-                            vr.phys.remove(&alias.pid);
-                        }
-                    }
-                    vr.groups.remove(&base);
-                    drop(heap);
-                    tracing::trace!(target: "hipmem::pool", "released a group of {} units at={base:#x}", gr.len / g);
-                    match vm.mem_unmap(DevicePtr(base), gr.len) {
-                        Ok(()) => CallCounts::add(&self.calls.unmaps),
-                        Err(e) => tracing::warn!(target: "hipmem", "unmapping a pool group failed: {e}"),
-                    }
-                    crate::trace::pool_release(self.id, self.device, base, gr.len);
-                    match vm.mem_release(gr.handle) {
-                        Ok(()) => CallCounts::add(&self.calls.granules_released),
-                        Err(e) => tracing::warn!(target: "hipmem", "releasing a pool group failed: {e}"),
-                    }
-                    released += gr.len;
                 }
                 // A destroyed pool with nothing mapped gives its addresses back.
                 let part = vr.size / CLASSES as u64;
@@ -1323,6 +1312,102 @@ impl PoolCore {
                 released
             }
         }
+    }
+
+    /// Unmaps and releases the group at `base` if every unit of it is global
+    /// free memory and `floor` bytes stay reserved without it. Returns
+    /// whether it went.
+    fn release_group(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        base: u64,
+        gr: Group,
+        floor: u64,
+    ) -> bool {
+        let g = vr.granularity;
+        let mut heap = lock(&self.heap);
+        if heap.reserved().saturating_sub(gr.len) < floor || !heap.unback(base, gr.len) {
+            return false;
+        }
+        for at in (base..base + gr.len).step_by(g as usize) {
+            if let Some(alias) = vr.aliases.remove(&at) {
+                vr.phys.remove(&alias.pid);
+            }
+        }
+        vr.groups.remove(&base);
+        drop(heap);
+        tracing::trace!(target: "hipmem::pool", "released a group of {} units at={base:#x}", gr.len / g);
+        match vm.mem_unmap(DevicePtr(base), gr.len) {
+            Ok(()) => CallCounts::add(&self.calls.unmaps),
+            Err(e) => tracing::warn!(target: "hipmem", "unmapping a pool group failed: {e}"),
+        }
+        crate::trace::pool_release(self.id, self.device, base, gr.len);
+        match vm.mem_release(gr.handle) {
+            Ok(()) => {
+                CallCounts::add(&self.calls.granules_released);
+                CallCounts::add_bytes(&self.calls.bytes_released, gr.len);
+            }
+            Err(e) => tracing::warn!(target: "hipmem", "releasing a pool group failed: {e}"),
+        }
+        true
+    }
+
+    /// The longest run of consecutive groups whose every unit is global free
+    /// memory: each group's (address, length), in address order (empty if
+    /// there is none, or the pool is not on virtual memory). A plan's new
+    /// piece goes there (`planned.rs`): the physical memory of the arena
+    /// before it, kept mapped where it is rather than given back and
+    /// created again.
+    pub(super) fn free_group_chain(&self) -> Vec<(u64, u64)> {
+        let Backing::Virtual(range) = &self.backing else { return Vec::new() };
+        let guard = lock(range);
+        let Some(vr) = guard.as_ref() else { return Vec::new() };
+        let heap = lock(&self.heap);
+        let mut best: Vec<(u64, u64)> = Vec::new();
+        let mut run: Vec<(u64, u64)> = Vec::new();
+        let total = |r: &[(u64, u64)]| r.iter().map(|g| g.1).sum::<u64>();
+        for (&base, gr) in &vr.groups {
+            if heap.global_free_run(base, gr.len).is_none() {
+                run.clear();
+                continue;
+            }
+            if run.last().is_some_and(|&(b, l)| b + l != base) {
+                run.clear();
+            }
+            run.push((base, gr.len));
+            if total(&run) > total(&best) {
+                best.clone_from(&run);
+            }
+        }
+        best
+    }
+
+    /// Whether memory for `len` bytes (rounded up to whole units) can be
+    /// mapped at `at`: its addresses are unbacked.
+    pub(super) fn can_map_at(&self, at: u64, len: u64) -> bool {
+        let Backing::Virtual(range) = &self.backing else { return false };
+        let guard = lock(range);
+        let Some(vr) = guard.as_ref() else { return false };
+        let Some(len) = len.checked_next_multiple_of(vr.granularity) else { return false };
+        lock(&self.heap).is_unbacked(at, len)
+    }
+
+    /// Unmaps and releases the groups at `bases` whose every unit is global
+    /// free memory. Returns the bytes released.
+    pub(super) fn release_groups(&self, rt: &Runtime, bases: &[u64]) -> u64 {
+        let Backing::Virtual(range) = &self.backing else { return 0 };
+        let Some(vm) = rt.backend().virtual_memory() else { return 0 };
+        let mut guard = lock(range);
+        let Some(vr) = guard.as_mut() else { return 0 };
+        let mut released = 0;
+        for &base in bases {
+            let Some(&gr) = vr.groups.get(&base) else { continue };
+            if self.release_group(vm, vr, base, gr, 0) {
+                released += gr.len;
+            }
+        }
+        released
     }
 
     /// Releases the largest whole free segment that keeps `floor` bytes
@@ -1347,7 +1432,10 @@ impl PoolCore {
                     .remove_if(DevicePtr(seg.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
                 crate::trace::pool_release(self.id, self.device, seg.base, seg.size);
                 match rt.backend().mem_free(self.device, DevicePtr(seg.base)) {
-                    Ok(()) => CallCounts::add(&self.calls.segments_freed),
+                    Ok(()) => {
+                        CallCounts::add(&self.calls.segments_freed);
+                        CallCounts::add_bytes(&self.calls.bytes_released, seg.size);
+                    }
                     Err(e) => tracing::warn!(target: "hipmem", "releasing a pool segment failed: {e}"),
                 }
                 Some(seg.size)

@@ -118,6 +118,9 @@ pub(crate) struct PoolCore {
     pub(super) plan: Arc<super::plan::PlanState>,
     /// Set while a plan's new piece is made: growth maps exactly what is asked.
     pub(super) exact_growth: AtomicBool,
+    /// Set while a plan's new piece is made: its new units are mapped in
+    /// groups however few they are (they go back with the arena).
+    pub(super) arena_growth: AtomicBool,
     /// Idle release (`release.rs`): the window in milliseconds (0: off) and
     /// what the pool needed in the current and the last window.
     pub(super) idle_window_ms: AtomicU64,
@@ -176,6 +179,7 @@ impl PoolCore {
             ipc_uid: std::sync::OnceLock::new(),
             plan: Arc::new(super::plan::PlanState::new(plan)),
             exact_growth: AtomicBool::new(false),
+            arena_growth: AtomicBool::new(false),
             idle_window_ms: AtomicU64::new(0),
             idle: Mutex::new(super::release::IdleWindows::new()),
             idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),
@@ -416,11 +420,18 @@ pub(super) struct CallCounts {
     pub(super) granules_released: AtomicU64,
     pub(super) maps: AtomicU64,
     pub(super) unmaps: AtomicU64,
+    pub(super) bytes_created: AtomicU64,
+    pub(super) bytes_released: AtomicU64,
 }
 
 impl CallCounts {
     pub(super) fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `bytes` to a byte count.
+    pub(super) fn add_bytes(counter: &AtomicU64, bytes: u64) {
+        counter.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(super) fn snapshot(&self) -> super::BackendCalls {
@@ -432,6 +443,8 @@ impl CallCounts {
             granules_released: r(&self.granules_released),
             maps: r(&self.maps),
             unmaps: r(&self.unmaps),
+            bytes_created: r(&self.bytes_created),
+            bytes_released: r(&self.bytes_released),
         }
     }
 }

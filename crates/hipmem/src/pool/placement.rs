@@ -219,6 +219,14 @@ impl Heap {
         self.blocks.iter().filter(|(_, b)| b.state == State::Unbacked).map(|(&a, b)| (a, b.size)).collect()
     }
 
+    /// Whether `[addr, addr + size)` lies inside one unbacked range.
+    pub fn is_unbacked(&self, addr: u64, size: u64) -> bool {
+        match self.blocks.range(..=addr).next_back() {
+            Some((&a, b)) => b.state == State::Unbacked && addr + size <= a + b.size,
+            None => false,
+        }
+    }
+
     /// The unbacked ranges in reservations of size class `class`.
     pub fn unbacked_ranges_of(&self, class: usize) -> Vec<(u64, u64)> {
         self.blocks

@@ -198,7 +198,17 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     if pieces.is_empty() {
         return layout_with(lives, period, pieces, u64::MAX);
     }
-    let limits = [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20];
+    // A limit that sends no more blocks to the new piece than the one
+    // before it gives the same layout: laid out once.
+    let mut limits: Vec<u64> = Vec::with_capacity(5);
+    let mut forced_before = None;
+    for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
+        let forced = lives.iter().filter(|l| l.size.next_multiple_of(ALIGN) > limit).count();
+        if forced_before != Some(forced) {
+            limits.push(limit);
+            forced_before = Some(forced);
+        }
+    }
     // Laying out is quadratic in the blocks: many blocks, one thread per limit.
     let layouts: Vec<Layout> = if lives.len() < 256 {
         limits.iter().map(|&limit| layout_with(lives, period, pieces, limit)).collect()
@@ -242,41 +252,48 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layou
         let size = size_of(i);
         let first = if size <= limit { 0 } else { new };
         let mut best: Option<(u64, usize, u64)> = None; // (gap, piece, offset)
+        // Whether the gap is the best so far; a gap of exactly the block's
+        // size cannot be beaten (the first of the least wins), so the walk
+        // stops there.
         let mut consider = |gap: u64, piece: usize, at: u64| {
             if gap >= size && best.is_none_or(|(g, _, _)| gap < g) {
                 best = Some((gap, piece, at));
             }
+            gap == size
         };
         // Per piece: the end of the last busy interval seen.
         let mut piece = first;
         let mut at = 0u64;
         let mut new_top_busy = 0u64;
+        let mut exact = false;
         let from = placed.partition_point(|b| b.0 < first);
-        for &(q, b0, b1, ref other) in &placed[from..] {
+        'walk: for &(q, b0, b1, ref other) in &placed[from..] {
             if !overlaps(me, other, period) {
                 continue;
             }
             while piece < q {
                 // No more busy intervals in `piece`: the gap up to its end.
                 let cap = if piece == new { top } else { pieces[piece] };
-                if cap > at {
-                    consider(cap - at, piece, at);
+                if cap > at && consider(cap - at, piece, at) {
+                    exact = true;
+                    break 'walk;
                 }
                 piece += 1;
                 at = 0;
             }
-            if b0 > at {
-                consider(b0 - at, piece, at);
+            if b0 > at && consider(b0 - at, piece, at) {
+                exact = true;
+                break;
             }
             at = at.max(b1);
             if q == new {
                 new_top_busy = new_top_busy.max(b1);
             }
         }
-        while piece <= new {
+        while !exact && piece <= new {
             let cap = if piece == new { top } else { pieces[piece] };
-            if cap > at {
-                consider(cap - at, piece, at);
+            if cap > at && consider(cap - at, piece, at) {
+                break;
             }
             piece += 1;
             at = 0;
@@ -1401,6 +1418,96 @@ mod tests {
                 if pi == pj && overlaps(&lives[i], &lives[j], period) {
                     assert!(oi + size(i) <= oj || oj + size(j) <= oi, "blocks {i} and {j} collide");
                 }
+            }
+        }
+    }
+
+    /// [`layout_with`] written plainly: for each block in order, every gap
+    /// between the placed blocks that overlap it in time, in (piece,
+    /// offset) order, the least that fits (the first of equals); else the
+    /// top of the new piece above the busy blocks there.
+    fn layout_plainly(lives: &[Life], period: u64, pieces: &[u64], limit: u64) -> Layout {
+        let new = pieces.len();
+        let mut order: Vec<usize> = (0..lives.len()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(lives[i].size), std::cmp::Reverse(lives[i].len), i));
+        let mut places = vec![(usize::MAX, 0u64); lives.len()];
+        let mut used = vec![0u64; new];
+        let mut top = 0u64;
+        let mut done: Vec<usize> = Vec::new();
+        for &i in &order {
+            let size = lives[i].size.next_multiple_of(ALIGN);
+            let first = if size <= limit { 0 } else { new };
+            let mut best: Option<(u64, usize, u64)> = None;
+            let mut busy_top = 0u64;
+            for piece in first..=new {
+                let cap = pieces.get(piece).copied().unwrap_or(top);
+                let mut busy: Vec<(u64, u64)> = done
+                    .iter()
+                    .filter(|&&j| places[j].0 == piece && overlaps(&lives[i], &lives[j], period))
+                    .map(|&j| (places[j].1, places[j].1 + lives[j].size.next_multiple_of(ALIGN)))
+                    .collect();
+                busy.sort_unstable();
+                let mut at = 0;
+                let mut gaps = Vec::new();
+                for &(b0, b1) in &busy {
+                    if b0 > at {
+                        gaps.push((b0 - at, at));
+                    }
+                    at = at.max(b1);
+                }
+                if piece == new {
+                    busy_top = at;
+                }
+                if cap > at {
+                    gaps.push((cap - at, at));
+                }
+                for (gap, off) in gaps {
+                    if gap >= size && best.is_none_or(|(g, _, _)| gap < g) {
+                        best = Some((gap, piece, off));
+                    }
+                }
+            }
+            let (piece, off) = best.map_or((new, busy_top), |(_, p, o)| (p, o));
+            places[i] = (piece, off);
+            if piece == new {
+                top = top.max(off + size);
+            } else {
+                used[piece] = used[piece].max(off + size);
+            }
+            done.push(i);
+        }
+        Layout { places, used, extra: top }
+    }
+
+    #[test]
+    fn the_layout_walk_places_every_block_where_the_plain_search_does() {
+        // Sizes from a few classes (so exact fits are common) and random
+        // lifetimes, in free runs and a new piece, under every limit.
+        let (k, period) = (1u64 << 10, 400u64);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..6 {
+            let lives: Vec<Life> = (0..200)
+                .map(|j| Life {
+                    size: [64, 512, 4096, 6000, 20000][(next() % 5) as usize] * k,
+                    start: 2 * j,
+                    len: 1 + next() % 150,
+                })
+                .collect();
+            let pieces: Vec<u64> = (0..round).map(|_| (1 + next() % 40) * 1024 * k).collect();
+            for limit in [u64::MAX, 16 << 20, 4 << 20, 0] {
+                let fast = layout_with(&lives, period, &pieces, limit);
+                assert_valid(&lives, period, &pieces, &fast);
+                assert_eq!(
+                    fast,
+                    layout_plainly(&lives, period, &pieces, limit),
+                    "round {round}, limit {limit}"
+                );
             }
         }
     }

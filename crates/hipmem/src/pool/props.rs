@@ -147,10 +147,15 @@ pub struct BackendCalls {
     pub maps: u64,
     /// Mappings removed.
     pub unmaps: u64,
+    /// Physical bytes created: segments, granules and groups (not a count
+    /// of calls: see [`BackendCalls::total`]).
+    pub bytes_created: u64,
+    /// Physical bytes given back to the backend.
+    pub bytes_released: u64,
 }
 
 impl BackendCalls {
-    /// All calls together.
+    /// All calls together (the byte counts are not calls).
     pub fn total(&self) -> u64 {
         self.segments_allocated
             + self.segments_freed

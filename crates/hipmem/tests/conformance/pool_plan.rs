@@ -281,13 +281,26 @@ fn long_step(
     first: bool,
     odd: Option<u64>,
 ) -> (u64, Vec<DevicePtr>) {
+    long_step_scaled(rt, pool, s, seed, first, odd, 1)
+}
+
+/// [`long_step`] with its large blocks `scale` times as large.
+fn long_step_scaled(
+    rt: &Runtime,
+    pool: &MemPool,
+    s: &Stream,
+    seed: u32,
+    first: bool,
+    odd: Option<u64>,
+    scale: u64,
+) -> (u64, Vec<DevicePtr>) {
     let size = |i: u64| {
         if odd == Some(i) {
             77 * MIB
         } else if i < 32 {
             (64 + 4 * i) << 10
         } else {
-            (1 + i % 4) * 8 * MIB + i * (64 << 10)
+            scale * ((1 + i % 4) * 8 * MIB + i * (64 << 10))
         }
     };
     let mut one_offs = Vec::new();
@@ -411,6 +424,46 @@ fn an_ended_plans_arena_serves_the_rest_of_its_step() {
         long_step(&rt, &pool, &s, k, false, None);
     }
     assert!(pool.plan_counts().plans > c.plans, "{:?}", pool.plan_counts());
+    s.synchronize().unwrap();
+    assert_eq!(pool.stats().used_current, 0);
+    pool.check_invariants().unwrap();
+}
+
+/// Each new plan's arena takes over the physical memory of the arena
+/// before it where that is wholly free (kept mapped where it is, the new
+/// piece laid over it), instead of giving it back and creating as much
+/// again: a plan that follows another creates and gives back only about
+/// the difference in size, the pool still holds about the step's peak, and
+/// every block keeps its data (`long_step` checks each).
+#[test]
+fn a_new_plans_arena_keeps_the_memory_of_the_arena_before_it() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "a_new_plans_arena_keeps_the_memory_of_the_arena_before_it") else {
+        return;
+    };
+    let s = stream0(&rt);
+    let mut peak = 0;
+    let mut followed = 0;
+    for k in 0..3 {
+        let plans = pool.plan_counts().plans;
+        let before = pool.backend_calls().unwrap();
+        peak = peak.max(long_step_scaled(&rt, &pool, &s, k, false, None, 3).0);
+        let after = pool.backend_calls().unwrap();
+        let reserved = pool.stats().reserved_current;
+        let (created, released) =
+            (after.bytes_created - before.bytes_created, after.bytes_released - before.bytes_released);
+        if plans >= 1 && pool.plan_counts().plans > plans {
+            followed += 1;
+            assert!(
+                created <= reserved / 4 && released <= reserved / 4,
+                "step {k}: a plan that followed another created {created} and released {released} bytes ({reserved} reserved)"
+            );
+        }
+    }
+    assert!(followed >= 1, "a plan followed another: {:?}", pool.plan_counts());
+    let st = pool.stats();
+    let ratio = st.reserved_high as f64 / peak as f64;
+    assert!(ratio <= 1.05, "the pool held {} bytes for a peak of {peak} ({ratio:.3})", st.reserved_high);
     s.synchronize().unwrap();
     assert_eq!(pool.stats().used_current, 0);
     pool.check_invariants().unwrap();

@@ -163,6 +163,14 @@ pub fn run(rt: &Runtime, scale: Scale) -> Result<Report> {
             report.push("chunk_ops", op, Some(chunk * g), "per_mib", us, "us");
         }
     }
+    // Each step alone, and moving a whole allocation to other addresses
+    // (unmap, map, access) against giving it back and creating as much
+    // again (unmap, release, create, map, access).
+    for chunk in [32u64, 128, 512] {
+        for (op, us) in chunk_steps(rt, g, chunk * g, 512 * g)? {
+            report.push("chunk_steps", op, Some(chunk * g), "per_mib", us, "us");
+        }
+    }
     // A large physical allocation mapped in 4-granule slices (one map and
     // one access call per slice), as a pool's units would be.
     for chunk in [64u64, 256] {
@@ -344,6 +352,59 @@ fn granule_ops(rt: &Runtime, g: u64, n: u64) -> Result<Vec<(&'static str, f64)>>
         ("set_access_one_call_per_run", access_run),
         ("unmap", unmap),
         ("unmap_and_release", release),
+    ])
+}
+
+/// `total` bytes in physical allocations of `chunk` bytes, each step timed
+/// alone: create, map, access, then moving each allocation to a second
+/// range (unmap, map, access there), then unmap and release. Returns
+/// (step, µs per MiB).
+fn chunk_steps(rt: &Runtime, g: u64, chunk: u64, total: u64) -> Result<Vec<(&'static str, f64)>> {
+    let Some(vm) = rt.backend().virtual_memory() else { return Ok(Vec::new()) };
+    let n = (total / chunk).max(1);
+    let per_mib = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / ((n * chunk) as f64 / (1 << 20) as f64);
+    let a = vm.address_reserve(n * chunk, g, DevicePtr::NULL)?;
+    let b = vm.address_reserve(n * chunk, g, DevicePtr::NULL)?;
+    let at = |base: DevicePtr, i: u64| DevicePtr(base.0 + i * chunk);
+    let t = Instant::now();
+    let handles = (0..n).map(|_| vm.mem_create(0, chunk, 0)).collect::<Result<Vec<u64>>>()?;
+    let create = per_mib(t);
+    let t = Instant::now();
+    for (i, &h) in (0..).zip(&handles) {
+        vm.mem_map(at(a, i), chunk, 0, h)?;
+    }
+    let map = per_mib(t);
+    let t = Instant::now();
+    for i in 0..n {
+        vm.mem_set_access(at(a, i), chunk, 0, 3)?;
+    }
+    let access = per_mib(t);
+    let t = Instant::now();
+    for (i, &h) in (0..).zip(&handles) {
+        vm.mem_unmap(at(a, i), chunk)?;
+        vm.mem_map(at(b, i), chunk, 0, h)?;
+        vm.mem_set_access(at(b, i), chunk, 0, 3)?;
+    }
+    let moved = per_mib(t);
+    let t = Instant::now();
+    for i in 0..n {
+        vm.mem_unmap(at(b, i), chunk)?;
+    }
+    let unmap = per_mib(t);
+    let t = Instant::now();
+    for &h in &handles {
+        vm.mem_release(h)?;
+    }
+    let release = per_mib(t);
+    vm.address_free(a, n * chunk)?;
+    vm.address_free(b, n * chunk)?;
+    Ok(vec![
+        ("create", create),
+        ("map", map),
+        ("access", access),
+        ("move", moved),
+        ("unmap", unmap),
+        ("release", release),
     ])
 }
 

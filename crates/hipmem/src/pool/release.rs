@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::backing::Unmapped;
 use super::core::{ORPHAN_STREAM, PoolCore, lock};
 use super::stream_cache::Slot;
 use crate::error::Result;
@@ -195,23 +196,28 @@ impl PoolCore {
     /// (memory that a growth of 64 MiB or more mapped), at most one
     /// unmap and release per unit otherwise. This stream's frees the device
     /// has completed count as unused (asked with a wait only when it has
-    /// frees pending).
-    pub(super) fn release_before_large_growth(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) {
+    /// frees pending). What it gives back is unmapped but returned to the
+    /// caller, not released: the growth maps what it can of it
+    /// ([`PoolCore::grow_reusing`]), and the caller releases the rest.
+    pub(super) fn release_before_large_growth(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) -> Unmapped {
+        let mut unmapped = Vec::new();
         if want < LARGE_REQUEST || !self.gives_back_before_growing() {
-            return;
+            return unmapped;
         }
         let reserved = lock(&self.heap).reserved();
         if want.saturating_mul(8) < reserved {
-            return;
+            return unmapped;
         }
         let threshold = self.release_threshold.load(Ordering::Relaxed);
         if reserved <= threshold {
-            return;
+            return unmapped;
         }
         self.wait_for_own_frees(rt, slot.stream_id());
         lock(&self.heap).reclaim_lent(None);
-        let released = self.release_unused(rt, want, threshold);
+        // Unmapped, not given back yet: the growth maps what it can of it.
+        let released = self.release_unused_keeping(rt, want, threshold, Some(&mut unmapped));
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: gave back {released} of {reserved} bytes before growing for {want}", self.id);
+        unmapped
     }
 
     // ---- synchronization, release, trim -------------------------------------------------

@@ -96,8 +96,14 @@ impl PoolCore {
         }
         // 4a. A large request gives back unused memory before the pool grows
         //     for it (`release.rs`): it rarely fits the free runs it finds.
-        self.release_before_large_growth(&rt, slot, want);
-        let grow_err = match self.grow(&rt, want, slot.stream_id()) {
+        //     What it unmaps is mapped again where the growth needs memory of
+        //     its size, and given back only if it does not.
+        let mut unmapped = self.release_before_large_growth(&rt, slot, want);
+        let grown = self.grow_reusing(&rt, want, slot.stream_id(), &mut unmapped);
+        if let Some(vm) = rt.backend().virtual_memory() {
+            self.release_unmapped(vm, &mut unmapped);
+        }
+        let grow_err = match grown {
             Ok(found) => {
                 self.note_growth();
                 return Ok(found);

@@ -518,3 +518,59 @@ fn a_pool_that_may_move_holds_no_more_than_one_that_grows_while_frees_lag() {
     let (m, gr) = (lagged_phases(&rt, &moving), lagged_phases(&rt, &growing));
     assert!(m <= gr + g, "the pool that may move holds {} units, the one that grows {}", m / g, gr / g);
 }
+
+/// A large request that finds no free run of its size gives back what no
+/// block uses before the pool grows for it; the physical allocations it
+/// unmaps are mapped again under the new block where the growth needs one
+/// of their size, instead of given back and created again: the growth
+/// creates only the rest, gives nothing back, the block's data is intact,
+/// and trim still gives everything back.
+#[test]
+fn a_large_growth_maps_the_memory_a_release_before_it_unmapped() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "a_large_growth_maps_the_memory_a_release_before_it_unmapped") else {
+        return;
+    };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    if pool.planning() {
+        pool.set_planning(false).unwrap();
+    }
+    let u = unit(&pool);
+    if u > 16 * MIB || std::env::var_os("HIPMEM_POOL_GROUP_MIB").is_some() {
+        eprintln!("units of {u} bytes or a growth mapping set: the groups this test expects are not made");
+        return;
+    }
+    pool.set_release_threshold(0);
+    let s = stream0(&rt);
+    let start = pool.backend_calls().unwrap();
+    // 512 MiB: two physical allocations of 256 MiB.
+    let first = pool.alloc_raw(512 * MIB, &s).unwrap();
+    let made = pool.backend_calls().unwrap();
+    assert_eq!(made.bytes_created - start.bytes_created, 512 * MIB);
+    assert_eq!(made.granules_created - start.granules_created, 2, "two groups of 256 MiB");
+    rt.free_async(first, &s).unwrap();
+    // 640 MiB does not fit: the two groups are unmapped and mapped again
+    // under it, 128 MiB are new.
+    let big = pool.alloc_raw(640 * MIB, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.bytes_created - made.bytes_created, 128 * MIB, "{after:?}");
+    assert_eq!(after.bytes_released - made.bytes_released, 0, "nothing given back: {after:?}");
+    assert_eq!(after.unmaps - made.unmaps, 2);
+    assert_eq!(pool.stats().reserved_current, 640 * MIB);
+    let offsets: Vec<u64> = (0..10).map(|k| k * 64 * MIB + (k % 3) * 4096).collect();
+    for (k, &off) in offsets.iter().enumerate() {
+        fill_u32(&rt, DevicePtr(big.0 + off), 4096, 0x7e57_0000 | k as u32, &s);
+    }
+    s.synchronize().unwrap();
+    for (k, &off) in offsets.iter().enumerate() {
+        let got = read_u32s(&rt, DevicePtr(big.0 + off), 4096);
+        assert!(got.iter().all(|&v| v == 0x7e57_0000 | k as u32), "block data at +{off:#x}");
+    }
+    rt.free_async(big, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let end = pool.backend_calls().unwrap();
+    assert_eq!(pool.stats().reserved_current, 0);
+    assert_eq!(end.bytes_released - start.bytes_released, end.bytes_created - start.bytes_created);
+    pool.check_invariants().unwrap();
+}

@@ -365,51 +365,7 @@ fn unit_granules() -> u64 {
     })
 }
 
-/// Creates a physical granule and maps it at `at` with the pool's access;
-/// returns its handle.
-fn map_new_granule(
-    calls: &CallCounts,
-    vm: &dyn VirtualMemory,
-    access: &[AccessFlags],
-    device: usize,
-    at: u64,
-    size: u64,
-    handle_types: u32,
-) -> Result<u64> {
-    let handle = create_and_map(calls, vm, device, at, size, handle_types)?;
-    if let Err(e) = give_access(vm, access, at, size) {
-        unmap_and_release(calls, vm, at, size, handle);
-        return Err(e);
-    }
-    Ok(handle)
-}
-
-/// Creates a physical granule and maps it at `at`, with no access yet
-/// ([`give_access`]); returns its handle.
-fn create_and_map(
-    calls: &CallCounts,
-    vm: &dyn VirtualMemory,
-    device: usize,
-    at: u64,
-    size: u64,
-    handle_types: u32,
-) -> Result<u64> {
-    let handle = vm.mem_create(device, size, handle_types)?;
-    CallCounts::add(&calls.granules_created);
-    CallCounts::add_bytes(&calls.bytes_created, size);
-    if let Err(e) = vm.mem_map(DevicePtr(at), size, 0, handle) {
-        let _ = vm.mem_unmap(DevicePtr(at), size);
-        if vm.mem_release(handle).is_ok() {
-            CallCounts::add(&calls.granules_released);
-            CallCounts::add_bytes(&calls.bytes_released, size);
-        }
-        return Err(e);
-    }
-    CallCounts::add(&calls.maps);
-    Ok(handle)
-}
-
-/// Undoes [`create_and_map`].
+/// Undoes [`PoolCore::create_and_map`].
 fn unmap_and_release(calls: &CallCounts, vm: &dyn VirtualMemory, at: u64, size: u64, handle: u64) {
     let _ = vm.mem_unmap(DevicePtr(at), size);
     if vm.mem_release(handle).is_ok() {
@@ -441,31 +397,6 @@ fn map_with_access(
     vm.mem_map(DevicePtr(at), size, 0, handle)?;
     CallCounts::add(&calls.maps);
     give_access(vm, access, at, size)
-}
-
-/// Takes a physical allocation of `len` bytes out of `unmapped`.
-fn take_unmapped(unmapped: &mut Unmapped, len: u64) -> Option<u64> {
-    let i = unmapped.iter().position(|&(_, l)| l == len)?;
-    Some(unmapped.swap_remove(i).0)
-}
-
-/// Maps an unmapped physical allocation at `at` with the pool's access;
-/// gives it back if that fails. Returns its handle.
-fn map_unmapped(
-    calls: &CallCounts,
-    vm: &dyn VirtualMemory,
-    access: &[AccessFlags],
-    at: u64,
-    len: u64,
-    handle: u64,
-) -> Result<u64> {
-    match map_with_access(calls, vm, access, at, len, handle) {
-        Ok(()) => Ok(handle),
-        Err(e) => {
-            unmap_and_release(calls, vm, at, len, handle);
-            Err(e)
-        }
-    }
 }
 
 impl Drop for PoolCore {
@@ -647,21 +578,25 @@ impl PoolCore {
     /// free chunks is moved under the block first and new memory is created
     /// only for the rest (`remap.rs`); with segments, a new segment.
     pub(crate) fn grow(&self, rt: &Runtime, want: u64, stream: u64) -> Result<(u64, u64)> {
-        self.grow_reusing(rt, want, stream, &mut Vec::new())
+        self.grow_reusing(rt, want, stream, Vec::new())
     }
 
     /// [`PoolCore::grow`], mapping the physical allocations in `unmapped`
-    /// (taken out of it) where their size is needed; the caller gives back
-    /// what is left ([`PoolCore::release_unmapped`]).
+    /// where memory of their size is needed; the rest go back before
+    /// anything is created.
     pub(super) fn grow_reusing(
         &self,
         rt: &Runtime,
         want: u64,
         stream: u64,
-        unmapped: &mut Unmapped,
+        mut unmapped: Unmapped,
     ) -> Result<(u64, u64)> {
         if let Backing::Virtual(range) = &self.backing {
-            return self.grow_virtual(rt, range, want, stream, unmapped);
+            let grown = self.grow_virtual(rt, range, want, stream, &mut unmapped);
+            if let Some(vm) = rt.backend().virtual_memory() {
+                self.release_unmapped(vm, &mut unmapped);
+            }
+            return grown;
         }
         let reserved = lock(&self.heap).reserved();
         let step = (reserved / 32).clamp(MIN_SEGMENT, MAX_GROWTH_STEP);
@@ -933,8 +868,7 @@ impl PoolCore {
                         return Err(Error::OutOfMemory("the pool's maxSize is reached".into()));
                     }
                     drop(heap);
-                    let made =
-                        map_new_granule(&self.calls, vm, &access, self.device, r, g, self.props.handle_types);
+                    let made = self.map_new_granule(vm, &access, r, g, &mut Vec::new());
                     heap = lock(&self.heap);
                     let pid = made?;
                     crate::trace::pool_grow(self.id, self.device, r, g);
@@ -1092,19 +1026,7 @@ impl PoolCore {
             self.release_unmapped_but(vm, unmapped, &lens);
             for chunk in chunks {
                 let (first, len) = (chunk[0], chunk.len() as u64 * g);
-                let made = match take_unmapped(unmapped, len) {
-                    Some(handle) => map_unmapped(&self.calls, vm, &access, first, len, handle),
-                    None => map_new_granule(
-                        &self.calls,
-                        vm,
-                        &access,
-                        self.device,
-                        first,
-                        len,
-                        self.props.handle_types,
-                    ),
-                };
-                match made {
+                match self.map_new_granule(vm, &access, first, len, unmapped) {
                     Ok(handle) => groups.push((first, Group { handle, len })),
                     Err(e) => {
                         failed = Some(e);
@@ -1121,20 +1043,7 @@ impl PoolCore {
             let mut fresh: Vec<(u64, u64)> = Vec::new(); // (at, pid), no access yet
             self.release_unmapped_but(vm, unmapped, &vec![g; plan.new_granules.len()]);
             for &at in &plan.new_granules {
-                let made = match take_unmapped(unmapped, g) {
-                    Some(pid) => match vm.mem_map(DevicePtr(at), g, 0, pid) {
-                        Ok(()) => {
-                            CallCounts::add(&self.calls.maps);
-                            Ok(pid)
-                        }
-                        Err(e) => {
-                            unmap_and_release(&self.calls, vm, at, g, pid);
-                            Err(e)
-                        }
-                    },
-                    None => create_and_map(&self.calls, vm, self.device, at, g, self.props.handle_types),
-                };
-                match made {
+                match self.create_and_map(vm, at, g, unmapped) {
                     Ok(pid) => fresh.push((at, pid)),
                     Err(e) => {
                         failed = Some(e);
@@ -1410,8 +1319,54 @@ impl PoolCore {
         }
     }
 
+    /// Maps physical memory of `size` bytes at `at` with the pool's access
+    /// ([`PoolCore::create_and_map`], then access); returns its handle.
+    fn map_new_granule(
+        &self,
+        vm: &dyn VirtualMemory,
+        access: &[AccessFlags],
+        at: u64,
+        size: u64,
+        unmapped: &mut Unmapped,
+    ) -> Result<u64> {
+        let handle = self.create_and_map(vm, at, size, unmapped)?;
+        if let Err(e) = give_access(vm, access, at, size) {
+            unmap_and_release(&self.calls, vm, at, size, handle);
+            return Err(e);
+        }
+        Ok(handle)
+    }
+
+    /// Maps physical memory of `size` bytes at `at`, with no access yet
+    /// ([`give_access`]): an allocation of that size out of `unmapped` if
+    /// there is one, else a new one. Returns its handle.
+    fn create_and_map(
+        &self,
+        vm: &dyn VirtualMemory,
+        at: u64,
+        size: u64,
+        unmapped: &mut Unmapped,
+    ) -> Result<u64> {
+        let calls = &self.calls;
+        let handle = match unmapped.iter().position(|&(_, len)| len == size) {
+            Some(i) => unmapped.swap_remove(i).0,
+            None => {
+                let handle = vm.mem_create(self.device, size, self.props.handle_types)?;
+                CallCounts::add(&calls.granules_created);
+                CallCounts::add_bytes(&calls.bytes_created, size);
+                handle
+            }
+        };
+        if let Err(e) = vm.mem_map(DevicePtr(at), size, 0, handle) {
+            unmap_and_release(calls, vm, at, size, handle);
+            return Err(e);
+        }
+        CallCounts::add(&calls.maps);
+        Ok(handle)
+    }
+
     /// Gives back every physical allocation in `unmapped`.
-    pub(super) fn release_unmapped(&self, vm: &dyn VirtualMemory, unmapped: &mut Unmapped) {
+    fn release_unmapped(&self, vm: &dyn VirtualMemory, unmapped: &mut Unmapped) {
         self.release_unmapped_but(vm, unmapped, &[]);
     }
 
@@ -1490,23 +1445,21 @@ impl PoolCore {
         let guard = lock(range);
         let Some(vr) = guard.as_ref() else { return Vec::new() };
         let heap = lock(&self.heap);
-        let mut best: Vec<(u64, u64)> = Vec::new();
-        let mut run: Vec<(u64, u64)> = Vec::new();
-        let total = |r: &[(u64, u64)]| r.iter().map(|g| g.1).sum::<u64>();
-        for (&base, gr) in &vr.groups {
-            if heap.global_free_run(base, gr.len).is_none() {
-                run.clear();
+        // The longest run and the current one: (first index, groups, bytes).
+        let groups: Vec<(u64, u64)> = vr.groups.iter().map(|(&base, gr)| (base, gr.len)).collect();
+        let (mut best, mut run) = ((0, 0, 0u64), (0, 0, 0u64));
+        for (i, &(base, len)) in groups.iter().enumerate() {
+            let follows = run.1 > 0 && groups[i - 1].0 + groups[i - 1].1 == base;
+            if heap.global_free_run(base, len).is_none() {
+                run = (i + 1, 0, 0);
                 continue;
             }
-            if run.last().is_some_and(|&(b, l)| b + l != base) {
-                run.clear();
-            }
-            run.push((base, gr.len));
-            if total(&run) > total(&best) {
-                best.clone_from(&run);
+            run = if follows { (run.0, run.1 + 1, run.2 + len) } else { (i, 1, len) };
+            if run.2 > best.2 {
+                best = run;
             }
         }
-        best
+        groups[best.0..best.0 + best.1].to_vec()
     }
 
     /// Whether memory for `len` bytes (rounded up to whole units) can be

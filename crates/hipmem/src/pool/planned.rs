@@ -294,10 +294,14 @@ impl PoolCore {
             let whole = !self.plan.lock().waits_provisionally();
             self.exact_growth.store(whole, Ordering::Relaxed);
             self.arena_growth.store(true, Ordering::Relaxed);
-            let grown = (!kept.is_empty())
+            let over_kept = (!kept.is_empty())
                 .then(|| self.grow_over_kept(&rt, kept, layout.extra, slot.stream_id()))
-                .flatten()
-                .unwrap_or_else(|| self.alloc_slow(layout.extra, layout.extra, &slot));
+                .flatten();
+            let grown = over_kept.unwrap_or_else(|| {
+                // The kept groups go back first, as they would have before.
+                self.release_groups(&rt, &kept_bases);
+                self.alloc_slow(layout.extra, layout.extra, &slot)
+            });
             self.exact_growth.store(false, Ordering::Relaxed);
             self.arena_growth.store(false, Ordering::Relaxed);
             match grown {
@@ -344,8 +348,8 @@ impl PoolCore {
     /// (consecutive, each wholly free): the groups it covers stay mapped,
     /// those past it go back, and new memory is mapped right after the
     /// covered ones for the rest. None where those addresses are not
-    /// unbacked: the kept groups then go back first and the piece is grown
-    /// as any other.
+    /// unbacked: the piece is then grown as any other, once the caller has
+    /// given the kept groups back.
     fn grow_over_kept(
         &self,
         rt: &Runtime,
@@ -368,7 +372,6 @@ impl PoolCore {
             return Some(Ok((start, extra)));
         }
         if covered == 0 || covered == extra || !self.can_map_at(start + covered, extra - covered) {
-            self.release_groups(rt, &kept.iter().map(|g| g.0).collect::<Vec<_>>());
             return None;
         }
         let grown = self.grow(rt, extra, stream);

@@ -198,7 +198,7 @@ impl PoolCore {
     /// has completed count as unused (asked with a wait only when it has
     /// frees pending). What it gives back is unmapped but returned to the
     /// caller, not released: the growth maps what it can of it
-    /// ([`PoolCore::grow_reusing`]), and the caller releases the rest.
+    /// ([`PoolCore::grow_reusing`]) and gives back the rest.
     pub(super) fn release_before_large_growth(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) -> Unmapped {
         let mut unmapped = Vec::new();
         if want < LARGE_REQUEST || !self.gives_back_before_growing() {

@@ -98,12 +98,8 @@ impl PoolCore {
         //     for it (`release.rs`): it rarely fits the free runs it finds.
         //     What it unmaps is mapped again where the growth needs memory of
         //     its size, and given back only if it does not.
-        let mut unmapped = self.release_before_large_growth(&rt, slot, want);
-        let grown = self.grow_reusing(&rt, want, slot.stream_id(), &mut unmapped);
-        if let Some(vm) = rt.backend().virtual_memory() {
-            self.release_unmapped(vm, &mut unmapped);
-        }
-        let grow_err = match grown {
+        let unmapped = self.release_before_large_growth(&rt, slot, want);
+        let grow_err = match self.grow_reusing(&rt, want, slot.stream_id(), unmapped) {
             Ok(found) => {
                 self.note_growth();
                 return Ok(found);

@@ -416,15 +416,22 @@ fn replay_releases_idle_memory_on_the_traces_clock() {
 /// Five PyTorch runs on an H100 under PyTorch's native allocator
 /// (`examples/python/torch_allocators.py --record`, gzip-compressed): four
 /// warm-up steps and eight timed ones of the training workloads, 36 batches
-/// of variable-length inference; and hipmem's own trace of a live
-/// variable-length run (`HIPMEM_TRACE`). See `fixtures/traces/README.md`.
-const RECORDED: [(&str, &[u8]); 6] = [
+/// of variable-length inference; and hipmem's own traces of two live
+/// variable-length runs (`HIPMEM_TRACE`): 36 batches, and the 16 of the
+/// side-by-side comparison (6 warm-up, 10 measured), whose replay holds
+/// what the live run held (1.036 of its peak after the warm-up, on an H100
+/// and here). See `fixtures/traces/README.md`.
+const RECORDED: [(&str, &[u8]); 7] = [
     ("gpt_train", include_bytes!("../../fixtures/traces/pytorch/gpt_train.pickle.gz")),
     ("ckpt_train", include_bytes!("../../fixtures/traces/pytorch/ckpt_train.pickle.gz")),
     ("cnn_train", include_bytes!("../../fixtures/traces/pytorch/cnn_train.pickle.gz")),
     ("side_stream", include_bytes!("../../fixtures/traces/pytorch/side_stream.pickle.gz")),
     ("varlen_infer", include_bytes!("../../fixtures/traces/pytorch/varlen_infer.pickle.gz")),
     ("varlen_infer.hipmem", include_bytes!("../../fixtures/traces/pytorch/varlen_infer.hipmem.jsonl.gz")),
+    (
+        "varlen_infer_16.hipmem",
+        include_bytes!("../../fixtures/traces/pytorch/varlen_infer_16.hipmem.jsonl.gz"),
+    ),
 ];
 
 /// What hipmem's pool holds on the recorded runs, replayed with idle release
@@ -446,6 +453,10 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         "ckpt_train" => (1.04, 1.03),
         "cnn_train" => (1.02, 1.02),
         "side_stream" => (1.20, 1.03),
+        // Above issue 13's 1.03: batch-lived blocks of a few MiB land in
+        // the free runs a large block left and keep its 256 MiB groups
+        // from going back before the next large request.
+        "varlen_infer_16.hipmem" => (1.045, 1.045),
         _ => (1.03, 1.03),
     };
     // Driver calls (maps, unmaps, physical allocations and releases) over

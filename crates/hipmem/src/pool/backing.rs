@@ -1266,18 +1266,7 @@ impl PoolCore {
                         }
                     }
                     crate::trace::pool_release(self.id, self.device, p.active, g);
-                    if let Some(keep) = keep.as_deref_mut() {
-                        keep.push((d.pid, g));
-                        released += g;
-                        continue;
-                    }
-                    match vm.mem_release(d.pid) {
-                        Ok(()) => {
-                            CallCounts::add(&self.calls.granules_released);
-                            CallCounts::add_bytes(&self.calls.bytes_released, g);
-                        }
-                        Err(e) => tracing::warn!(target: "hipmem", "releasing a pool granule failed: {e}"),
-                    }
+                    self.release_or_keep(vm, d.pid, g, keep.as_deref_mut());
                     released += g;
                 }
                 // Groups whose every unit is free go back whole, the longest
@@ -1379,15 +1368,26 @@ impl PoolCore {
                 needed.swap_remove(i);
                 return true;
             }
-            match vm.mem_release(handle) {
-                Ok(()) => {
-                    CallCounts::add(&self.calls.granules_released);
-                    CallCounts::add_bytes(&self.calls.bytes_released, len);
-                }
-                Err(e) => tracing::warn!(target: "hipmem", "releasing pool memory failed: {e}"),
-            }
+            self.release_or_keep(vm, handle, len, None);
             false
         });
+    }
+
+    /// Gives back the unmapped physical allocation `handle` of `len` bytes,
+    /// or with `keep` lists it there for the growth that follows
+    /// ([`PoolCore::grow_reusing`]).
+    fn release_or_keep(&self, vm: &dyn VirtualMemory, handle: u64, len: u64, keep: Option<&mut Unmapped>) {
+        if let Some(keep) = keep {
+            keep.push((handle, len));
+            return;
+        }
+        match vm.mem_release(handle) {
+            Ok(()) => {
+                CallCounts::add(&self.calls.granules_released);
+                CallCounts::add_bytes(&self.calls.bytes_released, len);
+            }
+            Err(e) => tracing::warn!(target: "hipmem", "releasing pool memory failed: {e}"),
+        }
     }
 
     /// Unmaps and releases the group at `base` if every unit of it is global
@@ -1420,17 +1420,7 @@ impl PoolCore {
             Err(e) => tracing::warn!(target: "hipmem", "unmapping a pool group failed: {e}"),
         }
         crate::trace::pool_release(self.id, self.device, base, gr.len);
-        if let Some(keep) = keep {
-            keep.push((gr.handle, gr.len));
-            return true;
-        }
-        match vm.mem_release(gr.handle) {
-            Ok(()) => {
-                CallCounts::add(&self.calls.granules_released);
-                CallCounts::add_bytes(&self.calls.bytes_released, gr.len);
-            }
-            Err(e) => tracing::warn!(target: "hipmem", "releasing a pool group failed: {e}"),
-        }
+        self.release_or_keep(vm, gr.handle, gr.len, keep);
         true
     }
 

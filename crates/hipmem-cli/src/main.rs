@@ -72,6 +72,12 @@ enum Command {
         /// Write this many KiB of other memory between operations, as a framework's own work evicts the allocator's state from the caches between its calls; the times per operation are then the calls' alone (0: back to back, the whole loop timed).
         #[arg(long, value_name = "KIB", default_value_t = 0)]
         evict_kib: usize,
+        /// Time each operation of the timed pass and list this many of the slowest, with the backend calls each made (hipmem's pools), and the share of time in operations that called the backend (adds a clock and a counter read per operation).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        slowest: usize,
+        /// Print hipmem's pools' address maps just before operation OP (0-based), and how much of the free memory lies in wholly free physical pieces or beside live blocks.
+        #[arg(long, value_name = "OP")]
+        map_at: Option<u64>,
     },
     /// Memory traces: what a recorded trace says.
     Trace {
@@ -195,10 +201,32 @@ fn main() -> ExitCode {
 
 fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
     match command {
-        Command::Replay { trace, pools, device, json, svg, html, idle_release_ms, evict_kib } => replay::run(
-            &rt,
-            &replay::ReplayArgs { trace, pools, device, json, svg, html, idle_release_ms, evict_kib },
-        ),
+        Command::Replay {
+            trace,
+            pools,
+            device,
+            json,
+            svg,
+            html,
+            idle_release_ms,
+            evict_kib,
+            slowest,
+            map_at,
+        } => {
+            let args = replay::ReplayArgs {
+                trace,
+                pools,
+                device,
+                json,
+                svg,
+                html,
+                idle_release_ms,
+                evict_kib,
+                slowest,
+                map_at,
+            };
+            replay::run(&rt, &args)
+        }
         Command::Trace { which: TraceCommand::Summary { trace, json, top } } => {
             replay::run_summary(&trace, json, top)
         }

@@ -5,7 +5,10 @@
 //! first is timed and does nothing but the operations; the second samples
 //! the allocator's reserved bytes after every operation (for the picture and
 //! the peak) and, for the hipmem pool that is drawn, takes its address map
-//! when the trace's live bytes peak.
+//! when the trace's live bytes peak (and, with `--map-at`, before the
+//! operation named). With `--slowest`, the timed pass also times each
+//! operation and counts the backend calls it made (a clock and a counter
+//! read per operation, inside the timed loop).
 //!
 //! hipmem's pools release idle memory on the trace's own clock, as hipmem's
 //! PyTorch interface does on the wall clock (`--idle-release-ms`, default
@@ -15,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use hipmem::pool::layout::AddressRun;
+use hipmem::pool::layout::{AddressRun, FreeSplit, PhysicalPiece};
 use hipmem::{DevicePtr, Error, MemPool, PoolAttribute, PoolBacking, PoolProps, Runtime, Stream};
 use serde::Serialize;
 
@@ -84,6 +87,66 @@ impl PoolKind {
     }
 }
 
+/// How a replay runs, besides the allocators.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Options {
+    /// hipmem's pools: release memory idle for two windows of this much of
+    /// the trace's time (None: keep everything freed).
+    pub idle: Option<Duration>,
+    /// KiB of other memory written between operations in the timed pass.
+    pub evict_kib: usize,
+    /// Time each operation of the timed pass and keep this many of the
+    /// slowest (0: only the whole pass is timed).
+    pub slowest: usize,
+    /// hipmem's pools: take the address map just before this operation.
+    pub map_at: Option<u64>,
+}
+
+/// One operation of the timed pass, as `--slowest` lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlowOp {
+    /// Its index in the trace's operations.
+    pub op: u64,
+    /// `alloc` or `free`.
+    pub kind: &'static str,
+    /// The block's requested size.
+    pub bytes: u64,
+    /// The trace's stream.
+    pub stream: u32,
+    /// How long the call took.
+    pub time_ns: u64,
+    /// hipmem's pools: the backend calls it made (maps, unmaps, physical
+    /// allocations made and given back).
+    pub backend_calls: Option<u64>,
+}
+
+/// Where the timed pass's time went, operation by operation (`--slowest`).
+#[derive(Clone, Debug, Serialize)]
+pub struct OpProfile {
+    /// The slowest operations, slowest first.
+    pub slowest: Vec<SlowOp>,
+    /// The time of every operation, summed (without the loop around them).
+    pub time_ns: u64,
+    /// The same in the trace's second half.
+    pub time_second_half_ns: u64,
+    /// hipmem's pools: the operations that made backend calls, and their
+    /// time (whole trace, then second half).
+    pub with_backend_calls: Option<[u64; 4]>,
+}
+
+/// A hipmem pool's address map just before an operation (`--map-at`).
+#[derive(Clone, Debug, Serialize)]
+pub struct AddressMap {
+    /// The operation it was taken before.
+    pub op: u64,
+    /// The address runs, in address order.
+    pub runs: Vec<AddressRun>,
+    /// The physical pieces behind them.
+    pub pieces: Vec<PhysicalPiece>,
+    /// Where the free memory lies: in wholly free pieces, or beside live blocks.
+    pub free: FreeSplit,
+}
+
 /// What one allocator did with the workload.
 #[derive(Clone, Debug, Serialize)]
 pub struct PoolResult {
@@ -139,6 +202,12 @@ pub struct PoolResult {
     /// The pool's address runs when the trace's live bytes peaked (the pool that is drawn).
     #[serde(skip)]
     pub layout_at_peak: Option<Vec<AddressRun>>,
+    /// Where the timed pass's time went (`--slowest`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<OpProfile>,
+    /// hipmem's pools: the address map before the operation `--map-at` names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub map_at: Option<AddressMap>,
 }
 
 /// An allocator set up for one pass.
@@ -246,16 +315,18 @@ struct Pass {
     plan: Option<hipmem::pool::PlanCounts>,
     used_high: Option<u64>,
     layout: Option<Vec<AddressRun>>,
+    profile: Option<OpProfile>,
+    map_at: Option<AddressMap>,
 }
 
 /// What a pass records besides the operations.
 #[derive(Copy, Clone)]
 enum Record {
-    /// Nothing (the timed pass).
-    Nothing,
-    /// The reserved bytes after every operation, and the address map at
-    /// the peak if `layout`.
-    Samples { layout: bool },
+    /// Nothing but, with `slowest` > 0, each operation's time (the timed pass).
+    Nothing { slowest: usize },
+    /// The reserved bytes after every operation, the address map at the
+    /// peak if `layout`, and the map before operation `map_at`.
+    Samples { layout: bool, map_at: Option<u64> },
 }
 
 fn pass(
@@ -267,9 +338,9 @@ fn pass(
     (idle, evict_kib): (Option<Duration>, usize),
     progress: &mut Progress,
 ) -> Result<Pass, String> {
-    let (sample, want_layout) = match record {
-        Record::Nothing => (false, false),
-        Record::Samples { layout } => (true, layout),
+    let (sample, want_layout, slowest, map_at) = match record {
+        Record::Nothing { slowest } => (false, false, slowest, None),
+        Record::Samples { layout, map_at } => (true, layout, 0, map_at),
     };
     let target = Target::create(rt, kind, device, idle)?;
     let clocked = idle.is_some();
@@ -304,8 +375,17 @@ fn pass(
     let mut other = vec![0u8; evict_kib << 10];
     let mut in_calls = Duration::ZERO;
     let mut in_calls_at_half = Duration::ZERO;
+    let mut map = None;
+    // (time, op, backend calls) of every operation, with `slowest`.
+    let mut timed_ops: Vec<(Duration, u32, Option<u64>)> = Vec::new();
     let started = Instant::now();
     for (i, op) in w.ops.iter().enumerate() {
+        if map_at == Some(i as u64) {
+            if let Target::Pool(pool) = &target {
+                map = address_map(pool, i as u64);
+            }
+        }
+        let calls_before = if slowest > 0 { calls() } else { None };
         if i == half {
             calls_at_half = calls();
             at_half = Some(Instant::now());
@@ -348,6 +428,10 @@ fn pass(
         if !other.is_empty() {
             in_calls += call.elapsed();
         }
+        if slowest > 0 {
+            let took = call.elapsed();
+            timed_ops.push((took, i as u32, calls().zip(calls_before).map(|(after, before)| after - before)));
+        }
         if sample {
             let reserved = target.reserved(rt, device);
             if reserved != last_reserved {
@@ -384,6 +468,7 @@ fn pass(
     } else {
         (in_calls, in_calls - in_calls_at_half)
     };
+    let profile = (slowest > 0).then(|| profile_of(w, timed_ops, half, slowest));
     let calls_at_end = calls();
     let plan = match &target {
         Target::Pool(pool) if kind.is_hipmem() => Some(pool.plan_counts()),
@@ -420,28 +505,87 @@ fn pass(
         plan,
         used_high,
         layout,
+        profile,
+        map_at: map,
     })
 }
 
-/// Replays `w` into `kind` on `device`, hipmem's pools with idle release of
-/// windows of `idle` on the trace's clock where the trace is timed, `evict_kib`
-/// KiB of other memory written between operations in the timed pass (then
-/// only the calls are timed). Err: the allocator cannot be set up here (the
-/// reason, for a note).
+/// A hipmem pool's address map now, taken before operation `op`.
+fn address_map(pool: &MemPool, op: u64) -> Option<AddressMap> {
+    let runs = pool.address_runs().ok()?;
+    let pieces = pool.physical_pieces().ok()?;
+    let free = FreeSplit::of(&runs, &pieces);
+    Some(AddressMap { op, runs, pieces, free })
+}
+
+/// The profile of the timed pass from each operation's (time, index,
+/// backend calls): the `slowest` slowest, and the time of the operations
+/// that called the backend.
+fn profile_of(
+    w: &Workload,
+    mut ops: Vec<(Duration, u32, Option<u64>)>,
+    half: usize,
+    slowest: usize,
+) -> OpProfile {
+    let ns = |d: Duration| d.as_nanos() as u64;
+    let late = |op: u32| op as usize >= half;
+    let time_ns = ops.iter().map(|o| ns(o.0)).sum();
+    let time_second_half_ns = ops.iter().filter(|o| late(o.1)).map(|o| ns(o.0)).sum();
+    let with_backend_calls = ops.iter().all(|o| o.2.is_some()).then(|| {
+        let called: Vec<&(Duration, u32, Option<u64>)> = ops.iter().filter(|o| o.2 > Some(0)).collect();
+        let called_late: Vec<_> = called.iter().filter(|o| late(o.1)).collect();
+        [
+            called.len() as u64,
+            called.iter().map(|o| ns(o.0)).sum(),
+            called_late.len() as u64,
+            called_late.iter().map(|o| ns(o.0)).sum(),
+        ]
+    });
+    ops.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let slowest = ops
+        .iter()
+        .take(slowest)
+        .map(|&(took, i, calls)| {
+            let op = &w.ops[i as usize];
+            SlowOp {
+                op: i as u64,
+                kind: match op.kind {
+                    OpKind::Alloc => "alloc",
+                    OpKind::Free => "free",
+                },
+                bytes: w.allocs[op.slot as usize].size,
+                stream: op.stream,
+                time_ns: ns(took),
+                backend_calls: calls,
+            }
+        })
+        .collect();
+    OpProfile { slowest, time_ns, time_second_half_ns, with_backend_calls }
+}
+
+/// Replays `w` into `kind` on `device` as `opts` says: hipmem's pools with
+/// idle release of windows of `opts.idle` on the trace's clock where the
+/// trace is timed, `opts.evict_kib` KiB of other memory written between
+/// operations in the timed pass (then only the calls are timed), each
+/// operation timed with `opts.slowest`, the address map taken before
+/// `opts.map_at`. Err: the allocator cannot be set up here (the reason, for
+/// a note).
 pub fn replay(
     rt: &Runtime,
     kind: PoolKind,
     device: usize,
     w: &Workload,
     want_layout: bool,
-    (idle, evict_kib): (Option<Duration>, usize),
+    opts: &Options,
     progress: &mut Progress,
 ) -> Result<PoolResult, String> {
-    let idle = idle.filter(|_| w.timed && kind.is_hipmem());
+    let idle = opts.idle.filter(|_| w.timed && kind.is_hipmem());
     progress.begin(&format!("{} (timed)", kind.name()), w.ops.len() as u64);
-    let timed = pass(rt, kind, device, w, Record::Nothing, (idle, evict_kib), progress)?;
+    let record = Record::Nothing { slowest: opts.slowest };
+    let timed = pass(rt, kind, device, w, record, (idle, opts.evict_kib), progress)?;
     progress.begin(&format!("{} (sampled)", kind.name()), w.ops.len() as u64);
-    let sampled = pass(rt, kind, device, w, Record::Samples { layout: want_layout }, (idle, 0), progress)?;
+    let record = Record::Samples { layout: want_layout, map_at: opts.map_at.filter(|_| kind.is_hipmem()) };
+    let sampled = pass(rt, kind, device, w, record, (idle, 0), progress)?;
     progress.done();
     let ops = w.ops.len() as u64;
     Ok(PoolResult {
@@ -477,5 +621,7 @@ pub fn replay(
         idle_release_ms: idle.map(|w| w.as_millis() as u64),
         reserved_series: sampled.series,
         layout_at_peak: sampled.layout,
+        profile: timed.profile,
+        map_at: sampled.map_at,
     })
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use hipmem::Runtime;
 use serde::Serialize;
 
-use self::engine::{PoolKind, PoolResult};
+use self::engine::{Options, PoolKind, PoolResult};
 use self::progress::Progress;
 use self::workload::{Anomalies, Workload};
 use crate::report;
@@ -43,6 +43,10 @@ pub struct ReplayArgs {
     pub idle_release_ms: u64,
     /// KiB of other memory written between operations (0: none).
     pub evict_kib: usize,
+    /// List this many of the timed pass's slowest operations (0: none).
+    pub slowest: usize,
+    /// Print hipmem's pools' address maps just before this operation.
+    pub map_at: Option<u64>,
 }
 
 /// `--idle-release-ms`'s default: the window hipmem's PyTorch interface uses.
@@ -106,15 +110,15 @@ pub fn parse_pools(values: &[String]) -> Result<Vec<PoolKind>, String> {
     Ok(kinds)
 }
 
-/// Replays `w` into every allocator of `kinds` that the backend has;
-/// hipmem's pools release memory idle for windows of `idle` on the trace's
-/// clock (where the trace is timed).
+/// Replays `w` into every allocator of `kinds` that the backend has, as
+/// `opts` says (hipmem's pools release memory idle for windows of
+/// `opts.idle` on the trace's clock, where the trace is timed).
 pub fn replay(
     rt: &Runtime,
     w: &Workload,
     kinds: &[PoolKind],
     device: usize,
-    (idle, evict_kib): (Option<std::time::Duration>, usize),
+    opts: &Options,
     progress: &mut Progress,
 ) -> Result<ReplayReport, String> {
     rt.check_device(device).map_err(|e| e.to_string())?;
@@ -123,15 +127,7 @@ pub fn replay(
     // The map is drawn for the first hipmem pool replayed.
     let mut want_layout = true;
     for &kind in kinds {
-        match engine::replay(
-            rt,
-            kind,
-            device,
-            w,
-            want_layout && kind.is_hipmem(),
-            (idle, evict_kib),
-            progress,
-        ) {
+        match engine::replay(rt, kind, device, w, want_layout && kind.is_hipmem(), opts, progress) {
             Ok(result) => {
                 if kind.is_hipmem() && result.layout_at_peak.is_some() {
                     want_layout = false;
@@ -188,8 +184,16 @@ pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
     let w = Workload::load(&args.trace).map_err(hipmem::Error::InvalidValue)?;
     let mut progress = Progress::on_terminal();
     let idle = (args.idle_release_ms > 0).then(|| std::time::Duration::from_millis(args.idle_release_ms));
-    let report = replay(rt, &w, &kinds, args.device, (idle, args.evict_kib), &mut progress)
-        .map_err(hipmem::Error::InvalidValue)?;
+    if let Some(op) = args.map_at.filter(|&op| op >= w.ops.len() as u64) {
+        return Err(hipmem::Error::InvalidValue(format!(
+            "--map-at {op}: the trace has {} operations (0 to {})",
+            w.ops.len(),
+            w.ops.len().saturating_sub(1)
+        )));
+    }
+    let opts = Options { idle, evict_kib: args.evict_kib, slowest: args.slowest, map_at: args.map_at };
+    let report =
+        replay(rt, &w, &kinds, args.device, &opts, &mut progress).map_err(hipmem::Error::InvalidValue)?;
     let backend = format!("{} device {}", report.backend, report.device);
     if let Some(path) = &args.svg {
         write_file(path, &svg::render(&w, &report.pools, &backend))?;
@@ -294,11 +298,92 @@ fn print_table(r: &ReplayReport, w: &Workload) {
             );
         }
     }
+    for p in &r.pools {
+        if let Some(profile) = &p.profile {
+            print_profile(p, profile);
+        }
+        if let Some(map) = &p.map_at {
+            print_map(p, map);
+        }
+    }
     for p in r.pools.iter().filter(|p| p.first_failure.is_some()) {
         println!("{}: first failure: {}", p.pool, p.first_failure.as_deref().unwrap_or(""));
     }
     for s in &r.skipped {
         println!("{}: not replayed ({})", s.pool, s.reason);
+    }
+}
+
+/// Share of `part` in `whole`, in percent.
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { 100.0 * part as f64 / whole as f64 }
+}
+
+fn ns(n: u64) -> String {
+    report::duration(std::time::Duration::from_nanos(n))
+}
+
+/// `--slowest`: where the timed pass's time went.
+fn print_profile(p: &PoolResult, profile: &engine::OpProfile) {
+    println!();
+    println!(
+        "{}: the timed pass's operations took {} ({} in the second half)",
+        p.pool,
+        ns(profile.time_ns),
+        ns(profile.time_second_half_ns)
+    );
+    if let Some([n, t, n_late, t_late]) = profile.with_backend_calls {
+        println!(
+            "{}: {n} operations made backend calls and took {:.1}% of it ({n_late} and {:.1}% in the second half); the rest is the pool's own work",
+            p.pool,
+            percent(t, profile.time_ns),
+            percent(t_late, profile.time_second_half_ns)
+        );
+    }
+    if profile.slowest.is_empty() {
+        return;
+    }
+    println!("{}: the {} slowest operations:", p.pool, profile.slowest.len());
+    println!(
+        "  {:>9}  {:<5} {:>12} {:>6} {:>10} {:>13}",
+        "op", "what", "bytes", "stream", "time", "backend calls"
+    );
+    for o in &profile.slowest {
+        println!(
+            "  {:>9}  {:<5} {:>12} {:>6} {:>10} {:>13}",
+            o.op,
+            o.kind,
+            report::bytes(o.bytes),
+            o.stream,
+            ns(o.time_ns),
+            o.backend_calls.map_or("-".to_string(), |c| c.to_string())
+        );
+    }
+}
+
+/// Runs printed by `--map-at` at most (the JSON has them all).
+const MAP_LINES: usize = 200;
+
+/// `--map-at`: a hipmem pool's address map before an operation.
+fn print_map(p: &PoolResult, map: &engine::AddressMap) {
+    let f = map.free;
+    println!();
+    println!(
+        "{}: before op {}: {} free in {} physical pieces ({} of memory): {} in wholly free pieces (the pool can give it back or move it under a request), {} beside live blocks in the same piece (usable where it lies, but neither given back nor moved while they live)",
+        p.pool,
+        map.op,
+        report::bytes(f.free),
+        map.pieces.len(),
+        report::bytes(map.pieces.iter().map(|q| q.size).sum()),
+        report::bytes(f.in_whole_pieces),
+        report::bytes(f.beside_live),
+    );
+    println!("  {:<18} {:>12}  what", "address", "bytes");
+    for run in map.runs.iter().take(MAP_LINES) {
+        println!("  {:#018x} {:>12}  {}", run.start, report::bytes(run.size), run.kind.name());
+    }
+    if map.runs.len() > MAP_LINES {
+        println!("  ... {} more runs (--json lists them all)", map.runs.len() - MAP_LINES);
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use hipmem::Runtime;
 use hipmem::trace::TraceReader;
 
-use super::engine::PoolKind;
+use super::engine::{Options, PoolKind};
 use super::progress::Progress;
 use super::workload::Workload;
 use super::{ReplayReport, parse_pools, replay, summary, svg};
@@ -99,7 +99,7 @@ fn runtime() -> Runtime {
 }
 
 fn replay_all(w: &Workload) -> ReplayReport {
-    replay(&runtime(), w, &PoolKind::ALL, 0, (None, 0), &mut Progress::new(false)).unwrap()
+    replay(&runtime(), w, &PoolKind::ALL, 0, &Options::default(), &mut Progress::new(false)).unwrap()
 }
 
 fn check_replay(w: &Workload, report: &ReplayReport, (peak, peak_granules, allocs): (u64, u64, u64)) {
@@ -185,8 +185,9 @@ fn the_pytorch_snapshot_replays_with_its_exact_peak() {
 /// `--evict-kib`: the same operations, the same memory and driver calls
 /// (one stream, so that nothing depends on when the device completes a
 /// free), only the timing differs; the malloc baseline runs too.
-#[test]
-fn evicting_between_operations_times_the_calls_and_changes_nothing_else() {
+/// Six steps on one stream, each allocating 1 to 8 MiB and freeing them in
+/// reverse order (48 allocations, 96 operations).
+fn steps_workload() -> Workload {
     const MIB: u64 = 1 << 20;
     let header = std::str::from_utf8(TRACE).unwrap().lines().next().unwrap();
     let line = |t: u64, e: &str, addr: u64, size: u64| {
@@ -205,10 +206,18 @@ fn evicting_between_operations_times_the_calls_and_changes_nothing_else() {
     }
     let w = Workload::from_trace(TraceReader::new(text.as_bytes(), "steps.jsonl").unwrap()).unwrap();
     assert_eq!((w.alloc_count(), w.ops.len(), w.streams.len()), (48, 96, 1));
+    w
+}
+
+#[test]
+fn evicting_between_operations_times_the_calls_and_changes_nothing_else() {
+    let w = steps_workload();
     let rt = runtime();
     let run = |evict_kib| {
         let kinds = [PoolKind::Vmm, PoolKind::Segments, PoolKind::Malloc];
-        replay(&rt, &w, &kinds, 0, (None, evict_kib), &mut Progress::new(false)).unwrap().pools
+        replay(&rt, &w, &kinds, 0, &Options { evict_kib, ..Options::default() }, &mut Progress::new(false))
+            .unwrap()
+            .pools
     };
     let (plain, evicted) = (run(0), run(256));
     assert_eq!(plain.len(), 3);
@@ -223,6 +232,72 @@ fn evicting_between_operations_times_the_calls_and_changes_nothing_else() {
             assert_eq!(a.backend_calls, b.backend_calls, "{}", a.pool);
         }
     }
+}
+
+/// `--slowest` and `--map-at`: each operation of the timed pass timed (the
+/// slowest listed with what they were and the backend calls they made),
+/// and hipmem's pools' address maps before the operation named, with their
+/// free memory split by physical pieces; an operation past the trace's end
+/// is an error that says how many it has.
+#[test]
+fn the_slowest_operations_and_the_map_before_an_operation_are_reported() {
+    const MIB: u64 = 1 << 20;
+    let w = steps_workload();
+    let rt = runtime();
+    let kinds = [PoolKind::Vmm, PoolKind::Segments, PoolKind::Malloc];
+    // Before op 8: the first step's eight blocks (1 to 8 MiB) are live.
+    let opts = Options { slowest: 5, map_at: Some(8), ..Options::default() };
+    let report = replay(&rt, &w, &kinds, 0, &opts, &mut Progress::new(false)).unwrap();
+    assert!(report.pools.len() >= 2, "{:?}", report.skipped);
+    for p in &report.pools {
+        let hipmem = p.pool.starts_with("hipmem");
+        let profile = p.profile.as_ref().unwrap_or_else(|| panic!("{}: no profile", p.pool));
+        assert_eq!(profile.slowest.len(), 5, "{}", p.pool);
+        assert!(profile.slowest.windows(2).all(|o| o[0].time_ns >= o[1].time_ns), "slowest first");
+        let listed: u64 = profile.slowest.iter().map(|o| o.time_ns).sum();
+        assert!(0 < listed && listed <= profile.time_ns && profile.time_second_half_ns <= profile.time_ns);
+        for o in &profile.slowest {
+            let op = &w.ops[o.op as usize];
+            assert_eq!(o.bytes, w.allocs[op.slot as usize].size);
+            assert_eq!(
+                o.kind,
+                if matches!(op.kind, super::workload::OpKind::Alloc) { "alloc" } else { "free" }
+            );
+            assert_eq!(o.backend_calls.is_some(), hipmem, "{}", p.pool);
+        }
+        match profile.with_backend_calls {
+            Some([n, t, n_late, t_late]) => {
+                assert!(hipmem);
+                // The first step grows the pool; the counts are the timed pass's.
+                assert!(n >= 1 && n_late <= n && t_late <= t && t <= profile.time_ns, "{}", p.pool);
+            }
+            None => assert!(!hipmem, "{}", p.pool),
+        }
+        let Some(map) = &p.map_at else {
+            assert!(!hipmem, "{}: no map", p.pool);
+            continue;
+        };
+        assert!(hipmem);
+        assert_eq!(map.op, 8);
+        let live: u64 =
+            map.runs.iter().filter(|r| r.kind == hipmem::pool::layout::RunKind::Live).map(|r| r.size).sum();
+        assert_eq!(live, 36 * MIB, "{}: blocks of 1 to 8 MiB", p.pool);
+        let held: u64 = map.pieces.iter().map(|q| q.size).sum();
+        assert!(held >= live + map.free.free, "{}: {held} held", p.pool);
+        assert_eq!(map.free.in_whole_pieces + map.free.beside_live, map.free.free);
+    }
+    assert!(report.pools.iter().any(|p| p.map_at.is_some()));
+    // The CLI refuses an operation the trace does not have.
+    let path = temp_file("map-at.jsonl", TRACE);
+    let args = super::ReplayArgs {
+        trace: path.clone(),
+        pools: vec!["vmm".into()],
+        map_at: Some(1 << 40),
+        ..Default::default()
+    };
+    let err = super::run(&rt, &args).unwrap_err().to_string();
+    std::fs::remove_file(&path).unwrap();
+    assert!(err.contains("--map-at") && err.contains("operations"), "{err}");
 }
 
 fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
@@ -391,7 +466,15 @@ fn replay_releases_idle_memory_on_the_traces_clock() {
     };
     let rt = runtime();
     let run = |w: &Workload, idle: Option<std::time::Duration>| {
-        let r = replay(&rt, w, &[PoolKind::Vmm], 0, (idle, 0), &mut Progress::new(false)).unwrap();
+        let r = replay(
+            &rt,
+            w,
+            &[PoolKind::Vmm],
+            0,
+            &Options { idle, ..Options::default() },
+            &mut Progress::new(false),
+        )
+        .unwrap();
         r.pools.into_iter().next().unwrap()
     };
     let window = Some(std::time::Duration::from_millis(100));
@@ -475,7 +558,15 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     for (name, bytes) in RECORDED {
         let w = Workload::from_bytes(bytes, name).unwrap();
         assert!(w.timed, "{name}: the recording has times");
-        let report = replay(&rt, &w, &[PoolKind::Vmm], 0, (window, 0), &mut Progress::new(false)).unwrap();
+        let report = replay(
+            &rt,
+            &w,
+            &[PoolKind::Vmm],
+            0,
+            &Options { idle: window, ..Options::default() },
+            &mut Progress::new(false),
+        )
+        .unwrap();
         let r = &report.pools[0];
         assert_eq!((r.failures, &r.first_failure), (0, &None), "{name}");
         let (whole, late) = bounds(name);

@@ -1424,6 +1424,29 @@ impl PoolCore {
         true
     }
 
+    /// The physical pieces behind the pool's memory, (address, bytes) in
+    /// address order: each segment, or on virtual memory each group mapped
+    /// in one call and each unit mapped alone, at the address the heap uses
+    /// it. A piece goes back to the backend (or moves) only whole.
+    pub(super) fn physical_pieces(&self) -> Vec<(u64, u64)> {
+        let mut pieces: Vec<(u64, u64)> = match &self.backing {
+            Backing::Segments => lock(&self.heap).segments().map(|s| (s.base, s.size)).collect(),
+            Backing::Virtual(range) => {
+                let guard = lock(range);
+                let Some(vr) = guard.as_ref() else { return Vec::new() };
+                let g = vr.granularity;
+                vr.phys
+                    .values()
+                    .filter(|p| p.group.is_none())
+                    .map(|p| (p.active, g))
+                    .chain(vr.groups.iter().map(|(&base, gr)| (base, gr.len)))
+                    .collect()
+            }
+        };
+        pieces.sort_unstable();
+        pieces
+    }
+
     /// The longest run of consecutive groups whose every unit is global free
     /// memory: each group's (address, length), in address order (empty if
     /// there is none, or the pool is not on virtual memory). A plan's new

@@ -11,7 +11,6 @@
 #![forbid(unsafe_code)]
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -91,7 +90,7 @@ pub(crate) struct PoolCore {
     pub(super) backend: Arc<dyn crate::backend::Backend>,
     pub(super) backing: Backing,
     pub(super) heap: Mutex<Heap>,
-    pub(super) slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    pub(super) slots: Mutex<super::addr_hash::NumMap<Arc<Slot>>>,
     pub(super) policy: ReusePolicy,
     pub(super) release_threshold: AtomicU64,
     pub(super) reserved_high: AtomicU64,
@@ -159,7 +158,7 @@ impl PoolCore {
             backend: Arc::clone(rt.backend()),
             backing,
             heap: Mutex::new(Heap::new()),
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(Default::default()),
             policy: ReusePolicy {
                 follow_event_dependencies: AtomicBool::new(true),
                 allow_opportunistic: AtomicBool::new(true),

@@ -94,6 +94,67 @@ impl MemPool {
         }
         Ok(runs)
     }
+
+    /// The physical pieces behind the pool's memory, in address order: each
+    /// segment of a pool on segments; on virtual memory each group of units
+    /// mapped in one call and each unit mapped alone, at the address where
+    /// the pool uses it. A piece goes back to the backend, or moves under
+    /// another request, only whole: free memory that shares a piece with a
+    /// live block stays held ([`FreeSplit`]).
+    ///
+    /// A snapshot, as [`MemPool::address_runs`] is. NotSupported for driver
+    /// and imported pools.
+    pub fn physical_pieces(&self) -> Result<Vec<PhysicalPiece>> {
+        let PoolRef::Hipmem(core) = &self.pool else {
+            return Err(Error::NotSupported("only hipmem's own pools can show their physical pieces".into()));
+        };
+        Ok(core.physical_pieces().into_iter().map(|(start, size)| PhysicalPiece { start, size }).collect())
+    }
+}
+
+/// One physical allocation of a pool, where the pool uses it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PhysicalPiece {
+    /// First address.
+    pub start: u64,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// Where a pool's free memory lies, from its address runs and physical
+/// pieces ([`FreeSplit::of`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FreeSplit {
+    /// Backed bytes that hold no live block (free, pending or cached).
+    pub free: u64,
+    /// Of those, the bytes of pieces that are wholly free: the pool can give
+    /// them back or move them under a request.
+    pub in_whole_pieces: u64,
+    /// The rest: free bytes in pieces that also hold live blocks, held until
+    /// every block in the piece is freed.
+    pub beside_live: u64,
+}
+
+impl FreeSplit {
+    /// Splits the free memory of `runs` (address order) by `pieces`.
+    pub fn of(runs: &[AddressRun], pieces: &[PhysicalPiece]) -> FreeSplit {
+        // Stretches of backed memory that hold no live block, merged.
+        let mut stretches: Vec<(u64, u64)> = Vec::new();
+        let mut free = 0;
+        for r in runs.iter().filter(|r| r.kind.is_backed() && r.kind != RunKind::Live) {
+            free += r.size;
+            match stretches.last_mut() {
+                Some(last) if last.1 == r.start => last.1 = r.end(),
+                _ => stretches.push((r.start, r.end())),
+            }
+        }
+        let whole = |p: &PhysicalPiece| {
+            let i = stretches.partition_point(|&(start, _)| start <= p.start);
+            i > 0 && stretches[i - 1].1 >= p.start + p.size
+        };
+        let in_whole_pieces: u64 = pieces.iter().filter(|p| whole(p)).map(|p| p.size).sum::<u64>().min(free);
+        FreeSplit { free, in_whole_pieces, beside_live: free - in_whole_pieces }
+    }
 }
 
 /// A heap block: address, size, kind.
@@ -108,4 +169,40 @@ fn parts(core: &PoolCore) -> (Vec<Block>, Vec<(u64, u64)>) {
         cached.extend(slot.lock().cache.iter().map(|b| (b.addr, b.size)));
     }
     (lock(&core.heap).blocks_in_order().collect(), cached)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(kind: RunKind, start: u64, size: u64) -> AddressRun {
+        AddressRun { kind, start, size }
+    }
+
+    #[test]
+    fn free_memory_is_split_by_the_pieces_it_lies_in() {
+        let pieces: Vec<PhysicalPiece> =
+            [0, 100, 200, 300].iter().map(|&start| PhysicalPiece { start, size: 100 }).collect();
+        let runs = [
+            run(RunKind::Live, 0, 10),
+            run(RunKind::Free, 10, 90),
+            // A wholly free piece, in runs of two kinds.
+            run(RunKind::PendingFree, 100, 50),
+            run(RunKind::Cached, 150, 50),
+            run(RunKind::Live, 200, 50),
+            run(RunKind::Free, 250, 50),
+            // Another wholly free piece, then addresses with nothing behind them.
+            run(RunKind::Free, 300, 100),
+            run(RunKind::Unbacked, 400, 1000),
+        ];
+        let split = FreeSplit::of(&runs, &pieces);
+        assert_eq!(split, FreeSplit { free: 340, in_whole_pieces: 200, beside_live: 140 });
+        // Nothing live: everything can go.
+        let all_free = [run(RunKind::Free, 0, 400)];
+        assert_eq!(
+            FreeSplit::of(&all_free, &pieces),
+            FreeSplit { free: 400, in_whole_pieces: 400, beside_live: 0 }
+        );
+        assert_eq!(FreeSplit::of(&[], &pieces), FreeSplit::default());
+    }
 }

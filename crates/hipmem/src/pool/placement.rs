@@ -21,7 +21,8 @@
 //! its blocks turn global and merge with their global neighbours.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use super::addr_hash::{AddrMap, NumMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Alignment and size granule of every block.
 pub const BLOCK_ALIGN: u64 = 256;
@@ -118,8 +119,8 @@ pub struct Heap {
     blocks: BTreeMap<u64, Block>,
     segments: BTreeMap<u64, Segment>,
     global_free: [BTreeSet<(u64, u64)>; CLASSES],
-    pending: HashMap<u64, [BTreeSet<(u64, u64)>; CLASSES]>,
-    pending_bytes: HashMap<u64, u64>,
+    pending: NumMap<[BTreeSet<(u64, u64)>; CLASSES]>,
+    pending_bytes: NumMap<u64>,
     reserved: u64,
     allocated: u64,
     global_free_bytes: u64,
@@ -127,7 +128,7 @@ pub struct Heap {
     frees: u64,
     /// Where the last blocks of each size went (most recent last), when the
     /// heap keeps them ([`Heap::keep_places`]).
-    places: Option<HashMap<u64, Vec<u64>>>,
+    places: Option<AddrMap<Vec<u64>>>,
     /// Global memory absorbed by a stream's pending block (see `merge`):
     /// start → (end, the stream).
     lent: BTreeMap<u64, (u64, u64)>,
@@ -536,7 +537,7 @@ impl Heap {
     /// can put the next block of a size where one went before (a workload
     /// that repeats then keeps its layout).
     pub fn keep_places(&mut self) {
-        self.places.get_or_insert_with(HashMap::new);
+        self.places.get_or_insert_with(AddrMap::default);
     }
 
     /// A recent place of a block of `size` bytes in size class `class` whose

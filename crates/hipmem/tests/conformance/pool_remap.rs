@@ -371,6 +371,44 @@ fn a_large_growth_is_one_mapping_released_only_whole() {
     s.synchronize().unwrap();
 }
 
+/// The address map shows where free memory lies: a physical piece that a
+/// live block shares keeps its free bytes held ([`FreeSplit`]'s
+/// `beside_live`), and once the block is freed the whole piece is free.
+#[test]
+fn the_address_map_shows_free_memory_a_live_block_holds() {
+    use hipmem::pool::layout::FreeSplit;
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "the_address_map_shows_free_memory_a_live_block_holds") else { return };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let u = unit(&pool);
+    pool.set_growth_mapping(8 * u).unwrap();
+    let s = stream0(&rt);
+    let big = pool.alloc_raw(10 * u, &s).unwrap();
+    let pieces = pool.physical_pieces().unwrap();
+    assert_eq!(pieces.len(), 1, "one growth, one group: {pieces:?}");
+    assert_eq!(pieces[0].size, 10 * u);
+    assert!(pieces[0].start <= big.0 && big.0 + 10 * u <= pieces[0].start + pieces[0].size);
+    let split =
+        |pool: &MemPool| FreeSplit::of(&pool.address_runs().unwrap(), &pool.physical_pieces().unwrap());
+    assert_eq!(split(&pool), FreeSplit::default(), "all of it live");
+    // One unit of the group live again: the other nine are free but held.
+    rt.free_async(big, &s).unwrap();
+    let inside = pool.alloc_raw(u, &s).unwrap();
+    assert_eq!(split(&pool), FreeSplit { free: 9 * u, in_whole_pieces: 0, beside_live: 9 * u });
+    rt.free_async(inside, &s).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(split(&pool), FreeSplit { free: 10 * u, in_whole_pieces: 10 * u, beside_live: 0 });
+    pool.trim_to(0).unwrap();
+    assert!(pool.physical_pieces().unwrap().is_empty(), "trimmed: nothing held");
+    // A pool on segments: each segment is a piece.
+    let segments = MemPool::create_with_backing(&rt, PoolProps::default(), PoolBacking::Segments).unwrap();
+    let p = segments.alloc_raw(MIB, &s).unwrap();
+    let pieces = segments.physical_pieces().unwrap();
+    assert!(pieces.iter().any(|q| q.start <= p.0 && p.0 + MIB <= q.start + q.size), "{pieces:?}");
+    rt.free_async(p, &s).unwrap();
+    s.synchronize().unwrap();
+}
+
 /// By default a new pool that only grows maps each growth of 64 MiB or
 /// more (half its 128 MiB growth mapping) as one physical allocation
 /// (unless `HIPMEM_POOL_GROUP_MIB` says otherwise), and its data is intact;

@@ -2,6 +2,7 @@
 
     import hipmem_torch                                   # examples/python/
     pool = hipmem_torch.use_hipmem("/path/to/libhipmem.so")   # before PyTorch allocates
+                                 # (allocation, free and record_stream go to hipmem)
     ...
     s = pool.stats(device)       # reserved_current, reserved_high, used_current, used_high
     pool.reset_peak(device)      # the two High values start again from the current ones
@@ -70,13 +71,27 @@ class Pool:
                     self.hip.hipmemPoolSetPlanning(self._pool(device), 1 if on else 0))
 
 
-def use_hipmem(lib):
+def use_hipmem(lib, record_stream=True):
     """Makes libhipmem PyTorch's CUDA allocator (call before PyTorch's first
-    CUDA allocation; HIPMEM_BACKEND defaults to cuda); returns its Pool."""
+    CUDA allocation; HIPMEM_BACKEND defaults to cuda); returns its Pool.
+
+    PyTorch hands `tensor.record_stream(s)` to a pluggable allocator only
+    through a function registered with `set_record_stream_fn`; without it the
+    call is silently dropped, and memory still read on another stream can be
+    reused by the stream that allocated it. `record_stream=False` leaves it
+    unregistered (for comparison only)."""
     import torch
 
     lib = os.path.abspath(lib)
     os.environ.setdefault("HIPMEM_BACKEND", "cuda")
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
+    if record_stream:
+        native = alloc.allocator()
+        if not hasattr(native, "set_record_stream_fn"):
+            raise RuntimeError("this PyTorch cannot pass record_stream to a pluggable allocator "
+                               "(no set_record_stream_fn); tensors used on several streams would "
+                               "be reused too early")
+        fn = ctypes.cast(ctypes.CDLL(lib).hipmem_torch_record_stream, ctypes.c_void_p).value
+        native.set_record_stream_fn(fn)
     torch.cuda.memory.change_current_allocator(alloc)
     return Pool(lib)

@@ -17,10 +17,25 @@
 //! the order of the stream PyTorch frees on. A failure returns null with the
 //! reason logged (`HIPMEM_LOG`), never a crash: PyTorch turns a null into
 //! its out-of-memory error.
+//!
+//! `tensor.record_stream(s)` reaches a pluggable allocator only through the
+//! function its `set_record_stream_fn` registers: without
+//! `hipmem_torch_record_stream` PyTorch drops it, and memory used on a second
+//! stream could be handed out again by its first stream's next allocation
+//! while the second still reads it. With it, a block recorded on other
+//! streams is freed on a stream of hipmem's own for its device (one per
+//! device, made on first use) after that stream has waited for the block's
+//! stream and every recorded one: no stream reuses it before all the work
+//! queued on them by the free has completed, and none of PyTorch's streams
+//! gets a dependency it did not ask for (the approach of PyTorch's own
+//! `cudaMallocAsync` backend).
 
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-use hipmem_rs::{DevicePtr, Error, PoolAttribute, Result};
+use hipmem_rs::{DevicePtr, Error, PoolAttribute, Result, Stream, StreamFlags};
 
 use crate::types::*;
 use crate::{call, device_ordinal, handles, non_null, record, rt};
@@ -77,8 +92,110 @@ pub extern "C" fn hipmem_torch_malloc(size: isize, device: c_int, stream: hipStr
         let device = device_ordinal(rt, device)?;
         idle_release_once(rt, device);
         let p = handles::with_stream_on(rt, device, stream, |s| rt.malloc_async(size, s))?;
+        if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
+            // A record left by a block freed outside hipmem_torch_free must
+            // not apply to the new block at its address.
+            forget_record(p.0 as usize);
+        }
         Ok(p.0 as usize as *mut c_void)
     })
+}
+
+/// Streams each block was recorded on (`hipmem_torch_record_stream`), by
+/// address, until the block is freed; and how many blocks have records, so
+/// that a free of a block that has none costs one atomic load.
+static RECORDED: Mutex<Option<HashMap<usize, Vec<usize>>>> = Mutex::new(None);
+static RECORDED_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn recorded() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Vec<usize>>>> {
+    RECORDED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes and returns the streams `ptr` was recorded on.
+fn forget_record(ptr: usize) -> Vec<usize> {
+    let mut table = recorded();
+    let streams = table.as_mut().and_then(|t| t.remove(&ptr)).unwrap_or_default();
+    if !streams.is_empty() {
+        RECORDED_COUNT.fetch_sub(1, Ordering::AcqRel);
+    }
+    streams
+}
+
+/// `recordStream` of PyTorch's pluggable allocator (registered with
+/// `CUDAPluggableAllocator.allocator().set_record_stream_fn`): the block at
+/// `ptr` is also used on `stream` (PyTorch's `tensor.record_stream(stream)`),
+/// so it is not reused by any stream before the work queued on `stream` by
+/// the time of its free has completed. A null pointer is ignored; recording
+/// the block's own stream, or a stream twice, changes nothing. A pointer that
+/// is not the start of a live block is not checked here (PyTorch passes its
+/// own allocations); its record is dropped when hipmem next hands out that
+/// address.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipmem_torch_record_stream(ptr: *mut c_void, stream: hipStream_t) {
+    if ptr.is_null() {
+        return;
+    }
+    let (ptr, stream) = (ptr as usize, stream as usize);
+    let mut table = recorded();
+    let streams = table.get_or_insert_with(HashMap::new).entry(ptr).or_default();
+    if streams.is_empty() {
+        RECORDED_COUNT.fetch_add(1, Ordering::AcqRel);
+    }
+    if !streams.contains(&stream) {
+        streams.push(stream);
+    }
+}
+
+/// hipmem's own stream for `device`'s frees of blocks used on several streams
+/// (made on first use, non-blocking, kept for the process).
+fn unifying_stream(rt: &'static hipmem_rs::Runtime, device: usize) -> Result<&'static Stream> {
+    static STREAMS: [OnceLock<Stream>; 64] = [const { OnceLock::new() }; 64];
+    let slot = STREAMS
+        .get(device)
+        .ok_or_else(|| Error::InvalidDevice(format!("device {device}: more than 64 devices")))?;
+    if let Some(s) = slot.get() {
+        return Ok(s);
+    }
+    let made = rt.device(device)?.create_stream_with_flags(StreamFlags { non_blocking: true })?;
+    // Another thread may have made one meanwhile: the first kept wins, the
+    // other is dropped (destroyed) here.
+    Ok(slot.get_or_init(|| made))
+}
+
+/// Frees `ptr`, allocated on `stream` and recorded on `others`, on `device`'s
+/// unifying stream once that has waited for `stream` and each of `others`.
+/// If a wait cannot be queued (a recorded stream of another device, say),
+/// every device is synchronized instead (the work is then complete) and the
+/// block freed on `stream`: never reused early.
+fn free_after_uses(
+    rt: &'static hipmem_rs::Runtime,
+    device: usize,
+    ptr: DevicePtr,
+    stream: hipStream_t,
+    others: &[usize],
+) -> Result<()> {
+    let unify = unifying_stream(rt, device)?;
+    let mut waited = handles::with_stream_on(rt, device, stream, |s| unify.wait_for(s));
+    for &other in others {
+        if other == stream as usize || waited.is_err() {
+            continue;
+        }
+        waited = handles::with_stream_on(rt, device, other as hipStream_t, |s| unify.wait_for(s));
+    }
+    if let Err(e) = waited {
+        tracing::warn!(target: "hipmem::torch", "a block recorded on other streams: {e}; synchronizing the devices before freeing it");
+        for d in 0..rt.device_count() {
+            rt.device_synchronize(d)?;
+        }
+        return handles::with_stream_on(rt, device, stream, |s| rt.free_async(ptr, s));
+    }
+    rt.free_async(ptr, unify)?;
+    // A marker behind the free: the pools learn that it completed (and the
+    // block is free for every stream) as soon as the device gets there.
+    // (Without it they learn it on a later slow path: nothing is lost.)
+    let core = unify.core();
+    let _ = rt.record_marker(core.clock(), core.raw());
+    Ok(())
 }
 
 /// On the first allocation for `device`: PyTorch synchronizes through its
@@ -117,7 +234,14 @@ pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int
         }
         let rt = rt()?;
         let device = device_ordinal(rt, device)?;
-        handles::with_stream_on(rt, device, stream, |s| rt.free_async(DevicePtr(ptr as usize as u64), s))
+        let p = DevicePtr(ptr as usize as u64);
+        if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
+            let others = forget_record(ptr as usize);
+            if others.iter().any(|&o| o != stream as usize) {
+                return free_after_uses(rt, device, p, stream, &others);
+            }
+        }
+        handles::with_stream_on(rt, device, stream, |s| rt.free_async(p, s))
     }));
     match result {
         Ok(Ok(())) => {}

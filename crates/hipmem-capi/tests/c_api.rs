@@ -1257,6 +1257,122 @@ fn pytorch_allocator_interface() {
     }
 }
 
+/// PyTorch's `record_stream` (`hipmem_torch_record_stream`): a block read on
+/// a second stream that is still busy is not handed out again by its own
+/// stream's next allocation, the data the second stream reads is intact,
+/// and its own stream gets no wait for the second (its work runs on). The
+/// same sequence without the record gets the block straight back (what
+/// PyTorch did with hipmem before it could pass records on). Bad records
+/// (null, the block's own stream, twice, a handle that is no stream) change
+/// nothing and never lose the block.
+#[test]
+fn pytorch_record_stream() {
+    let _serial = serial();
+    init();
+    static HOLD: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn hold(_: *mut c_void) {
+        let start = std::time::Instant::now();
+        // (Released by the test; after 20 s anyway, so that a failing test
+        // fails instead of hanging.)
+        while HOLD.load(Ordering::SeqCst) == 0 && start.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    const N: usize = 1 << 20;
+    unsafe {
+        let _ = hipGetLastError();
+        let (mut a, mut b): (hipStream_t, hipStream_t) = (null_mut(), null_mut());
+        assert_eq!(hipStreamCreate(&mut a), hipSuccess);
+        assert_eq!(hipStreamCreate(&mut b), hipSuccess);
+        let mut host = vec![0u8; N];
+        // What stream b reads (a copy to pageable host memory would wait for
+        // b on the calling thread).
+        let mut seen: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut seen, N), hipSuccess);
+        let stats = || {
+            let mut st = hipmemPoolStats::default();
+            assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+            st
+        };
+
+        // Without a record: the block comes back to its stream at once,
+        // while stream b has yet to read it.
+        let p = hipmem_torch_malloc(N as isize, 0, a);
+        assert!(!p.is_null());
+        assert_eq!(hipMemsetAsync(p, 0x11, N, a), hipSuccess);
+        assert_eq!(hipStreamSynchronize(a), hipSuccess);
+        HOLD.store(0, Ordering::SeqCst);
+        assert_eq!(hipLaunchHostFunc(b, Some(hold), null_mut()), hipSuccess);
+        assert_eq!(hipMemcpyAsync(seen, p, N, hipMemcpyDeviceToDevice, b), hipSuccess);
+        hipmem_torch_free(p, N, 0, a);
+        let q = hipmem_torch_malloc(N as isize, 0, a);
+        assert_eq!(q, p, "without a record the block is reused by its stream at once");
+        HOLD.store(1, Ordering::SeqCst);
+        assert_eq!(hipStreamSynchronize(b), hipSuccess);
+        assert_eq!(hipMemcpy(host.as_mut_ptr().cast(), seen, N, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(host.iter().all(|&x| x == 0x11));
+
+        // With a record on b.
+        assert_eq!(hipMemsetAsync(q, 0x22, N, a), hipSuccess);
+        assert_eq!(hipStreamSynchronize(a), hipSuccess);
+        HOLD.store(0, Ordering::SeqCst);
+        assert_eq!(hipLaunchHostFunc(b, Some(hold), null_mut()), hipSuccess);
+        assert_eq!(hipMemcpyAsync(seen, q, N, hipMemcpyDeviceToDevice, b), hipSuccess);
+        hipmem_torch_record_stream(q, b);
+        hipmem_torch_record_stream(q, b); // twice: one record
+        hipmem_torch_record_stream(q, a); // its own stream: nothing more
+        hipmem_torch_record_stream(null_mut(), b); // ignored
+        let before = stats();
+        hipmem_torch_free(q, N, 0, a);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        assert_eq!(stats().used_current + N as u64, before.used_current, "the block is no longer live");
+        let r = hipmem_torch_malloc(N as isize, 0, a);
+        assert!(!r.is_null());
+        assert_ne!(r, q, "a block recorded on a busy stream is not handed out again");
+        assert_eq!(hipMemsetAsync(r, 0x33, N, a), hipSuccess);
+        let t0 = std::time::Instant::now();
+        assert_eq!(hipStreamSynchronize(a), hipSuccess);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "stream a was made to wait for stream b");
+        assert_eq!(hipStreamQuery(b), hipErrorNotReady, "b is still held");
+        HOLD.store(1, Ordering::SeqCst);
+        assert_eq!(hipStreamSynchronize(b), hipSuccess);
+        assert_eq!(hipMemcpy(host.as_mut_ptr().cast(), seen, N, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(host.iter().all(|&x| x == 0x22), "stream b read the recorded block intact");
+        assert_eq!(hipMemcpy(host.as_mut_ptr().cast(), r, N, hipMemcpyDeviceToHost), hipSuccess);
+        assert!(host.iter().all(|&x| x == 0x33));
+
+        // Once b is done, the block is free for every stream again: after a
+        // device synchronization b gets it.
+        assert_eq!(hipDeviceSynchronize(), hipSuccess);
+        let again = hipmem_torch_malloc(N as isize, 0, b);
+        assert_eq!(again, q, "the recorded block is reusable once its streams are done");
+        hipmem_torch_free(again, N, 0, b);
+
+        // A record of a handle that is no stream: the free still happens
+        // (after the device is synchronized), nothing is lost or reported.
+        let used = stats().used_current;
+        hipmem_torch_record_stream(r, 0xbad0usize as hipStream_t);
+        hipmem_torch_free(r, N, 0, a);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        assert_eq!(stats().used_current + N as u64, used);
+        // A stale record (a block freed without hipmem_torch_free) does not
+        // follow its address to the next block there.
+        let s = hipmem_torch_malloc(N as isize, 0, a);
+        hipmem_torch_record_stream(s, b);
+        assert_eq!(hipFreeAsync(s, a), hipSuccess);
+        let t = hipmem_torch_malloc(N as isize, 0, a);
+        assert_eq!(t, s, "the same address, a new block");
+        hipmem_torch_free(t, N, 0, a);
+        let u = hipmem_torch_malloc(N as isize, 0, a);
+        assert_eq!(u, t, "freed without a record: reused by its stream at once");
+        hipmem_torch_free(u, N, 0, a);
+        assert_eq!(hipFree(seen), hipSuccess);
+        assert_eq!(hipStreamDestroy(a), hipSuccess);
+        assert_eq!(hipStreamDestroy(b), hipSuccess);
+        let _ = hipGetLastError();
+    }
+}
+
 /// hipmem's own extension for the hip backend's loopback: the runtime is
 /// already open here (on host, or cuda, or hip where HIPMEM_BACKEND says so),
 /// so naming its backend (or auto) succeeds and naming another fails.

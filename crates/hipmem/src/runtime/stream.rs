@@ -209,6 +209,28 @@ impl CoreStream {
         Ok(())
     }
 
+    /// Makes later work on this stream wait for all work queued so far on
+    /// `other` (an event from the runtime's event pool, recorded on `other`
+    /// and waited on here, then pooled again: a wait takes the record as it
+    /// stands when queued). What `other` had freed by then becomes reusable
+    /// here, as after `hipStreamWaitEvent`. Nothing to do if both are the
+    /// same stream.
+    pub fn wait_for(&self, other: &CoreStream) -> Result<()> {
+        if self.same(other) {
+            return Ok(());
+        }
+        let rt = &self.state.rt;
+        let device = other.device();
+        let event = rt.pooled_event(device)?;
+        let point = other.point();
+        let waited = rt
+            .backend()
+            .event_record(event, other.raw())
+            .and_then(|()| self.wait_raw_event(event, Some(&point)));
+        rt.recycle_events(device, vec![event]);
+        waited
+    }
+
     /// Runs `f` on a host thread when the stream reaches this point
     /// (`hipLaunchHostFunc`). `f` must not call back into stream operations
     /// that wait for this stream.

@@ -124,6 +124,40 @@ fn a_stream_waiting_on_an_event_sees_the_work_before_it() {
     assert_eq!(read0(&out), 7, "the copy after hipStreamWaitEvent ran before the event's work");
 }
 
+/// `CoreStream::wait_for` (PyTorch's `wait_stream`): later work of the
+/// waiting stream sees everything queued on the other stream before the
+/// call, and nothing queued there after it (its event goes back to the pool
+/// at once and is recorded again elsewhere without effect on the wait).
+#[test]
+fn a_stream_waiting_for_another_sees_the_work_queued_there_before() {
+    let dev = device(0);
+    let producer = dev.create_stream_with_flags(non_blocking()).unwrap();
+    let consumer = dev.create_stream_with_flags(non_blocking()).unwrap();
+    let flag = zeroed_flag(&dev);
+    let out = zeroed_flag(&dev);
+    let later = zeroed_flag(&dev);
+    let t0 = std::time::Instant::now();
+    producer.delay(DELAY, &flag, 7).unwrap();
+    consumer.wait_for(&producer).unwrap();
+    consumer.wait_for(&consumer).unwrap(); // itself: nothing to do
+    consumer.copy_device_to_device(&flag, &out).unwrap();
+    assert_pending!(t0, !consumer.query().unwrap(), "the waiting stream did not wait");
+    consumer.synchronize().unwrap();
+    assert_eq!(read0(&out), 7, "the copy ran before the work it waited for");
+    // Work queued on the producer after the call is not waited for.
+    let t1 = std::time::Instant::now();
+    let other = dev.create_stream_with_flags(non_blocking()).unwrap();
+    other.wait_for(&producer).unwrap();
+    producer.delay(DELAY, &later, 9).unwrap();
+    consumer.wait_for(&other).unwrap(); // the pooled event is recorded again, on `other`
+    other.fill(&out, 5).unwrap();
+    other.synchronize().unwrap();
+    assert_pending!(t1, !producer.query().unwrap(), "the waiting stream waited for later work");
+    assert_eq!(read0(&out), 5);
+    producer.synchronize().unwrap();
+    assert_eq!(read0(&later), 9);
+}
+
 #[test]
 fn waiting_on_a_never_recorded_event_does_not_block() {
     let dev = device(0);

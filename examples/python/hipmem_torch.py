@@ -6,7 +6,7 @@
     ...
     s = pool.stats(device)       # reserved_current, reserved_high, used_current, used_high
     pool.reset_peak(device)      # the two High values start again from the current ones
-    pool.empty_cache(device)     # torch.cuda.empty_cache() for hipmem's pool
+    pool.empty_cache(device)     # one device's pool (torch.cuda.empty_cache() trims every device's)
     pool.plan_counts(device)     # learned layouts: plans, served, missed, ended, rejected
     pool.set_planning(device, False)   # learned layouts off (on by default)
 
@@ -93,5 +93,9 @@ def use_hipmem(lib, record_stream=True):
                                "be reused too early")
         fn = ctypes.cast(ctypes.CDLL(lib).hipmem_torch_record_stream, ctypes.c_void_p).value
         native.set_record_stream_fn(fn)
+    # torch.cuda.empty_cache() calls the allocator's reset function: hipmem's
+    # trims every device's pool (without it, empty_cache does nothing).
+    if hasattr(alloc.allocator(), "set_reset_fn"):
+        alloc.allocator().set_reset_fn(ctypes.cast(ctypes.CDLL(lib).hipmem_torch_reset, ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(alloc)
     return Pool(lib)

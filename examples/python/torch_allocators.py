@@ -80,6 +80,8 @@ def setup_allocator(name, lib):
             return {
                 "reserved_high": torch.cuda.max_memory_reserved(),
                 "allocated_high": torch.cuda.max_memory_allocated(),
+                "reserved_now": torch.cuda.memory_reserved(),
+                "allocated_now": torch.cuda.memory_allocated(),
             }
 
         def reset():
@@ -97,6 +99,7 @@ def setup_allocator(name, lib):
         s = pool.stats(dev)
         c = pool.plan_counts(dev)
         return {"reserved_high": s.reserved_high, "allocated_high": s.used_high,
+                "reserved_now": s.reserved_current, "allocated_now": s.used_current,
                 "plan": {"plans": c.plans, "served": c.served, "missed": c.missed, "ended": c.ended}}
 
     def reset():
@@ -293,6 +296,14 @@ def child(args):
         times.append(time.perf_counter() - t0)
     s = stats()
     ok, detail = check()
+    # torch.cuda.empty_cache() gives back what no live tensor uses (under
+    # hipmem through the reset function hipmem_torch.use_hipmem registers).
+    torch.cuda.synchronize()
+    before = stats()
+    torch.cuda.empty_cache()
+    after = stats()
+    detail += "; empty_cache: reserved {:.2f} -> {:.2f} GiB, allocated {:.2f}".format(
+        before["reserved_now"] / 2**30, after["reserved_now"] / 2**30, after["allocated_now"] / 2**30)
     if "plan" in s:
         detail += "; plans {plans}, served {served}, missed {missed}, ended {ended}".format(**s["plan"])
     if args.record:

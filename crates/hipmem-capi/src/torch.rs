@@ -263,6 +263,32 @@ pub extern "C" fn hipmem_torch_empty_cache(device: c_int) -> hipError_t {
     })
 }
 
+/// `torch.cuda.empty_cache()` for hipmem, for every device: PyTorch calls a
+/// pluggable allocator's `reset_fn` (registered with `set_reset_fn`, as
+/// `hipmem_torch.use_hipmem` does) from `empty_cache`, with no device. Each
+/// device is synchronized and its current pool gives back every byte no live
+/// allocation uses, as [`hipmem_torch_empty_cache`] does for one. A failure
+/// is logged and recorded, never raised into PyTorch.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipmem_torch_reset() {
+    let result = std::panic::catch_unwind(|| -> Result<()> {
+        let rt = rt()?;
+        let mut first = Ok(());
+        for device in 0..rt.device_count() {
+            let trimmed = rt.device_synchronize(device).and_then(|()| rt.mem_pool(device)?.trim_to(0));
+            if first.is_ok() {
+                first = trimmed;
+            }
+        }
+        first
+    });
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => failed("hipmem_torch_reset", &e),
+        Err(_) => failed("hipmem_torch_reset", &Error::Unknown("a panic was caught".into())),
+    }
+}
+
 /// The statistics of `device`'s current pool (what PyTorch's
 /// `memory_reserved` / `max_memory_reserved` / `memory_allocated` /
 /// `max_memory_allocated` read for its own allocator). Null `out` is

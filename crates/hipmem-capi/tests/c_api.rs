@@ -1254,6 +1254,21 @@ fn pytorch_allocator_interface() {
         let mut again = hipmemPoolStats::default();
         assert_eq!(hipmem_torch_stats(0, &mut again), hipSuccess);
         assert_eq!(again.reserved_current, after.reserved_current);
+
+        // torch.cuda.empty_cache() (PyTorch's reset_fn): every device's pool
+        // gives back what no live block uses.
+        let q = hipmem_torch_malloc(4 << 20, 0, null_mut());
+        assert!(!q.is_null());
+        hipmem_torch_free(q, 4 << 20, 0, null_mut());
+        let mut cached = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut cached), hipSuccess);
+        assert!(cached.reserved_current >= again.reserved_current + (4 << 20), "{cached:?} {again:?}");
+        let _ = hipGetLastError(); // (hipmem_torch_empty_cache(99) above)
+        hipmem_torch_reset();
+        assert_eq!(hipGetLastError(), hipSuccess);
+        let mut reset = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut reset), hipSuccess);
+        assert_eq!(reset.reserved_current, again.reserved_current, "{reset:?} {again:?}");
     }
 }
 

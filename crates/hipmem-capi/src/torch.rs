@@ -174,21 +174,23 @@ fn free_after_uses(
     stream: hipStream_t,
     others: &[usize],
 ) -> Result<()> {
-    let unify = unifying_stream(rt, device)?;
-    let mut waited = handles::with_stream_on(rt, device, stream, |s| unify.wait_for(s));
-    for &other in others {
-        if other == stream as usize || waited.is_err() {
-            continue;
+    let waited = unifying_stream(rt, device).and_then(|unify| {
+        handles::with_stream_on(rt, device, stream, |s| unify.wait_for(s))?;
+        for &other in others.iter().filter(|&&o| o != stream as usize) {
+            handles::with_stream_on(rt, device, other as hipStream_t, |s| unify.wait_for(s))?;
         }
-        waited = handles::with_stream_on(rt, device, other as hipStream_t, |s| unify.wait_for(s));
-    }
-    if let Err(e) = waited {
-        tracing::warn!(target: "hipmem::torch", "a block recorded on other streams: {e}; synchronizing the devices before freeing it");
-        for d in 0..rt.device_count() {
-            rt.device_synchronize(d)?;
+        Ok(unify)
+    });
+    let unify = match waited {
+        Ok(unify) => unify,
+        Err(e) => {
+            tracing::warn!(target: "hipmem::torch", "a block recorded on other streams: {e}; synchronizing the devices before freeing it");
+            for d in 0..rt.device_count() {
+                rt.device_synchronize(d)?;
+            }
+            return handles::with_stream_on(rt, device, stream, |s| rt.free_async(ptr, s));
         }
-        return handles::with_stream_on(rt, device, stream, |s| rt.free_async(ptr, s));
-    }
+    };
     rt.free_async(ptr, unify)?;
     // A marker behind the free: the pools learn that it completed (and the
     // block is free for every stream) as soon as the device gets there.

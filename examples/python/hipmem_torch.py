@@ -85,17 +85,20 @@ def use_hipmem(lib, record_stream=True):
     lib = os.path.abspath(lib)
     os.environ.setdefault("HIPMEM_BACKEND", "cuda")
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
+    native, dll = alloc.allocator(), ctypes.CDLL(lib)
+
+    def address(name):
+        return ctypes.cast(getattr(dll, name), ctypes.c_void_p).value
+
     if record_stream:
-        native = alloc.allocator()
         if not hasattr(native, "set_record_stream_fn"):
             raise RuntimeError("this PyTorch cannot pass record_stream to a pluggable allocator "
                                "(no set_record_stream_fn); tensors used on several streams would "
                                "be reused too early")
-        fn = ctypes.cast(ctypes.CDLL(lib).hipmem_torch_record_stream, ctypes.c_void_p).value
-        native.set_record_stream_fn(fn)
+        native.set_record_stream_fn(address("hipmem_torch_record_stream"))
     # torch.cuda.empty_cache() calls the allocator's reset function: hipmem's
     # trims every device's pool (without it, empty_cache does nothing).
-    if hasattr(alloc.allocator(), "set_reset_fn"):
-        alloc.allocator().set_reset_fn(ctypes.cast(ctypes.CDLL(lib).hipmem_torch_reset, ctypes.c_void_p).value)
+    if hasattr(native, "set_reset_fn"):
+        native.set_reset_fn(address("hipmem_torch_reset"))
     torch.cuda.memory.change_current_allocator(alloc)
     return Pool(lib)

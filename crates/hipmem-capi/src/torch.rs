@@ -79,6 +79,16 @@ fn pointer_call(what: &str, body: impl FnOnce() -> Result<*mut c_void>) -> *mut 
     }
 }
 
+/// Runs a body of a `void` entry point: an error or a panic is logged and
+/// recorded, never raised into PyTorch.
+fn void_call(what: &str, body: impl FnOnce() -> Result<()>) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => failed(what, &e),
+        Err(_) => failed(what, &Error::Unknown("a panic was caught".into())),
+    }
+}
+
 /// `malloc` of PyTorch's pluggable allocator: `size` bytes on `device`, in
 /// the order of `stream`. Size 0 gives null (as `hipMallocAsync`); a
 /// negative size, an unknown device or stream, or out of memory give null
@@ -188,7 +198,7 @@ fn free_after_uses(
             for d in 0..rt.device_count() {
                 rt.device_synchronize(d)?;
             }
-            return handles::with_stream_on(rt, device, stream, |s| rt.free_async(ptr, s));
+            return free_on(rt, device, ptr, stream);
         }
     };
     rt.free_async(ptr, unify)?;
@@ -230,7 +240,7 @@ fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
 #[unsafe(no_mangle)]
 pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: hipStream_t) {
     let _ = size;
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<()> {
+    void_call("hipmem_torch_free", || {
         if ptr.is_null() {
             return Ok(());
         }
@@ -243,13 +253,18 @@ pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int
                 return free_after_uses(rt, device, p, stream, &others);
             }
         }
-        handles::with_stream_on(rt, device, stream, |s| rt.free_async(p, s))
-    }));
-    match result {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => failed("hipmem_torch_free", &e),
-        Err(_) => failed("hipmem_torch_free", &Error::Unknown("a panic was caught".into())),
-    }
+        free_on(rt, device, p, stream)
+    })
+}
+
+/// Frees `ptr` in the order of `stream` (PyTorch's stream handle).
+fn free_on(
+    rt: &'static hipmem_rs::Runtime,
+    device: usize,
+    ptr: DevicePtr,
+    stream: hipStream_t,
+) -> Result<()> {
+    handles::with_stream_on(rt, device, stream, |s| rt.free_async(ptr, s))
 }
 
 /// `torch.cuda.empty_cache()` for hipmem: waits for `device`, then releases
@@ -259,10 +274,14 @@ pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int
 pub extern "C" fn hipmem_torch_empty_cache(device: c_int) -> hipError_t {
     call(|| {
         let rt = rt()?;
-        let device = device_ordinal(rt, device)?;
-        rt.device_synchronize(device)?;
-        rt.mem_pool(device)?.trim_to(0)
+        empty_cache_of(rt, device_ordinal(rt, device)?)
     })
+}
+
+/// Waits for `device`, then trims its current pool to its live bytes.
+fn empty_cache_of(rt: &hipmem_rs::Runtime, device: usize) -> Result<()> {
+    rt.device_synchronize(device)?;
+    rt.mem_pool(device)?.trim_to(0)
 }
 
 /// `torch.cuda.empty_cache()` for hipmem, for every device: PyTorch calls a
@@ -273,22 +292,11 @@ pub extern "C" fn hipmem_torch_empty_cache(device: c_int) -> hipError_t {
 /// is logged and recorded, never raised into PyTorch.
 #[unsafe(no_mangle)]
 pub extern "C" fn hipmem_torch_reset() {
-    let result = std::panic::catch_unwind(|| -> Result<()> {
+    void_call("hipmem_torch_reset", || {
         let rt = rt()?;
-        let mut first = Ok(());
-        for device in 0..rt.device_count() {
-            let trimmed = rt.device_synchronize(device).and_then(|()| rt.mem_pool(device)?.trim_to(0));
-            if first.is_ok() {
-                first = trimmed;
-            }
-        }
-        first
-    });
-    match result {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => failed("hipmem_torch_reset", &e),
-        Err(_) => failed("hipmem_torch_reset", &Error::Unknown("a panic was caught".into())),
-    }
+        // Every device, the first failure reported.
+        (0..rt.device_count()).map(|device| empty_cache_of(rt, device)).fold(Ok(()), Result::and)
+    })
 }
 
 /// The statistics of `device`'s current pool (what PyTorch's

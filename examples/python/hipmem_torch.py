@@ -2,7 +2,8 @@
 
     import hipmem_torch                                   # examples/python/
     pool = hipmem_torch.use_hipmem("/path/to/libhipmem.so")   # before PyTorch allocates
-                                 # (allocation, free and record_stream go to hipmem)
+                                 # (allocation, free, record_stream, empty_cache and
+                                 # set_per_process_memory_fraction go to hipmem)
     ...
     s = pool.stats(device)       # reserved_current, reserved_high, used_current, used_high
     pool.reset_peak(device)      # the two High values start again from the current ones
@@ -100,5 +101,10 @@ def use_hipmem(lib, record_stream=True):
     # trims every device's pool (without it, empty_cache does nothing).
     if hasattr(native, "set_reset_fn"):
         native.set_reset_fn(address("hipmem_torch_reset"))
+    # torch.cuda.set_per_process_memory_fraction(f, device) calls the
+    # allocator's memory-fraction function: hipmem's limits the device's pool
+    # to f of the device's memory (without it, the fraction is ignored).
+    if hasattr(native, "set_memory_fraction_fn"):
+        native.set_memory_fraction_fn(address("hipmem_torch_set_memory_fraction"))
     torch.cuda.memory.change_current_allocator(alloc)
     return Pool(lib)

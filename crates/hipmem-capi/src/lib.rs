@@ -36,6 +36,7 @@
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]
 
 pub mod compat;
+mod cxx_exception;
 pub mod device_code;
 pub mod devices;
 pub mod explicit;
@@ -147,6 +148,15 @@ pub(crate) fn set_current_device(device: usize) {
 /// InvalidValue for a null pointer argument.
 pub(crate) fn non_null<T>(ptr: *const T, what: &str) -> Result<()> {
     if ptr.is_null() { Err(Error::InvalidValue(format!("{what} is a null pointer"))) } else { Ok(()) }
+}
+
+/// A C `int` switch: 0 off, 1 on, anything else InvalidValue naming `what`.
+pub(crate) fn switch(on: i32, what: &str) -> Result<bool> {
+    match on {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(Error::InvalidValue(format!("{what}: on must be 0 or 1, not {other}"))),
+    }
 }
 
 /// A device ordinal from a C `int` (negative or too large: InvalidDevice).

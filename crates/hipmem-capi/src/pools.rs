@@ -220,16 +220,7 @@ pub unsafe extern "C" fn hipmemPoolGetPlanCounts(
 pub extern "C" fn hipmemPoolSetPlanning(mem_pool: hipMemPool_t, on: c_int) -> hipError_t {
     call(|| {
         let pool = handles::pool(mem_pool)?;
-        let on = match on {
-            0 => false,
-            1 => true,
-            other => {
-                return Err(Error::InvalidValue(format!(
-                    "hipmemPoolSetPlanning: on must be 0 or 1, not {other}"
-                )));
-            }
-        };
-        pool.set_planning(on)
+        pool.set_planning(crate::switch(on, "hipmemPoolSetPlanning")?)
     })
 }
 

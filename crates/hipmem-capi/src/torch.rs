@@ -14,9 +14,13 @@
 //! use as a stream of the device PyTorch names (see [`crate::handles`]) and
 //! found in a per-thread cache afterwards. Memory comes from the device's current pool
 //! (`hipDeviceGetMemPool`) in that stream's order, and goes back to it in
-//! the order of the stream PyTorch frees on. A failure returns null with the
-//! reason logged (`HIPMEM_LOG`), never a crash: PyTorch turns a null into
-//! its out-of-memory error.
+//! the order of the stream PyTorch frees on. PyTorch takes whatever its
+//! pluggable allocator's `malloc` returns as memory (a null becomes a tensor
+//! without any, and the kernel that writes it faults), so a failed
+//! allocation throws a C++ exception into PyTorch, which raises it in Python
+//! (`cxx_exception.rs`; null where the process has no C++ runtime or
+//! raising is turned off). Other failures are logged (`HIPMEM_LOG`) and
+//! recorded, never raised into PyTorch.
 //!
 //! `tensor.record_stream(s)` reaches a pluggable allocator only through the
 //! function its `set_record_stream_fn` registers: without
@@ -32,7 +36,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use hipmem_rs::{DevicePtr, Error, PoolAttribute, Result, Stream, StreamFlags};
@@ -64,19 +68,34 @@ fn failed(what: &str, e: &Error) {
     }
 }
 
-/// Runs a body that returns a pointer; a panic or an error gives null.
-fn pointer_call(what: &str, body: impl FnOnce() -> Result<*mut c_void>) -> *mut c_void {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => {
-            failed(what, &e);
-            std::ptr::null_mut()
-        }
-        Err(_) => {
-            failed(what, &Error::Unknown("a panic was caught".into()));
-            std::ptr::null_mut()
-        }
+/// Runs a body; a panic becomes an error.
+fn guarded<T>(body: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
+        .unwrap_or_else(|_| Err(Error::Unknown("a panic was caught".into())))
+}
+
+/// Whether `hipmem_torch_malloc` raises a C++ exception on failure
+/// (`hipmem_torch_raise_on_failure`; on by default).
+static RAISE: AtomicBool = AtomicBool::new(true);
+
+/// What `hipmem_torch_malloc` raises: PyTorch's own wording first ("CUDA out
+/// of memory." on the CUDA backend, "HIP out of memory." on HIP), which
+/// tools that catch out-of-memory errors to retry with less look for, then
+/// hipmem's reason and the HIP error.
+fn failure_text(size: isize, device: c_int, e: &Error) -> String {
+    let code = hipmem_rs::error::name_of_code(e.code());
+    if e.code() != Error::OutOfMemory(String::new()).code() {
+        return format!("hipmem_torch_malloc of {size} bytes on device {device}: {} ({code})", e.message());
     }
+    let kind = match rt().map(|rt| rt.backend_kind()) {
+        Ok(hipmem_rs::BackendKind::Cuda) => "CUDA",
+        Ok(hipmem_rs::BackendKind::Hip) => "HIP",
+        _ => "Device",
+    };
+    format!(
+        "{kind} out of memory. Tried to allocate {size} bytes on device {device} from hipmem's pool: {} ({code})",
+        e.message()
+    )
 }
 
 /// Runs a body of a `void` entry point: an error or a panic is logged and
@@ -90,24 +109,66 @@ fn void_call(what: &str, body: impl FnOnce() -> Result<()>) {
 }
 
 /// `malloc` of PyTorch's pluggable allocator: `size` bytes on `device`, in
-/// the order of `stream`. Size 0 gives null (as `hipMallocAsync`); a
-/// negative size, an unknown device or stream, or out of memory give null
-/// with the reason logged.
+/// the order of `stream`. Size 0 gives null (as `hipMallocAsync`). A
+/// negative size, an unknown device or stream, or out of memory: where the
+/// process has a C++ runtime (PyTorch's does) and raising is on (the
+/// default, `hipmem_torch_raise_on_failure`), a C++ `std::runtime_error`
+/// with the reason is thrown into the caller, which PyTorch raises in
+/// Python as a `RuntimeError` ("CUDA out of memory. ..." where memory ran
+/// out); otherwise null, with the reason logged. (PyTorch takes a null from
+/// a pluggable allocator as memory: the tensor would have none.)
 #[unsafe(no_mangle)]
-pub extern "C" fn hipmem_torch_malloc(size: isize, device: c_int, stream: hipStream_t) -> *mut c_void {
-    pointer_call("hipmem_torch_malloc", || {
-        let size = u64::try_from(size)
+pub extern "C-unwind" fn hipmem_torch_malloc(size: isize, device: c_int, stream: hipStream_t) -> *mut c_void {
+    let result = guarded(|| {
+        let bytes = u64::try_from(size)
             .map_err(|_| Error::InvalidValue(format!("hipmem_torch_malloc: negative size {size}")))?;
         let rt = rt()?;
         let device = device_ordinal(rt, device)?;
         idle_release_once(rt, device);
-        let p = handles::with_stream_on(rt, device, stream, |s| rt.malloc_async(size, s))?;
+        let p = handles::with_stream_on(rt, device, stream, |s| rt.malloc_async(bytes, s))?;
         if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
             // A record left by a block freed outside hipmem_torch_free must
             // not apply to the new block at its address.
             forget_record(p.0 as usize);
         }
         Ok(p.0 as usize as *mut c_void)
+    });
+    match result {
+        Ok(p) => p,
+        Err(e) if RAISE.load(Ordering::Relaxed) && crate::cxx_exception::available() => {
+            record(e.code());
+            let text = failure_text(size, device, &e);
+            // SAFETY: this function is `extern "C-unwind"`, no catch_unwind
+            // is active here, and nothing below is left half done: the
+            // exception goes to the C++ code that called it (PyTorch's
+            // pluggable allocator, whose callers expect exceptions).
+            unsafe { crate::cxx_exception::throw_runtime_error(&text) };
+            std::ptr::null_mut()
+        }
+        Err(e) => {
+            failed("hipmem_torch_malloc", &e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Whether `hipmem_torch_malloc` raises a C++ exception when it fails (`on`
+/// 1, the default) or returns null (0), for callers that are not PyTorch or
+/// that check for null. Raising needs a C++ runtime (libstdc++) loaded in
+/// the process when hipmem first looks for one: turning it on where there
+/// is none is hipErrorNotSupported, and failures return null. Any other
+/// `on` is hipErrorInvalidValue.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipmem_torch_raise_on_failure(on: c_int) -> hipError_t {
+    call(|| {
+        let on = crate::switch(on, "hipmem_torch_raise_on_failure")?;
+        RAISE.store(on, Ordering::Relaxed);
+        if on && !crate::cxx_exception::available() {
+            return Err(Error::NotSupported(
+                "hipmem_torch_raise_on_failure: this process has no C++ runtime (libstdc++) to raise with; failures return null".into(),
+            ));
+        }
+        Ok(())
     })
 }
 
@@ -296,6 +357,35 @@ pub extern "C" fn hipmem_torch_reset() {
         let rt = rt()?;
         // Every device, the first failure reported.
         (0..rt.device_count()).map(|device| empty_cache_of(rt, device)).fold(Ok(()), Result::and)
+    })
+}
+
+/// `torch.cuda.set_per_process_memory_fraction(fraction, device)` for
+/// hipmem: PyTorch calls a pluggable allocator's memory-fraction function
+/// (registered with `set_memory_fraction_fn`, as `hipmem_torch.use_hipmem`
+/// does; without it the call was dropped). `device`'s current pool may hold
+/// at most `fraction` of the device's total memory from now on
+/// (`MemPool::set_size_limit`): an allocation that would take it past that
+/// gets what the pool can give back, then fails (null, which PyTorch raises
+/// as its out-of-memory error); memory held past a lowered limit that no
+/// tensor uses goes back at once. `fraction` must be finite and within 0 and
+/// 1 (1: the whole device); an unknown device, another fraction, or a
+/// current pool that is not hipmem's own is logged and recorded for
+/// `hipGetLastError`, and changes nothing.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipmem_torch_set_memory_fraction(fraction: f64, device: c_int) {
+    void_call("hipmem_torch_set_memory_fraction", || {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::InvalidValue(format!(
+                "hipmem_torch_set_memory_fraction: a fraction of {fraction} is not within 0 and 1"
+            )));
+        }
+        let rt = rt()?;
+        let device = device_ordinal(rt, device)?;
+        let total = rt.mem_get_info(device)?.total;
+        // At most `total` (a fraction of 1 is the whole device).
+        let limit = ((total as f64) * fraction).min(total as f64) as u64;
+        rt.mem_pool(device)?.set_size_limit(Some(limit))
     })
 }
 

@@ -1206,6 +1206,12 @@ fn pytorch_allocator_interface() {
     let _serial = serial();
     init();
     unsafe {
+        // Failures as null (raising, the default, needs a C++ runtime,
+        // which a Rust test process need not have: c_examples covers it).
+        let raise = hipmem_torch_raise_on_failure(1);
+        assert!(raise == hipSuccess || raise == hipErrorNotSupported, "{raise}");
+        assert_eq!(hipmem_torch_raise_on_failure(2), hipErrorInvalidValue);
+        assert_eq!(hipmem_torch_raise_on_failure(0), hipSuccess);
         let _ = hipGetLastError();
         let p = hipmem_torch_malloc(1 << 20, 0, null_mut());
         assert!(!p.is_null());
@@ -1269,6 +1275,80 @@ fn pytorch_allocator_interface() {
         let mut reset = hipmemPoolStats::default();
         assert_eq!(hipmem_torch_stats(0, &mut reset), hipSuccess);
         assert_eq!(reset.reserved_current, again.reserved_current, "{reset:?} {again:?}");
+    }
+}
+
+/// `torch.cuda.set_per_process_memory_fraction` (PyTorch's memory-fraction
+/// function, `hipmem_torch_set_memory_fraction`): the device's current pool
+/// holds at most that fraction of the device's memory; memory it holds still
+/// serves, growth past it is null with hipErrorOutOfMemory, lowering it gives
+/// unused memory back, and a fraction of 1 lets it grow again. Bad fractions
+/// and devices change nothing.
+#[test]
+fn pytorch_memory_fraction() {
+    let _serial = serial();
+    init();
+    const MIB: u64 = 1 << 20;
+    unsafe {
+        assert_eq!(hipmem_torch_raise_on_failure(0), hipSuccess, "failures as null");
+        let _ = hipGetLastError();
+        let (mut free, mut total) = (0usize, 0usize);
+        assert_eq!(hipMemGetInfo(&mut free, &mut total), hipSuccess);
+        let total = total as f64;
+        // A pool holding only what is live (earlier tests' cached memory gone).
+        hipmem_torch_reset();
+        let mut st = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+        let base = st.reserved_current;
+
+        for bad in [-0.25, 1.5, f64::NAN, f64::INFINITY] {
+            hipmem_torch_set_memory_fraction(bad, 0);
+            assert_eq!(hipGetLastError(), hipErrorInvalidValue, "fraction {bad}");
+        }
+        hipmem_torch_set_memory_fraction(0.5, 99);
+        assert_eq!(hipGetLastError(), hipErrorInvalidDevice);
+        // None of them limited the pool: 64 MiB grows it.
+        let p = hipmem_torch_malloc(64 << 20, 0, null_mut());
+        assert!(!p.is_null(), "a bad fraction limited the pool");
+        hipmem_torch_free(p, 64 << 20, 0, null_mut());
+        hipmem_torch_reset();
+
+        // Room for 8 MiB more than the pool holds.
+        hipmem_torch_set_memory_fraction((base + 8 * MIB) as f64 / total, 0);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        let a = hipmem_torch_malloc(6 << 20, 0, null_mut());
+        assert!(!a.is_null(), "within the fraction");
+        assert!(hipmem_torch_malloc(16 << 20, 0, null_mut()).is_null(), "past the fraction");
+        assert_eq!(hipGetLastError(), hipErrorOutOfMemory);
+        assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+        assert!(st.reserved_current <= base + 8 * MIB, "{st:?} past {}", base + 8 * MIB);
+        // Memory the pool holds serves: freed and allocated again.
+        hipmem_torch_free(a, 6 << 20, 0, null_mut());
+        let b = hipmem_torch_malloc(6 << 20, 0, null_mut());
+        assert!(!b.is_null(), "memory the pool holds serves under the fraction");
+        hipmem_torch_free(b, 6 << 20, 0, null_mut());
+        // (No synchronization: it would give the cached memory back itself.)
+        let k = hipmem_torch_malloc(2 << 20, 0, null_mut());
+        assert!(!k.is_null());
+
+        // Lowered to what is live: the unused memory goes at once.
+        assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+        assert!(st.reserved_current > st.used_current, "{st:?}");
+        hipmem_torch_set_memory_fraction(st.used_current as f64 / total, 0);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        let mut low = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut low), hipSuccess);
+        assert!(low.reserved_current <= st.used_current + MIB, "{low:?} {st:?}");
+        assert_eq!(low.used_current, st.used_current, "a live block went");
+        hipmem_torch_free(k, 2 << 20, 0, null_mut());
+
+        // The whole device again: it grows.
+        hipmem_torch_set_memory_fraction(1.0, 0);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        let c = hipmem_torch_malloc(64 << 20, 0, null_mut());
+        assert!(!c.is_null(), "a fraction of 1 limits nothing a device can hold");
+        hipmem_torch_free(c, 64 << 20, 0, null_mut());
+        assert_eq!(hipDeviceSynchronize(), hipSuccess);
     }
 }
 

@@ -135,6 +135,18 @@ fn vmm_sequence_maps_grows_and_frees() {
     assert_eq!(lines.last(), Some(&"VMM: freed, last error hipSuccess"), "{out}");
 }
 
+/// PyTorch's allocator entry point in a C++ program, called through a
+/// std::function as PyTorch calls it: failures arrive as std::runtime_error
+/// naming the HIP error (never a null PyTorch would take for memory), and
+/// as null with raising turned off.
+#[test]
+fn torch_malloc_raises_a_cxx_exception_on_failure() {
+    let Some(out) = build_and_run("torch_malloc_raises") else { return };
+    assert!(out.ends_with("all checks passed\n"), "{out}");
+    assert!(!out.contains("FAILED"), "{out}");
+    assert!(out.contains("Device out of memory. Tried to allocate 1152921504606846976 bytes"), "{out}");
+}
+
 /// Runs a built listing on the host backend, killing it after 30 s.
 fn spawn_listing(exe: &std::path::Path) -> std::process::Child {
     host_command(exe)

@@ -78,6 +78,9 @@ enum Command {
         /// Print hipmem's pools' address maps just before operation OP (0-based), and how much of the free memory lies in wholly free physical pieces or beside live blocks.
         #[arg(long, value_name = "OP")]
         map_at: Option<u64>,
+        /// Start the "second half" (its peaks, time per operation and backend calls) at operation OP (0-based) instead of the trace's midpoint: the first operation after a warm-up.
+        #[arg(long, value_name = "OP")]
+        late_from: Option<u64>,
     },
     /// Memory traces: what a recorded trace says.
     Trace {
@@ -212,6 +215,7 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
             evict_kib,
             slowest,
             map_at,
+            late_from,
         } => {
             let args = replay::ReplayArgs {
                 trace,
@@ -224,6 +228,7 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
                 evict_kib,
                 slowest,
                 map_at,
+                late_from,
             };
             replay::run(&rt, &args)
         }

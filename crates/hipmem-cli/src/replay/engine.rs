@@ -100,6 +100,9 @@ pub struct Options {
     pub slowest: usize,
     /// hipmem's pools: take the address map just before this operation.
     pub map_at: Option<u64>,
+    /// Where the trace's "second half" starts (its late peaks, times and
+    /// backend calls): this operation, or the midpoint (None).
+    pub late_from: Option<u64>,
 }
 
 /// One operation of the timed pass, as `--slowest` lists it.
@@ -335,7 +338,7 @@ fn pass(
     device: usize,
     w: &Workload,
     record: Record,
-    (idle, evict_kib): (Option<Duration>, usize),
+    (idle, evict_kib, late_from): (Option<Duration>, usize, Option<u64>),
     progress: &mut Progress,
 ) -> Result<Pass, String> {
     let (sample, want_layout, slowest, map_at) = match record {
@@ -366,7 +369,7 @@ fn pass(
         Target::Pool(pool) => pool.backend_calls().map(|c| c.total()),
         Target::Malloc { .. } => None,
     };
-    let half = w.ops.len() / 2;
+    let half = late_from.map_or(w.ops.len() / 2, |op| (op as usize).min(w.ops.len()));
     let mut calls_at_half = None;
     let mut at_half = None;
     // With `evict_kib`, other memory is written between operations (as a
@@ -582,10 +585,10 @@ pub fn replay(
     let idle = opts.idle.filter(|_| w.timed && kind.is_hipmem());
     progress.begin(&format!("{} (timed)", kind.name()), w.ops.len() as u64);
     let record = Record::Nothing { slowest: opts.slowest };
-    let timed = pass(rt, kind, device, w, record, (idle, opts.evict_kib), progress)?;
+    let timed = pass(rt, kind, device, w, record, (idle, opts.evict_kib, opts.late_from), progress)?;
     progress.begin(&format!("{} (sampled)", kind.name()), w.ops.len() as u64);
     let record = Record::Samples { layout: want_layout, map_at: opts.map_at.filter(|_| kind.is_hipmem()) };
-    let sampled = pass(rt, kind, device, w, record, (idle, 0), progress)?;
+    let sampled = pass(rt, kind, device, w, record, (idle, 0, opts.late_from), progress)?;
     progress.done();
     let ops = w.ops.len() as u64;
     Ok(PoolResult {

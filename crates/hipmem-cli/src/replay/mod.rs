@@ -47,6 +47,8 @@ pub struct ReplayArgs {
     pub slowest: usize,
     /// Print hipmem's pools' address maps just before this operation.
     pub map_at: Option<u64>,
+    /// The "second half" starts at this operation (None: the midpoint).
+    pub late_from: Option<u64>,
 }
 
 /// `--idle-release-ms`'s default: the window hipmem's PyTorch interface uses.
@@ -92,6 +94,9 @@ pub struct ReplayReport {
     pub pools: Vec<PoolResult>,
     /// Allocators not replayed.
     pub skipped: Vec<Skipped>,
+    /// The operation where the "second half" starts (`--late-from`; else
+    /// the midpoint).
+    pub late_from_op: u64,
 }
 
 /// Parses `--pool` values (comma-separated or repeated); empty: every kind.
@@ -156,6 +161,7 @@ pub fn replay(
         peak_live_granule_bytes: w.peak_live_granules,
         peak_at: w.peak_op.map(|i| w.time_of(i)),
         anomalies: w.anomalies.clone(),
+        late_from_op: opts.late_from.unwrap_or(w.ops.len() as u64 / 2),
         pools,
         skipped,
     })
@@ -184,14 +190,22 @@ pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
     let w = Workload::load(&args.trace).map_err(hipmem::Error::InvalidValue)?;
     let mut progress = Progress::on_terminal();
     let idle = (args.idle_release_ms > 0).then(|| std::time::Duration::from_millis(args.idle_release_ms));
-    if let Some(op) = args.map_at.filter(|&op| op >= w.ops.len() as u64) {
-        return Err(hipmem::Error::InvalidValue(format!(
-            "--map-at {op}: the trace has {} operations (0 to {})",
-            w.ops.len(),
-            w.ops.len().saturating_sub(1)
-        )));
+    for (flag, op) in [("--map-at", args.map_at), ("--late-from", args.late_from)] {
+        if let Some(op) = op.filter(|&op| op >= w.ops.len() as u64) {
+            return Err(hipmem::Error::InvalidValue(format!(
+                "{flag} {op}: the trace has {} operations (0 to {})",
+                w.ops.len(),
+                w.ops.len().saturating_sub(1)
+            )));
+        }
     }
-    let opts = Options { idle, evict_kib: args.evict_kib, slowest: args.slowest, map_at: args.map_at };
+    let opts = Options {
+        idle,
+        evict_kib: args.evict_kib,
+        slowest: args.slowest,
+        map_at: args.map_at,
+        late_from: args.late_from,
+    };
     let report =
         replay(rt, &w, &kinds, args.device, &opts, &mut progress).map_err(hipmem::Error::InvalidValue)?;
     let backend = format!("{} device {}", report.backend, report.device);
@@ -269,8 +283,13 @@ fn print_table(r: &ReplayReport, w: &Workload) {
         );
     }
     if r.pools.iter().any(|p| p.backend_calls.is_some()) {
+        let from = if r.late_from_op == r.ops / 2 {
+            "its midpoint".to_string()
+        } else {
+            format!("operation {} (--late-from)", r.late_from_op)
+        };
         println!(
-            "second half, late t/op: peak reserved / peak live, and time per operation, in the trace's second half (peaks reset at its midpoint, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
+            "second half, late t/op: peak reserved / peak live, and time per operation, in the trace's second half (peaks reset at {from}, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
         );
     }
     if let Some(ms) = r.pools.iter().find_map(|p| p.idle_release_ms) {

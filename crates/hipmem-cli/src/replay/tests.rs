@@ -209,6 +209,49 @@ fn steps_workload() -> Workload {
     w
 }
 
+/// `--late-from`: the "second half" starts where the caller says (after a
+/// warm-up), not at the midpoint; from operation 0 it is the whole trace.
+/// An operation past the trace's end is an error that says how many it has.
+#[test]
+fn the_second_half_starts_where_late_from_says() {
+    let w = steps_workload();
+    let rt = runtime();
+    let kinds = [PoolKind::Vmm, PoolKind::Segments];
+    let run = |late_from| {
+        replay(&rt, &w, &kinds, 0, &Options { late_from, ..Options::default() }, &mut Progress::new(false))
+            .unwrap()
+    };
+    let (whole, half) = (run(Some(0)), run(None));
+    assert_eq!((whole.late_from_op, half.late_from_op), (0, 48));
+    assert!(!whole.pools.is_empty(), "{:?}", whole.skipped);
+    for (p, q) in whole.pools.iter().zip(&half.pools) {
+        assert_eq!(
+            p.peak_reserved_second_half, p.peak_reserved_bytes,
+            "{}: from op 0, the whole trace",
+            p.pool
+        );
+        assert_eq!(p.backend_calls_second_half, p.backend_calls, "{}", p.pool);
+        // From the midpoint, the first step's growth is not late.
+        let (Some(all), Some(late)) = (q.backend_calls, q.backend_calls_second_half) else {
+            panic!("{}: hipmem's pools count their backend calls", q.pool)
+        };
+        assert!(all >= 1 && late < all, "{}: {late} of {all} late", q.pool);
+    }
+    let err =
+        refused(&rt, |trace| super::ReplayArgs { trace, late_from: Some(1 << 40), ..Default::default() });
+    assert!(err.contains("--late-from") && err.contains("operations"), "{err}");
+}
+
+/// What `hipmem replay` (the CLI's run, hipmem's pool on virtual memory)
+/// says when it refuses the arguments `args` makes for the test trace.
+fn refused(rt: &Runtime, args: impl FnOnce(PathBuf) -> super::ReplayArgs) -> String {
+    let path = temp_file("refused.jsonl", TRACE);
+    let args = super::ReplayArgs { pools: vec!["vmm".into()], ..args(path.clone()) };
+    let err = super::run(rt, &args).unwrap_err().to_string();
+    std::fs::remove_file(&path).unwrap();
+    err
+}
+
 #[test]
 fn evicting_between_operations_times_the_calls_and_changes_nothing_else() {
     let w = steps_workload();
@@ -288,15 +331,7 @@ fn the_slowest_operations_and_the_map_before_an_operation_are_reported() {
     }
     assert!(report.pools.iter().any(|p| p.map_at.is_some()));
     // The CLI refuses an operation the trace does not have.
-    let path = temp_file("map-at.jsonl", TRACE);
-    let args = super::ReplayArgs {
-        trace: path.clone(),
-        pools: vec!["vmm".into()],
-        map_at: Some(1 << 40),
-        ..Default::default()
-    };
-    let err = super::run(&rt, &args).unwrap_err().to_string();
-    std::fs::remove_file(&path).unwrap();
+    let err = refused(&rt, |trace| super::ReplayArgs { trace, map_at: Some(1 << 40), ..Default::default() });
     assert!(err.contains("--map-at") && err.contains("operations"), "{err}");
 }
 

@@ -604,13 +604,10 @@ impl PoolCore {
             .max(step)
             .checked_next_multiple_of(MIN_SEGMENT)
             .ok_or_else(|| Error::OutOfMemory(format!("{want} bytes do not fit the address space")))?;
-        if self.props.max_size > 0 {
-            let room = self.props.max_size.saturating_sub(reserved);
+        if let Some(capacity) = self.capacity() {
+            let room = capacity.saturating_sub(reserved);
             if want > room {
-                return Err(Error::OutOfMemory(format!(
-                    "the pool's maxSize of {} bytes is reached ({reserved} reserved)",
-                    self.props.max_size
-                )));
+                return Err(Error::OutOfMemory(self.capacity_reached(reserved)));
             }
             size = size.min(room).max(want);
         }
@@ -864,8 +861,8 @@ impl PoolCore {
                     }
                 }
                 None => {
-                    if self.props.max_size > 0 && vr.physical_bytes() + g > self.props.max_size {
-                        return Err(Error::OutOfMemory("the pool's maxSize is reached".into()));
+                    if self.capacity().is_some_and(|c| vr.physical_bytes() + g > c) {
+                        return Err(Error::OutOfMemory(self.capacity_reached(vr.physical_bytes())));
                     }
                     drop(heap);
                     let made = self.map_new_granule(vm, &access, r, g, &mut Vec::new());
@@ -919,15 +916,14 @@ impl PoolCore {
                 })
                 .collect();
             let donors = if use_donors { vr.donors(&heap) } else { Vec::new() };
-            let room = (self.props.max_size > 0).then(|| self.props.max_size.saturating_sub(reserved) / g);
+            let room = self.capacity().map(|c| c.saturating_sub(reserved) / g);
             let plan = (span > want).then(|| remap::plan(span, g, &holes, &donors, room)).flatten();
             let Some(mut plan) = plan.or_else(|| remap::plan(want, g, &holes, &donors, room)) else {
                 let largest = holes.iter().map(|h| h.size).max().unwrap_or(0);
                 return Err(Error::OutOfMemory(match room {
-                    Some(room) if room * g + donors.len() as u64 * g < want => format!(
-                        "the pool's maxSize of {} bytes is reached ({reserved} reserved)",
-                        self.props.max_size
-                    ),
+                    Some(room) if room * g + donors.len() as u64 * g < want => {
+                        self.capacity_reached(reserved)
+                    }
                     _ => format!(
                         "the pool's {}-byte address reservation has no room for {want} more bytes (largest unbacked range {largest})",
                         vr.size
@@ -939,7 +935,8 @@ impl PoolCore {
             // it) and the hole has room: on a GPU a mapping under 64 MiB
             // costs twenty times as much per MiB, and the rest stays free
             // for the requests that follow. (Not for a plan's new piece,
-            // which is grown exactly.)
+            // which is grown exactly; not in a pool with a maxSize; in one
+            // with a size limit, only where the whole group fits under it.)
             let least = group_min / g;
             let n = plan.new_granules.len() as u64;
             if !use_donors
@@ -950,7 +947,8 @@ impl PoolCore {
                 && n > 0
                 && n < least
                 && reserved / 8 >= group_min
-                && room.is_none()
+                && self.props.max_size == 0
+                && room.is_none_or(|r| r >= least)
                 && plan.room >= (least - n) * g
             {
                 let last = *plan.new_granules.last().expect("n > 0");

@@ -129,6 +129,10 @@ pub(crate) struct PoolCore {
     pub(super) idle_clock_ns: AtomicU64,
     /// Growths of the pool (asked by idle release).
     pub(super) growths: AtomicU64,
+    /// The most physical memory the pool may hold, set after creation
+    /// ([`PoolCore::set_size_limit`]; `u64::MAX`: none). It applies with
+    /// `props.max_size`, the lower of the two binding.
+    pub(super) size_limit: AtomicU64,
 }
 impl std::fmt::Debug for PoolCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -183,6 +187,53 @@ impl PoolCore {
             idle: Mutex::new(super::release::IdleWindows::new()),
             idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),
             growths: AtomicU64::new(0),
+            size_limit: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The most physical memory the pool may hold: the lower of its
+    /// maxSize and the limit set after creation (None: no limit).
+    pub(super) fn capacity(&self) -> Option<u64> {
+        let set = self.size_limit.load(Ordering::Relaxed);
+        match (self.props.max_size, set) {
+            (0, u64::MAX) => None,
+            (0, set) => Some(set),
+            (max, u64::MAX) => Some(max),
+            (max, set) => Some(max.min(set)),
+        }
+    }
+
+    /// Why the pool cannot grow past its capacity, for an OutOfMemory
+    /// message: which limit binds, and what the pool holds.
+    pub(super) fn capacity_reached(&self, reserved: u64) -> String {
+        let set = self.size_limit.load(Ordering::Relaxed);
+        if set != u64::MAX && (self.props.max_size == 0 || set < self.props.max_size) {
+            format!("the pool's size limit of {set} bytes is reached ({reserved} reserved)")
+        } else {
+            format!("the pool's maxSize of {} bytes is reached ({reserved} reserved)", self.props.max_size)
+        }
+    }
+
+    /// Sets the most physical memory the pool may hold from now on (None:
+    /// only its maxSize, if any). Growth past it fails (after the pool has
+    /// given back what it can, as at any growth that fails); memory held
+    /// past a lowered limit that no block uses goes back now, and live
+    /// blocks stay (the pool holds them until they are freed).
+    pub(crate) fn set_size_limit(&self, limit: Option<u64>) -> Result<()> {
+        self.size_limit.store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+        if let Some(limit) = self.capacity() {
+            if lock(&self.heap).reserved() > limit {
+                self.trim_to(limit)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit set with [`PoolCore::set_size_limit`], if any.
+    pub(crate) fn size_limit(&self) -> Option<u64> {
+        match self.size_limit.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            n => Some(n),
         }
     }
 

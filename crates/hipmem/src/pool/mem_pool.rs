@@ -336,6 +336,17 @@ impl MemPool {
         }
     }
 
+    /// hipmem's own pool behind this handle; InvalidValue ("only hipmem's
+    /// own pools `what`") for the driver's pools and imported ones.
+    fn own(&self, what: &str) -> Result<&PoolCore> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => Ok(c),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => {
+                Err(Error::InvalidValue(format!("only hipmem's own pools {what}")))
+            }
+        }
+    }
+
     /// The four statistics at once (zeros if a driver pool cannot be read).
     pub fn stats(&self) -> PoolStats {
         match &self.pool {
@@ -378,12 +389,7 @@ impl MemPool {
     /// when memory moves. InvalidValue for another size, another kind of
     /// pool, or a pool that has mapped memory.
     pub fn set_mapping_unit(&self, bytes: u64) -> Result<()> {
-        match &self.pool {
-            PoolRef::Hipmem(c) => c.set_mapping_unit(bytes),
-            PoolRef::Driver(_) | PoolRef::Imported(_) => {
-                Err(Error::InvalidValue("only hipmem's own pools have a mapping unit".into()))
-            }
-        }
+        self.own("have a mapping unit")?.set_mapping_unit(bytes)
     }
 
     /// A hipmem pool on virtual memory that only grows: the least it maps
@@ -408,12 +414,7 @@ impl MemPool {
     /// threshold can give back any free unit. Pools made for sharing (a
     /// handle type) always map units alone. InvalidValue for other pools.
     pub fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
-        match &self.pool {
-            PoolRef::Hipmem(c) => c.set_growth_mapping(bytes),
-            PoolRef::Driver(_) | PoolRef::Imported(_) => {
-                Err(Error::InvalidValue("only hipmem's own pools map memory in units".into()))
-            }
-        }
+        self.own("map memory in units")?.set_growth_mapping(bytes)
     }
 
     /// Sets how much driver time a hipmem pool on virtual memory may spend
@@ -431,12 +432,7 @@ impl MemPool {
     /// under the request instead. InvalidValue for other pools or a budget
     /// out of range.
     pub fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
-        match &self.pool {
-            PoolRef::Hipmem(c) => c.set_move_budget(budget),
-            PoolRef::Driver(_) | PoolRef::Imported(_) => {
-                Err(Error::InvalidValue("only hipmem's own pools move memory".into()))
-            }
-        }
+        self.own("move memory")?.set_move_budget(budget)
     }
 
     /// Turns idle release on (`Some(window)`) or off (`None`, the default).
@@ -457,15 +453,8 @@ impl MemPool {
         if window.is_some_and(|w| w.is_zero()) {
             return Err(Error::InvalidValue("an idle-release window must be longer than zero".into()));
         }
-        match &self.pool {
-            PoolRef::Hipmem(c) => {
-                c.set_idle_release(window);
-                Ok(())
-            }
-            PoolRef::Driver(_) | PoolRef::Imported(_) => {
-                Err(Error::InvalidValue("only hipmem's own pools release idle memory on a clock".into()))
-            }
-        }
+        self.own("release idle memory on a clock")?.set_idle_release(window);
+        Ok(())
     }
 
     /// Drives idle release (see [`MemPool::set_idle_release`]) by a clock of
@@ -476,21 +465,40 @@ impl MemPool {
     /// of a recorded run count as they did when it ran. Switching clocks
     /// starts a new window. InvalidValue for a pool that is not hipmem's own.
     pub fn set_idle_clock(&self, now: Option<std::time::Duration>) -> Result<()> {
-        match &self.pool {
-            PoolRef::Hipmem(c) => {
-                c.set_idle_clock(now);
-                Ok(())
-            }
-            PoolRef::Driver(_) | PoolRef::Imported(_) => {
-                Err(Error::InvalidValue("only hipmem's own pools release idle memory on a clock".into()))
-            }
-        }
+        self.own("release idle memory on a clock")?.set_idle_clock(now);
+        Ok(())
     }
 
     /// The idle-release window, if on (see [`MemPool::set_idle_release`]).
     pub fn idle_release(&self) -> Option<std::time::Duration> {
         match &self.pool {
             PoolRef::Hipmem(c) => c.idle_release(),
+            _ => None,
+        }
+    }
+
+    /// Limits the physical memory a hipmem pool holds, from now on
+    /// (`Some(bytes)`), or lifts the limit (`None`, the default): a maxSize
+    /// that can change while the pool is in use (PyTorch's
+    /// `torch.cuda.set_per_process_memory_fraction` reaches hipmem's PyTorch
+    /// interface as one). With a maxSize from creation too, the lower one
+    /// binds. An allocation that would take the pool's reserved memory past
+    /// the limit first gets the memory the pool (and the device's other
+    /// hipmem pools) can give back, then fails with OutOfMemory naming the
+    /// limit; allocations served from memory the pool already holds are
+    /// unaffected. Lowering the limit below what the pool holds gives back
+    /// now what no block uses (as [`MemPool::trim_to`] the limit); live
+    /// blocks stay valid and the pool holds them past the limit until they
+    /// are freed. InvalidValue for a pool that is not hipmem's own.
+    pub fn set_size_limit(&self, limit: Option<u64>) -> Result<()> {
+        self.own("take a size limit after creation")?.set_size_limit(limit)
+    }
+
+    /// The limit set with [`MemPool::set_size_limit`], if any (a maxSize
+    /// from creation is not one).
+    pub fn size_limit(&self) -> Option<u64> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.size_limit(),
             _ => None,
         }
     }
@@ -506,18 +514,12 @@ impl MemPool {
     /// allocation. Off ends a running plan. InvalidValue for other pools,
     /// or for turning it on in a pool without virtual memory.
     pub fn set_planning(&self, on: bool) -> Result<()> {
-        match &self.pool {
-            PoolRef::Hipmem(c) if on && c.backing() != PoolBacking::VirtualMemory => {
-                Err(Error::InvalidValue("learned layouts need a pool on virtual memory".into()))
-            }
-            PoolRef::Hipmem(c) => {
-                c.set_planning(on);
-                Ok(())
-            }
-            PoolRef::Driver(_) | PoolRef::Imported(_) => {
-                Err(Error::InvalidValue("only hipmem's own pools learn layouts".into()))
-            }
+        let c = self.own("learn layouts")?;
+        if on && c.backing() != PoolBacking::VirtualMemory {
+            return Err(Error::InvalidValue("learned layouts need a pool on virtual memory".into()));
         }
+        c.set_planning(on);
+        Ok(())
     }
 
     /// What the pool's learned layouts did: plans made, allocations served

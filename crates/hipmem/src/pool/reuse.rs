@@ -143,10 +143,9 @@ impl PoolCore {
             self.device,
             stats.used_current,
             stats.reserved_current,
-            if self.props.max_size > 0 {
-                format!(" of at most {}", self.props.max_size)
-            } else {
-                String::new()
+            match self.capacity() {
+                Some(capacity) => format!(" of at most {capacity}"),
+                None => String::new(),
             },
         )))
     }

@@ -565,6 +565,79 @@ fn allocations_past_max_size_or_the_device_are_out_of_memory() {
     s.synchronize().unwrap();
 }
 
+/// A size limit set on a pool in use (`MemPool::set_size_limit`, what
+/// PyTorch's `set_per_process_memory_fraction` becomes): memory the pool
+/// holds still serves; growth past the limit is OutOfMemory naming it and
+/// changes nothing; memory no block uses is reused or given back before a
+/// growth fails; lowering the limit gives back unused memory at once and
+/// keeps live blocks (and their data); lifting it lets the pool grow.
+#[test]
+fn a_size_limit_set_on_a_pool_in_use_bounds_what_it_holds() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    assert_eq!(pool.size_limit(), None);
+    let x = pool.alloc_raw(4 * MIB, &s).unwrap();
+    let y = pool.alloc_raw(4 * MIB, &s).unwrap();
+    fill_u32(&rt, y, 4 * MIB, 0x5eed, &s);
+    let held = pool.stats().reserved_current;
+    assert!(held >= 8 * MIB, "{held}");
+    pool.set_size_limit(Some(held)).unwrap();
+    assert_eq!(pool.size_limit(), Some(held));
+    assert_eq!(pool.stats().reserved_current, held, "a limit the pool is within changes nothing");
+    rt.free_async(x, &s).unwrap();
+    s.synchronize().unwrap();
+    let x2 = pool.alloc_raw(4 * MIB, &s).expect("memory the pool holds serves under its limit");
+    expect_err(pool.alloc_raw(4 * MIB, &s), 2, &["size limit", &held.to_string()]);
+    assert_eq!(pool.stats().reserved_current, held, "a growth that failed changed what the pool holds");
+    assert_eq!(pool.stats().used_current, 8 * MIB);
+    pool.check_invariants().unwrap();
+
+    // Room for 2 MiB more than the pool holds, and a request that fits
+    // only if the free memory beside `y` is reused under it (or given back
+    // first): it succeeds within the limit.
+    rt.free_async(x2, &s).unwrap();
+    s.synchronize().unwrap();
+    let limit = held + 2 * MIB;
+    pool.set_size_limit(Some(limit)).unwrap();
+    let free = held - 4 * MIB;
+    let z = pool.alloc_raw(free + 2 * MIB, &s).expect("unused memory makes room under the limit");
+    assert!(pool.stats().reserved_current <= limit, "{} > {limit}", pool.stats().reserved_current);
+    fill_u32(&rt, z, free + 2 * MIB, 0xabc, &s);
+
+    // Lowered below what the pool holds: unused memory goes now; below what
+    // is live: the live blocks stay, valid, and nothing new grows.
+    rt.free_async(y, &s).unwrap();
+    s.synchronize().unwrap();
+    let live = pool.stats().used_current;
+    pool.set_size_limit(Some(live)).unwrap();
+    assert!(pool.stats().reserved_current <= live, "{:?} after lowering the limit to {live}", pool.stats());
+    pool.set_size_limit(Some(2 * MIB)).unwrap();
+    assert_eq!(pool.stats().used_current, live);
+    expect_err(pool.alloc_raw(4 * MIB, &s), 2, &["size limit"]);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, z, free + 2 * MIB).iter().all(|&v| v == 0xabc), "a live block lost its data");
+
+    // Lifted: the pool grows again.
+    pool.set_size_limit(None).unwrap();
+    assert_eq!(pool.size_limit(), None);
+    let big = pool.alloc_raw(held + 8 * MIB, &s).expect("no limit");
+    rt.free_async(big, &s).unwrap();
+    rt.free_async(z, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+
+    // With a maxSize from creation too, the lower of the two binds.
+    let capped = new_pool(&rt, 8 * MIB);
+    capped.set_size_limit(Some(64 * MIB)).unwrap();
+    expect_err(capped.alloc_raw(10 * MIB, &s), 2, &["maxSize"]);
+    capped.set_size_limit(Some(4 * MIB)).unwrap();
+    expect_err(capped.alloc_raw(6 * MIB, &s), 2, &["size limit"]);
+    let ok = capped.alloc_raw(4 * MIB, &s).unwrap();
+    rt.free_async(ok, &s).unwrap();
+    s.synchronize().unwrap();
+}
+
 /// Sizes whose granule count still fits in 64 bits, but no device can hold.
 #[test]
 fn sizes_near_the_top_of_the_address_space_are_out_of_memory() {
@@ -638,6 +711,7 @@ fn the_driver_pool_kind_works_behind_the_same_api_where_the_backend_has_one() {
     expect_err(pool.set_attribute(PoolAttribute::ReservedMemCurrent, 0), 1, &["read-only"]);
     expect_err(pool.set_attribute(PoolAttribute::UsedMemHigh, 5), 1, &["reset"]);
     pool.set_attribute(PoolAttribute::UsedMemHigh, 0).unwrap();
+    expect_err(pool.set_size_limit(Some(MIB)), 1, &["own pools"]);
     assert_eq!(pool.access(0).unwrap(), AccessFlags::ReadWrite);
     // Raw pointers: hipFreeAsync finds the pool; a double free is InvalidValue.
     let p = pool.alloc_raw(4096, &s).unwrap();

@@ -39,6 +39,8 @@ second pass compares the allocators. The memory peaks cover both passes.
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
     python3 torch_allocators.py --record DIR    # PyTorch memory snapshots (native allocator)
                                                 # of each workload, for `hipmem replay`
+    python3 torch_allocators.py --record DIR --workloads varlen_infer --varlen-seed 11 --passes 1
+                                                # inference on other batch shapes
 
 Each child checks its own result (finite losses, data that crossed a side
 stream intact) and the parent reports a failed check as a failure.
@@ -170,8 +172,9 @@ def gpt(torch, n_layer, n_head, n_embd, vocab, block, checkpoint=False):
     return GPT()
 
 
-def make_workload(torch, name, steps):
-    """Returns (step function, check function). Every step synchronizes."""
+def make_workload(torch, name, steps, varlen_seed=7):
+    """Returns (step function, check function). Every step synchronizes.
+    `varlen_seed` chooses variable-length inference's batch shapes."""
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev)
     gen.manual_seed(1234)
@@ -200,7 +203,7 @@ def make_workload(torch, name, steps):
 
     if name == "varlen_infer":
         model = gpt(torch, 24, 16, 1024, 50304, 2048).to(dev).eval()
-        rng = random.Random(7)
+        rng = random.Random(varlen_seed)
         shapes = [(rng.randint(1, 32), rng.randint(16, 2048)) for _ in range(1000)]
         sums = []
 
@@ -287,7 +290,7 @@ def child(args):
     if args.record:
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
                                                  max_entries=2_000_000)
-    step, check = make_workload(torch, args.workload, args.warmup + args.steps)
+    step, check = make_workload(torch, args.workload, args.warmup + args.steps, args.varlen_seed)
     for i in range(args.warmup):
         step(i)
     torch.cuda.synchronize()
@@ -350,7 +353,8 @@ def cpu_list(text):
 
 def run_child(script, workload, allocator, args):
     cmd = [sys.executable, script, "--child", "--workload", workload, "--allocator", allocator,
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes)]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
+           "--varlen-seed", str(args.varlen_seed)]
     if args.lib:
         cmd += ["--lib", args.lib]
     if args.record:
@@ -414,6 +418,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=6)
+    ap.add_argument("--varlen-seed", type=int, default=7,
+                    help="the seed of variable-length inference's batch shapes")
     ap.add_argument("--passes", type=int, default=2,
                     help="times the timed steps run over the same inputs; the step time is the last pass's")
     ap.add_argument("--timeout", type=int, default=300)

@@ -52,5 +52,23 @@ fn main() -> Result<()> {
     other.synchronize()?;
     pool.trim_to(0)?;
     println!("after trim: reserved {} KiB", pool.stats().reserved_current >> 10);
+
+    // A size limit set while the pool is in use (what PyTorch's
+    // set_per_process_memory_fraction becomes through libhipmem): growth
+    // past it is OutOfMemory, memory the pool holds still serves, and
+    // lowering it gives back what no block uses.
+    pool.set_size_limit(Some(4 << 20))?;
+    let held = pool.alloc::<u8>(4 << 20, &stream)?;
+    match pool.alloc::<u8>(4 << 20, &stream) {
+        Err(e) => println!("past a 4 MiB size limit: {} ({e})", e.code()),
+        Ok(_) => println!("unexpected: the pool grew past its size limit"),
+    }
+    drop(held);
+    let again = pool.alloc::<u8>(4 << 20, &stream)?; // the freed block serves
+    drop(again);
+    stream.synchronize()?;
+    pool.set_size_limit(Some(0))?; // lowered: the unused 4 MiB goes back now
+    println!("size limit lowered to 0: reserved {} KiB", pool.stats().reserved_current >> 10);
+    pool.set_size_limit(None)?;
     Ok(())
 }

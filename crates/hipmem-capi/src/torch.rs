@@ -84,7 +84,7 @@ static RAISE: AtomicBool = AtomicBool::new(true);
 /// hipmem's reason and the HIP error.
 fn failure_text(size: isize, device: c_int, e: &Error) -> String {
     let code = hipmem_rs::error::name_of_code(e.code());
-    if e.code() != Error::OutOfMemory(String::new()).code() {
+    if !matches!(e, Error::OutOfMemory(_)) {
         return format!("hipmem_torch_malloc of {size} bytes on device {device}: {} ({code})", e.message());
     }
     let kind = match rt().map(|rt| rt.backend_kind()) {
@@ -366,9 +366,9 @@ pub extern "C" fn hipmem_torch_reset() {
 /// does; without it the call was dropped). `device`'s current pool may hold
 /// at most `fraction` of the device's total memory from now on
 /// (`MemPool::set_size_limit`): an allocation that would take it past that
-/// gets what the pool can give back, then fails (null, which PyTorch raises
-/// as its out-of-memory error); memory held past a lowered limit that no
-/// tensor uses goes back at once. `fraction` must be finite and within 0 and
+/// gets what the pool can give back, then fails as any allocation does (see
+/// `hipmem_torch_malloc`); memory held past a lowered limit that no tensor
+/// uses goes back at once. `fraction` must be finite and within 0 and
 /// 1 (1: the whole device); an unknown device, another fraction, or a
 /// current pool that is not hipmem's own is logged and recorded for
 /// `hipGetLastError`, and changes nothing.

@@ -194,23 +194,20 @@ impl PoolCore {
     /// The most physical memory the pool may hold: the lower of its
     /// maxSize and the limit set after creation (None: no limit).
     pub(super) fn capacity(&self) -> Option<u64> {
-        let set = self.size_limit.load(Ordering::Relaxed);
-        match (self.props.max_size, set) {
-            (0, u64::MAX) => None,
-            (0, set) => Some(set),
-            (max, u64::MAX) => Some(max),
-            (max, set) => Some(max.min(set)),
-        }
+        (self.props.max_size > 0).then_some(self.props.max_size).into_iter().chain(self.size_limit()).min()
     }
 
     /// Why the pool cannot grow past its capacity, for an OutOfMemory
     /// message: which limit binds, and what the pool holds.
     pub(super) fn capacity_reached(&self, reserved: u64) -> String {
-        let set = self.size_limit.load(Ordering::Relaxed);
-        if set != u64::MAX && (self.props.max_size == 0 || set < self.props.max_size) {
-            format!("the pool's size limit of {set} bytes is reached ({reserved} reserved)")
-        } else {
-            format!("the pool's maxSize of {} bytes is reached ({reserved} reserved)", self.props.max_size)
+        match self.size_limit() {
+            Some(set) if self.props.max_size == 0 || set < self.props.max_size => {
+                format!("the pool's size limit of {set} bytes is reached ({reserved} reserved)")
+            }
+            _ => format!(
+                "the pool's maxSize of {} bytes is reached ({reserved} reserved)",
+                self.props.max_size
+            ),
         }
     }
 

@@ -66,7 +66,7 @@ enum Command {
         /// The same picture in an HTML page with the figures as a table.
         #[arg(long, value_name = "FILE")]
         html: Option<std::path::PathBuf>,
-        /// hipmem's pools give back memory idle for two windows of this many milliseconds of the trace's own time, as hipmem's PyTorch interface does on the wall clock (0: keep everything freed).
+        /// hipmem's pools give back memory idle for two windows of this many milliseconds (a peak left behind: one) of the trace's own time, as hipmem's PyTorch interface does on the wall clock (0: keep everything freed).
         #[arg(long, value_name = "MS", default_value_t = replay::DEFAULT_IDLE_RELEASE_MS)]
         idle_release_ms: u64,
         /// Write this many KiB of other memory between operations, as a framework's own work evicts the allocator's state from the caches between its calls; the times per operation are then the calls' alone (0: back to back, the whole loop timed).

@@ -255,7 +255,8 @@ impl Target {
         };
         // (`idle` is Some only for hipmem's pools: see `replay`.)
         match idle {
-            // Memory idle for two windows of the trace's time goes back.
+            // Memory idle for two windows of the trace's time goes back
+            // (a peak left behind: one).
             Some(window) => {
                 pool.set_idle_release(Some(window)).map_err(|e| e.to_string())?;
                 pool.set_idle_clock(Some(Duration::ZERO)).map_err(|e| e.to_string())?;

@@ -294,7 +294,7 @@ fn print_table(r: &ReplayReport, w: &Workload) {
     }
     if let Some(ms) = r.pools.iter().find_map(|p| p.idle_release_ms) {
         println!(
-            "hipmem's pools released memory idle for two windows of {ms} ms on the trace's clock, as hipmem's PyTorch interface does (--idle-release-ms 0: off)"
+            "hipmem's pools released memory idle for two windows of {ms} ms on the trace's clock (a peak left behind: one), as hipmem's PyTorch interface does (--idle-release-ms 0: off)"
         );
     }
     for p in &r.pools {

@@ -575,17 +575,27 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         "gpt_train" => (1.02, 1.02),
         "ckpt_train" => (1.04, 1.03),
         "cnn_train" => (1.02, 1.02),
-        "side_stream" => (1.20, 1.03),
-        // Above issue 13's 1.03: batch-lived blocks of a few MiB land in
-        // the free runs a large block left and keep its 256 MiB groups
-        // from going back before the next large request.
-        "varlen_infer_16.hipmem" => (1.045, 1.045),
-        // Also above it, on other batch shapes (the second half: from the
-        // first timed batch, op 8272). The whole traces' peaks are their
-        // first batches', while the pool grows: 1.07-1.10.
-        "varlen_infer_seed11" => (1.08, 1.055),
-        "varlen_infer_seed13" => (1.055, 1.055),
-        "varlen_infer_seed17" => (1.11, 1.03),
+        // The whole trace: the first steps, before a plan, hold 1.05 or
+        // 1.27 by whether the side stream's 64 MiB scratch block is known
+        // free when the default stream next asks for 128 MiB (the CPU
+        // backend completes it on its own thread).
+        "side_stream" => (1.30, 1.03),
+        // Above issue 13's 1.03 in its second half: batch-lived blocks of a
+        // few MiB (autocast's bf16 copies of the weights) and the last
+        // layers' activations keep free runs inside a 256 MiB group at the
+        // peak batch, when the logits need 1.9 GiB in one run.
+        "varlen_infer_16.hipmem" => (1.03, 1.04),
+        // Other batch shapes (the second half: from the first timed batch,
+        // op 8272). The whole traces' peaks are their first batches', while
+        // the pool grows. Best fit that keeps wholly free groups whole took
+        // these from 1.047, 1.046 and 1.018 in the second half; releasing a
+        // peak left behind after one window took seed 17's back to 1.032
+        // (where its largest batch later grows the pool, memory lies
+        // elsewhere) and the live run's warm-up peak out of its measured
+        // batches in time.
+        "varlen_infer_seed11" => (1.065, 1.02),
+        "varlen_infer_seed13" => (1.01, 1.01),
+        "varlen_infer_seed17" => (1.08, 1.04),
         _ => (1.03, 1.03),
     };
     // Where the second half starts: after the warm-up where the recording
@@ -650,6 +660,32 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         } else {
             assert_eq!(r.first_planned_op.is_some(), plan.served > 0, "{name}");
         }
+    }
+}
+
+/// The live variable-length inference run's warm-up has its largest batch
+/// first (6.26 GiB; the measured batches need at most 4.04): its memory must
+/// go back before the measured batches start, in a run as fast as the
+/// recorded one and in one three times as fast (idle windows three times as
+/// long on the trace's clock). With whole windows, needing two without
+/// growth, the faster run held 1.6 of the measured peak; on an H100 2 of 7
+/// processes held 1.47 so.
+#[test]
+fn a_warm_up_peak_goes_back_before_the_measured_batches() {
+    let (name, bytes) = RECORDED.iter().find(|(n, _)| *n == "varlen_infer_16.hipmem").copied().unwrap();
+    let w = Workload::from_bytes(bytes, name).unwrap();
+    let rt = runtime();
+    for ms in [100, 300] {
+        let idle = Some(std::time::Duration::from_millis(ms));
+        let opts = Options { idle, late_from: Some(8272), ..Options::default() };
+        let report = replay(&rt, &w, &[PoolKind::Vmm], 0, &opts, &mut Progress::new(false)).unwrap();
+        let r = &report.pools[0];
+        assert_eq!(r.failures, 0);
+        assert!(
+            r.reserved_over_live_second_half <= 1.045,
+            "windows of {ms} ms: {:.3} of the measured batches' peak",
+            r.reserved_over_live_second_half
+        );
     }
 }
 

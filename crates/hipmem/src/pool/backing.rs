@@ -1092,6 +1092,7 @@ impl PoolCore {
                 vr.aliases.insert(at, Alias { pid: id, used: now });
                 vr.phys.insert(id, Phys { active: at, aliases: vec![at], group: Some(first) });
             }
+            heap.note_group(first, gr.len);
             vr.groups.insert(first, gr);
         }
         for old in undo {
@@ -1411,6 +1412,7 @@ impl PoolCore {
             }
         }
         vr.groups.remove(&base);
+        heap.forget_group(base);
         drop(heap);
         tracing::trace!(target: "hipmem::pool", "released a group of {} units at={base:#x}", gr.len / g);
         match vm.mem_unmap(DevicePtr(base), gr.len) {

@@ -440,11 +440,13 @@ impl MemPool {
     /// stream or the device is synchronized; a program that synchronizes
     /// through another runtime (PyTorch) never lets the pool see that. With
     /// idle release the pool applies the threshold on its own clock: on its
-    /// slow path, once per window, it gives back memory beyond the most it
-    /// needed in the last two windows (and beyond the threshold), when that
-    /// is more than 1/16 of it and the pool has not grown for two windows
-    /// (a pool that grows again right after a release waits longer next
-    /// time). Memory a block uses, or whose free has not completed, never
+    /// slow path, at the end of each quarter window, it gives back memory
+    /// beyond the most it needed in the last two windows (and beyond the
+    /// threshold), when that is more than 1/16 of it and the pool has not
+    /// grown for two windows (a pool that grows again right after a release
+    /// waits longer next time); where it holds more than twice what the last
+    /// window needed (a peak left behind), memory beyond the larger of that
+    /// and half of the two windows' need goes after one window. Memory a block uses, or whose free has not completed, never
     /// goes, nor does a running plan's arena. hipmem's PyTorch interface
     /// turns it on for the pools it allocates from
     /// (`HIPMEM_TORCH_IDLE_RELEASE_MS`, default 100; 0: off). InvalidValue

@@ -6,7 +6,8 @@
 //!    lock, no driver call). On a miss the cache goes back to the heap, where
 //!    its blocks merge with their neighbours before best fit.
 //! 2. The shared heap, best fit among blocks free for every stream and blocks
-//!    pending on `S` itself. A block pending on `S` absorbs the global free
+//!    pending on `S` itself (first where the block leaves every wholly free
+//!    group whole, see `placement.rs`). A block pending on `S` absorbs the global free
 //!    memory next to it (`placement.rs`): `S` may use the whole run at once,
 //!    as it may in PyTorch's allocator. Before the pool grows, `S`'s frees
 //!    that the device has completed turn global (a marker event tells,
@@ -195,7 +196,13 @@ impl PoolCore {
                 return Some((at, want));
             }
         }
-        // Best fit among global blocks and this stream's own pending blocks.
+        // Best fit among global blocks and this stream's own pending blocks,
+        // first where that keeps wholly free groups whole (`placement.rs`).
+        if let Some(at) = heap.best_fit_keeping_groups(class, me, want) {
+            if heap.take_range(at, want).is_some() {
+                return Some((at, want));
+            }
+        }
         let global = heap.best_fit_global_in(class, want);
         let own = heap.best_fit_pending_in(class, me, want, |_| true);
         let pick = match (global, own) {

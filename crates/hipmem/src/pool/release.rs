@@ -65,7 +65,9 @@ impl IdleWindows {
     /// between needed at most what the ended step did and the request does.
     fn end_step(&mut self, steps: u64, need: u64, now: u64) -> (u64, u64) {
         let ended = self.current;
-        for k in 0..steps.min(EARLIER as u64) {
+        // The steps that ended, oldest first: the one that began at
+        // `started`, then the gap's; only the last EARLIER are kept.
+        for k in steps.saturating_sub(EARLIER as u64)..steps {
             self.earlier.rotate_left(1);
             self.earlier[EARLIER - 1] = if k == 0 { ended } else { ended.min(need) };
         }
@@ -384,5 +386,39 @@ impl PoolCore {
         if let Ok(rt) = self.runtime() {
             self.release_unused_to(&rt, 0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EARLIER, IdleWindows, STEPS};
+
+    /// What the last window and the last two windows needed, step by step:
+    /// a peak leaves the window after three more steps and the two windows
+    /// after seven; steps without a request count as needing no more than
+    /// the step before them and the request after them.
+    #[test]
+    fn the_windows_keep_what_their_steps_needed() {
+        let mut w = IdleWindows::new();
+        w.current = 100;
+        // One step later, asking for 10: both still hold the peak.
+        assert_eq!(w.end_step(1, 10, 1), (100, 100));
+        for step in 2..=3 {
+            assert_eq!(w.end_step(1, 10, step), (100, 100), "step {step}");
+        }
+        // The peak's step is now four steps back: out of the window.
+        assert_eq!(w.end_step(1, 10, 4), (10, 100));
+        for step in 5..=7 {
+            assert_eq!(w.end_step(1, 10, step), (10, 100), "step {step}");
+        }
+        assert_eq!(w.end_step(1, 10, 8), (10, 10), "eight steps back: out of both");
+        // A long quiet gap: the steps in it needed at most the smaller of the
+        // step before and the request after.
+        w.current = 50;
+        assert_eq!(w.end_step(2, 20, 10), (50, 50));
+        assert_eq!(w.end_step(u64::from(STEPS), 20, 20), (20, 50));
+        assert_eq!(w.end_step(u64::MAX, 5, 30), (5, 5), "a gap of more than two windows forgets everything");
+        assert_eq!(w.earlier.len(), EARLIER);
+        assert_eq!((w.current, w.started), (5, 30));
     }
 }

@@ -170,7 +170,6 @@ impl PoolCore {
             return;
         }
         let need = self.used_current().saturating_add(want);
-        let reserved = lock(&self.heap).reserved();
         let keep = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
@@ -181,6 +180,8 @@ impl PoolCore {
                 return;
             }
             let (window, two_windows) = w.end_step(steps, need, now);
+            // (The heap's lock is never held while the idle lock is taken.)
+            let reserved = lock(&self.heap).reserved();
             let steps = u32::try_from(steps).unwrap_or(u32::MAX);
             // Only where the pool has not grown for `needed` steps: a
             // loop still growing (learning its steps) keeps what it has.

@@ -105,6 +105,14 @@ pub struct Options {
     pub late_from: Option<u64>,
 }
 
+impl Options {
+    /// The operation where `w`'s "second half" starts: `late_from` (at
+    /// most the trace's length), else its midpoint.
+    pub fn late_from_op(&self, w: &Workload) -> usize {
+        self.late_from.map_or(w.ops.len() / 2, |op| (op as usize).min(w.ops.len()))
+    }
+}
+
 /// One operation of the timed pass, as `--slowest` lists it.
 #[derive(Clone, Debug, Serialize)]
 pub struct SlowOp {
@@ -339,7 +347,7 @@ fn pass(
     device: usize,
     w: &Workload,
     record: Record,
-    (idle, evict_kib, late_from): (Option<Duration>, usize, Option<u64>),
+    (idle, evict_kib, half): (Option<Duration>, usize, usize),
     progress: &mut Progress,
 ) -> Result<Pass, String> {
     let (sample, want_layout, slowest, map_at) = match record {
@@ -370,7 +378,6 @@ fn pass(
         Target::Pool(pool) => pool.backend_calls().map(|c| c.total()),
         Target::Malloc { .. } => None,
     };
-    let half = late_from.map_or(w.ops.len() / 2, |op| (op as usize).min(w.ops.len()));
     let mut calls_at_half = None;
     let mut at_half = None;
     // With `evict_kib`, other memory is written between operations (as a
@@ -586,10 +593,10 @@ pub fn replay(
     let idle = opts.idle.filter(|_| w.timed && kind.is_hipmem());
     progress.begin(&format!("{} (timed)", kind.name()), w.ops.len() as u64);
     let record = Record::Nothing { slowest: opts.slowest };
-    let timed = pass(rt, kind, device, w, record, (idle, opts.evict_kib, opts.late_from), progress)?;
+    let timed = pass(rt, kind, device, w, record, (idle, opts.evict_kib, opts.late_from_op(w)), progress)?;
     progress.begin(&format!("{} (sampled)", kind.name()), w.ops.len() as u64);
     let record = Record::Samples { layout: want_layout, map_at: opts.map_at.filter(|_| kind.is_hipmem()) };
-    let sampled = pass(rt, kind, device, w, record, (idle, 0, opts.late_from), progress)?;
+    let sampled = pass(rt, kind, device, w, record, (idle, 0, opts.late_from_op(w)), progress)?;
     progress.done();
     let ops = w.ops.len() as u64;
     Ok(PoolResult {

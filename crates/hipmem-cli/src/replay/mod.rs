@@ -161,7 +161,7 @@ pub fn replay(
         peak_live_granule_bytes: w.peak_live_granules,
         peak_at: w.peak_op.map(|i| w.time_of(i)),
         anomalies: w.anomalies.clone(),
-        late_from_op: opts.late_from.unwrap_or(w.ops.len() as u64 / 2),
+        late_from_op: opts.late_from_op(w) as u64,
         pools,
         skipped,
     })

@@ -334,6 +334,8 @@ def child(args):
         "workload": args.workload, "allocator": args.allocator, "ok": ok, "detail": detail,
         "step_ms": statistics.median(times) * 1e3, "steps": len(times), "passes": len(passes),
         "first_pass_step_ms": statistics.median(passes[0]) * 1e3,
+        # Every timed step, pass by pass (in --json's output).
+        "pass_step_ms": [[round(t * 1e3, 3) for t in p] for p in passes],
         "reserved_high": s["reserved_high"], "allocated_high": s["allocated_high"],
         # The warm-up's peaks: the run's first steps, where an allocator learns.
         "warmup_reserved_high": warm["reserved_high"], "warmup_allocated_high": warm["allocated_high"],

@@ -557,6 +557,27 @@ const RECORDED: [(&str, &[u8]); 10] = [
     ("varlen_infer_seed17", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed17.pickle.gz")),
 ];
 
+/// Variable-length inference recorded with other batch shapes
+/// (`torch_allocators.py --varlen-seed N`), see
+/// `varlen_batch_shapes_replay_close_to_their_peak`.
+const VARLEN_SEEDS: [(&str, &[u8]); 15] = [
+    ("varlen_infer_seed7", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed7.pickle.gz")),
+    ("varlen_infer_seed11", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed11.pickle.gz")),
+    ("varlen_infer_seed13", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed13.pickle.gz")),
+    ("varlen_infer_seed17", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed17.pickle.gz")),
+    ("varlen_infer_seed19", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed19.pickle.gz")),
+    ("varlen_infer_seed23", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed23.pickle.gz")),
+    ("varlen_infer_seed29", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed29.pickle.gz")),
+    ("varlen_infer_seed31", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed31.pickle.gz")),
+    ("varlen_infer_seed37", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed37.pickle.gz")),
+    ("varlen_infer_seed41", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed41.pickle.gz")),
+    ("varlen_infer_seed43", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed43.pickle.gz")),
+    ("varlen_infer_seed47", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed47.pickle.gz")),
+    ("varlen_infer_seed53", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed53.pickle.gz")),
+    ("varlen_infer_seed59", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed59.pickle.gz")),
+    ("varlen_infer_seed61", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed61.pickle.gz")),
+];
+
 /// What hipmem's pool holds on the recorded runs, replayed with idle release
 /// on the traces' clocks (as hipmem's PyTorch interface runs): peak reserved
 /// / peak live over the whole trace and over its second half (peaks reset
@@ -573,29 +594,25 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     // steps before a plan starts.
     let bounds = |name: &str| match name {
         "gpt_train" => (1.02, 1.02),
-        "ckpt_train" => (1.04, 1.03),
+        "ckpt_train" => (1.045, 1.03),
         "cnn_train" => (1.02, 1.02),
         // The whole trace: the first steps, before a plan, hold 1.05 or
         // 1.27 by whether the side stream's 64 MiB scratch block is known
         // free when the default stream next asks for 128 MiB (the CPU
         // backend completes it on its own thread).
         "side_stream" => (1.30, 1.03),
-        // Above issue 13's 1.03 in its second half: batch-lived blocks of a
-        // few MiB (autocast's bf16 copies of the weights) and the last
-        // layers' activations keep free runs inside a 256 MiB group at the
-        // peak batch, when the logits need 1.9 GiB in one run.
-        "varlen_infer_16.hipmem" => (1.03, 1.04),
+        // The whole trace's peak is the warm-up's first batch, while the
+        // pool grows. (With groups of up to 256 MiB its second half held
+        // 1.036: batch-lived blocks of a few MiB, autocast's bf16 copies of
+        // the weights, kept free runs inside one group at the peak batch.)
+        "varlen_infer_16.hipmem" => (1.05, 1.01),
         // Other batch shapes (the second half: from the first timed batch,
-        // op 8272). The whole traces' peaks are their first batches', while
-        // the pool grows. Best fit that keeps wholly free groups whole took
-        // these from 1.047, 1.046 and 1.018 in the second half; releasing a
-        // peak left behind after one window took seed 17's back to 1.032
-        // (where its largest batch later grows the pool, memory lies
-        // elsewhere) and the live run's warm-up peak out of its measured
-        // batches in time.
-        "varlen_infer_seed11" => (1.065, 1.02),
-        "varlen_infer_seed13" => (1.01, 1.01),
-        "varlen_infer_seed17" => (1.08, 1.04),
+        // op 8272; all fifteen recordings are bounded together in
+        // `varlen_batch_shapes_replay_close_to_their_peak`). Seed 17's whole
+        // trace peaks in its first batch, while the pool grows.
+        "varlen_infer_seed11" => (1.045, 1.045),
+        "varlen_infer_seed13" => (1.015, 1.015),
+        "varlen_infer_seed17" => (1.08, 1.02),
         _ => (1.03, 1.03),
     };
     // Where the second half starts: after the warm-up where the recording
@@ -610,6 +627,9 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         "ckpt_train" => 1100,
         "cnn_train" => 950,
         "side_stream" => 200,
+        // 36 batches whose shapes swing: the idle release gives memory back
+        // between large batches (groups of at most 128 MiB).
+        "varlen_infer" | "varlen_infer.hipmem" => 1900,
         _ => 1400,
     };
     let rt = runtime();
@@ -687,6 +707,62 @@ fn a_warm_up_peak_goes_back_before_the_measured_batches() {
             r.reserved_over_live_second_half
         );
     }
+}
+
+/// Variable-length inference on fifteen sets of batch shapes
+/// (`torch_allocators.py --record DIR --workloads varlen_infer --varlen-seed
+/// N --passes 1` on an H100: 6 warm-up and 10 timed batches each), the
+/// pool's placement judged on many runs rather than tuned to one. Over the
+/// whole trace (the warm-up included, while the pool grows) the pool holds
+/// at most 1.03 of the peak live bytes on average and 1.08 at worst; after
+/// the warm-up (from op 8272), at most 1.05 and 1.03 on average, except
+/// (at most two) where the warm-up's largest batch is still held when the
+/// timed batches start (a peak of the warm-up that ended less than one idle window
+/// before: seeds 43 and 61, 60 ms; no idle release can see it go yet).
+/// With groups of up to 256 MiB these were 1.036 and 1.031 on average,
+/// 1.073 at worst.
+#[test]
+fn varlen_batch_shapes_replay_close_to_their_peak() {
+    let rt = runtime();
+    let opts = Options {
+        idle: Some(std::time::Duration::from_millis(100)),
+        late_from: Some(8272),
+        ..Options::default()
+    };
+    let (mut whole, mut late, mut held_over) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, bytes) in VARLEN_SEEDS {
+        let w = Workload::from_bytes(bytes, name).unwrap();
+        let report = replay(&rt, &w, &[PoolKind::Vmm], 0, &opts, &mut Progress::new(false)).unwrap();
+        let r = &report.pools[0];
+        assert_eq!((r.failures, &r.first_failure), (0, &None), "{name}");
+        assert!(
+            r.reserved_over_live <= 1.08,
+            "{name}: {:.3} of its peak over the whole trace",
+            r.reserved_over_live
+        );
+        whole.push(r.reserved_over_live);
+        // What the pool held when the timed batches started.
+        let at_start =
+            r.reserved_series.iter().take_while(|&&(op, _)| op < 8272).last().map_or(0, |&(_, bytes)| bytes);
+        let after = r.reserved_over_live_second_half;
+        if after > 1.05 {
+            assert!(
+                r.peak_reserved_second_half <= at_start,
+                "{name}: {after:.3} of its peak after the warm-up, more than it held when the warm-up ended"
+            );
+            held_over.push((name, after));
+        } else {
+            late.push(after);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    assert!(
+        mean(&whole) <= 1.03,
+        "{:.4} of the peak on average over the whole traces: {whole:?}",
+        mean(&whole)
+    );
+    assert!(held_over.len() <= 2, "the warm-up's memory still held in the timed batches: {held_over:?}");
+    assert!(mean(&late) <= 1.03, "{:.4} of the peak on average after the warm-up: {late:?}", mean(&late));
 }
 
 #[test]

@@ -404,7 +404,7 @@ impl MemPool {
     /// Sets the least a hipmem pool on virtual memory maps in one call when
     /// it grows without moving memory (see [`MoveBudget::GROW_FIRST`]): new
     /// units of one growth that add up to half of `bytes` or more are one
-    /// physical allocation (up to 256 MiB each), mapped and given access in
+    /// physical allocation (up to 128 MiB each), mapped and given access in
     /// one call each, and released only whole (when all of them are free);
     /// a pool of eight times `bytes` or more grows by at least `bytes`. On
     /// a GPU a mapping of 64 MiB or more costs about 1 µs per MiB, one of

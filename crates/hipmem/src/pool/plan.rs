@@ -62,6 +62,15 @@ use crate::runtime::ordering::StreamClock;
 pub const MIN_PERIOD: usize = 16;
 /// The most allocations a planned period has (planning is quadratic in it).
 pub const MAX_PERIOD: usize = 16384;
+/// The most blocks a plan lays out. Laying out is quadratic in the blocks
+/// and runs inside the allocation that starts the plan: training steps have
+/// 150-1700 (laid out in about 5 ms on the CPU backend's two cores), a
+/// period of 6630 took 140 ms there and stalled one batch of a live
+/// inference run by 74 ms on an H200 (variable-length inference whose timed
+/// batches ran twice over the same shapes, so they repeated: the plan then
+/// held 1.039 of the peak where the usual path held 1.023). A longer period
+/// is not planned ([`Rejected::TooLarge`]).
+pub const MOST_LAID_OUT: usize = 3072;
 /// The smallest arena worth planning (smaller sequences are served well by
 /// the stream caches).
 pub const MIN_ARENA: u64 = 64 << 20;
@@ -322,6 +331,8 @@ pub enum Rejected {
     TooSmall,
     /// No point of the period where (almost) nothing of it is live.
     NoQuietPoint,
+    /// More blocks than [`MOST_LAID_OUT`] to lay out.
+    TooLarge,
 }
 
 /// Builds the plan of one period from its allocations' sizes, streams and
@@ -344,6 +355,9 @@ pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
             }
             _ => always = always.saturating_add(sig.size),
         }
+    }
+    if lives.len() > MOST_LAID_OUT {
+        return Err(Rejected::TooLarge);
     }
     let (mut quiet, mut least, mut most) = (0usize, u64::MAX, 0u64);
     for (k, live) in live_by_position(&lives, period).enumerate() {
@@ -1072,6 +1086,10 @@ impl Planner {
                 lives.push(Life { size: sig.size, start: k as u64, len: (*len).max(1) });
             }
         }
+        if lives.len() > MOST_LAID_OUT {
+            tracing::trace!(target: "hipmem::pool", "provisional candidate of {p}: {} blocks, too many to lay out", lives.len());
+            return;
+        }
         let circle = 2 * p + lens.iter().flatten().max().copied().unwrap_or(0);
         // Worth an arena: the blocks it places held at least half of the
         // most the pool has had live at once (no block wraps on the circle).
@@ -1366,6 +1384,25 @@ mod tests {
 
     fn sig(size: u64) -> Sig {
         Sig { size, stream: 1 }
+    }
+
+    /// A period of more blocks than a plan lays out is not planned (laying
+    /// out is quadratic and runs inside an allocation), one of as many is.
+    #[test]
+    fn periods_of_too_many_blocks_are_not_planned() {
+        let m = 1 << 20;
+        // Each block lives one allocation; the last one of the period is
+        // freed at its end (a quiet point), each 1 MiB: 64 MiB at least.
+        let period = |n: usize| {
+            let sigs: Vec<Sig> = (0..n).map(|k| sig(if k % 2 == 0 { 64 * m } else { m })).collect();
+            let lens: Vec<Option<u64>> = (0..n).map(|_| Some(1)).collect();
+            (sigs, lens)
+        };
+        let (sigs, lens) = period(MOST_LAID_OUT);
+        let plan = build(&sigs, &lens).expect("a period of as many blocks as are laid out");
+        assert_eq!(plan.planned(), MOST_LAID_OUT);
+        let (sigs, lens) = period(MOST_LAID_OUT + 2);
+        assert_eq!(build(&sigs, &lens).err(), Some(Rejected::TooLarge));
     }
 
     #[test]

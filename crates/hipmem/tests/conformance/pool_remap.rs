@@ -581,19 +581,19 @@ fn a_large_growth_maps_the_memory_a_release_before_it_unmapped() {
     pool.set_release_threshold(0);
     let s = stream0(&rt);
     let start = pool.backend_calls().unwrap();
-    // 512 MiB: two physical allocations of 256 MiB.
+    // 512 MiB: four physical allocations of 128 MiB.
     let first = pool.alloc_raw(512 * MIB, &s).unwrap();
     let made = pool.backend_calls().unwrap();
     assert_eq!(made.bytes_created - start.bytes_created, 512 * MIB);
-    assert_eq!(made.granules_created - start.granules_created, 2, "two groups of 256 MiB");
+    assert_eq!(made.granules_created - start.granules_created, 4, "four groups of 128 MiB");
     rt.free_async(first, &s).unwrap();
-    // 640 MiB does not fit: the two groups are unmapped and mapped again
+    // 640 MiB does not fit: the four groups are unmapped and mapped again
     // under it, 128 MiB are new.
     let big = pool.alloc_raw(640 * MIB, &s).unwrap();
     let after = pool.backend_calls().unwrap();
     assert_eq!(after.bytes_created - made.bytes_created, 128 * MIB, "{after:?}");
     assert_eq!(after.bytes_released - made.bytes_released, 0, "nothing given back: {after:?}");
-    assert_eq!(after.unmaps - made.unmaps, 2);
+    assert_eq!(after.unmaps - made.unmaps, 4);
     assert_eq!(pool.stats().reserved_current, 640 * MIB);
     let offsets: Vec<u64> = (0..10).map(|k| k * 64 * MIB + (k % 3) * 4096).collect();
     for (k, &off) in offsets.iter().enumerate() {

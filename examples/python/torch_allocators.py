@@ -23,6 +23,12 @@ an allocator learns):
                memory (HIPMEM_POOL_BACKING=segments; not in the default set)
   hipmem-noplan  hipmem without learned layouts (HIPMEM_POOL_PLAN=0; not in
                the default set)
+  pluggable-async  the driver's pool (cudaMallocAsync) through
+               CUDAPluggableAllocator, as hipmem is plugged in: what the
+               pluggable interface itself costs a step, against
+               "cudamallocasync", the same pool called from inside PyTorch (a
+               20-line shim compiled with g++ on first use; not in the
+               default set)
   hipmem-keep  hipmem keeping memory it no longer needs, as PyTorch's
                allocators do (no idle release: HIPMEM_TORCH_IDLE_RELEASE_MS=0;
                not in the default set)
@@ -82,6 +88,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_PLAN"] = "0"
     if name == "hipmem-keep":
         os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
+    if name == "pluggable-async":
+        return (torch,) + pluggable_async(torch)
     if not name.startswith("hipmem"):
         def stats():
             return {
@@ -114,6 +122,67 @@ def setup_allocator(name, lib):
         pool.reset_peak(torch.cuda.current_device())
 
     return torch, stats, reset
+
+
+SHIM = r"""
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <sys/types.h>
+extern "C" {
+void* shim_malloc(ssize_t size, int device, cudaStream_t stream) {
+    void* p = nullptr;
+    if (size < 0 || cudaMallocAsync(&p, (size_t)size, stream) != cudaSuccess) return nullptr;
+    return p;
+}
+void shim_free(void* ptr, size_t size, int device, cudaStream_t stream) { cudaFreeAsync(ptr, stream); }
+/* The device's default pool: keep everything (as PyTorch's cudaMallocAsync backend does), read
+   and reset its peaks. */
+int shim_pool(int device, int attr, uint64_t* value, int set) {
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return -1;
+    return set ? cudaMemPoolSetAttribute(pool, (cudaMemPoolAttr)attr, value)
+               : cudaMemPoolGetAttribute(pool, (cudaMemPoolAttr)attr, value);
+}
+}
+"""
+
+
+def pluggable_async(torch):
+    """cudaMallocAsync through CUDAPluggableAllocator (see "pluggable-async")."""
+    import ctypes
+    import tempfile
+    from torch.utils.cpp_extension import CUDA_HOME
+    d = tempfile.mkdtemp(prefix="shim-")
+    src, lib = os.path.join(d, "shim.cpp"), os.path.join(d, "shim.so")
+    with open(src, "w") as f:
+        f.write(SHIM)
+    subprocess.run(["g++", "-O2", "-shared", "-fPIC", src, "-o", lib, f"-I{CUDA_HOME}/include",
+                    f"-L{CUDA_HOME}/lib64", "-lcudart"], check=True)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "shim_malloc", "shim_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    so = ctypes.CDLL(lib)
+    # cudaMemPoolAttrReleaseThreshold, ReservedMemCurrent, ReservedMemHigh, UsedMemCurrent, UsedMemHigh
+    THRESHOLD, RES, RES_HIGH, USED, USED_HIGH = 4, 5, 6, 7, 8
+
+    def attr(a, value=None):
+        v = ctypes.c_uint64(0 if value is None else value)
+        if so.shim_pool(torch.cuda.current_device(), a, ctypes.byref(v), value is not None) != 0:
+            raise RuntimeError(f"cudaMemPool attribute {a}")
+        return v.value
+
+    torch.cuda.init()
+    attr(THRESHOLD, 2**64 - 1)
+
+    def stats():
+        return {"reserved_high": attr(RES_HIGH), "allocated_high": attr(USED_HIGH),
+                "reserved_now": attr(RES), "allocated_now": attr(USED)}
+
+    def reset():
+        torch.cuda.synchronize()
+        attr(RES_HIGH, 0)
+        attr(USED_HIGH, 0)
+
+    return stats, reset
 
 
 def gpt(torch, n_layer, n_head, n_embd, vocab, block, checkpoint=False):

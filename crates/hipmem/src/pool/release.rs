@@ -85,8 +85,8 @@ const EARLIER: usize = 2 * STEPS as usize - 1;
 const MOST_QUIET_STEPS: u32 = 64 * STEPS;
 
 /// The least request for which a pool gives back unused memory before it
-/// grows ([`PoolCore::release_before_large_growth`]): the largest group a
-/// growth maps, so that what goes back is worth its driver calls.
+/// grows ([`PoolCore::release_before_large_growth`]): two of the largest
+/// groups a growth maps, so that what goes back is worth its driver calls.
 pub(super) const LARGE_REQUEST: u64 = 256 << 20;
 
 /// `PoolCore::idle_clock_ns` when idle release runs on the wall clock.

@@ -1713,8 +1713,21 @@ fn streams_under_16_threads_free_across_streams_and_threads() {
                             assert_eq!(hipMallocFromPoolAsync(&mut p, 4096, pool, c), hipSuccess);
                             assert_eq!(hipFreeAsync(p, c), hipSuccess);
                             assert_eq!(hipStreamDestroy(c), hipSuccess);
-                            assert_eq!(hipStreamQuery(c), hipErrorInvalidHandle);
-                            assert_eq!(hipGetLastError(), hipErrorInvalidHandle, "the refusal is recorded");
+                            match hipStreamQuery(c) {
+                                e if e == hipErrorInvalidHandle => {
+                                    assert_eq!(
+                                        hipGetLastError(),
+                                        hipErrorInvalidHandle,
+                                        "the refusal is recorded"
+                                    )
+                                }
+                                // The CUDA driver may give the destroyed stream's handle to
+                                // a stream another thread creates meanwhile (3 of 25 runs
+                                // on an H200): the handle then names that live stream.
+                                e => {
+                                    assert!(e == hipSuccess || e == hipErrorNotReady, "a reused handle: {e}")
+                                }
+                            }
                         }
                         i += 1;
                         ops += 1;

@@ -340,15 +340,15 @@ fn least_plain_group(group_min: u64) -> u64 {
 
 /// The largest group a growth maps (larger growths map several; a
 /// remainder under [`least_plain_group`] joins the last): the growth
-/// mapping's 128 MiB ([`DEFAULT_GROWTH_MAPPING`]), where mapping is already cheap (on an H100 about 1.3 µs per
-/// MiB for 64 MiB, 0.6 for 128 and 0.2 for 512: `hipmem bench vmm`), so
-/// that a long-lived block keeps as little as it can from going back.
-/// Replayed, 15 recordings of variable-length inference on other batch
-/// shapes (`torch_allocators.py --record --varlen-seed N`) hold 1.023 of
-/// their peak live bytes on average over the whole trace with 128 MiB
-/// groups and 1.036 with 256 MiB ones (worst 1.071 and 1.073), and 1.017
-/// and 1.031 after the warm-up, for 15% more driver calls; the training
-/// runs hold the same.
+/// mapping's 128 MiB ([`DEFAULT_GROWTH_MAPPING`]), where mapping is already
+/// cheap (on an H100 about 1.3 µs per MiB for 64 MiB, 0.6 for 128 and 0.2
+/// for 512: `hipmem bench vmm`), so that a long-lived block keeps as little
+/// as it can from going back. Replayed, 15 recordings of variable-length
+/// inference on other batch shapes (`torch_allocators.py --record
+/// --varlen-seed N`) hold 1.022 of their peak live bytes on average over
+/// the whole trace with 128 MiB groups and 1.036 with 256 MiB ones (worst
+/// 1.071 and 1.073), and 1.016 and 1.031 after the warm-up, for 15% more
+/// driver calls; the training runs hold the same.
 const MAX_GROUP: u64 = 128 << 20;
 
 /// How many of the driver's granules make one of the pool's physical units

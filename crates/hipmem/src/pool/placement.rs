@@ -141,6 +141,16 @@ pub struct Heap {
 /// place the same with 2, 16 or 64).
 const GROUP_KEEPING_CANDIDATES: usize = 16;
 
+/// The better of a global candidate and one pending on the requesting
+/// stream, each (address, size of its free run): the smaller run, the
+/// stream's own on a tie (its memory is already ordered after its frees).
+pub fn smaller_run(global: Option<(u64, u64)>, own: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (global, own) {
+        (Some(g), Some(o)) => Some(if o.1 <= g.1 { o } else { g }),
+        (g, o) => g.or(o),
+    }
+}
+
 /// Places kept per size, and sizes at most.
 const PLACES_PER_SIZE: usize = 4;
 const PLACE_SIZES: usize = 4096;
@@ -541,22 +551,20 @@ impl Heap {
         if self.groups.is_empty() {
             return None;
         }
+        // (address to take the block at, the run's size)
         let first_fit = |set: Option<&BTreeSet<(u64, u64)>>| {
             let set = set?;
             set.range((want, 0)..).take(GROUP_KEEPING_CANDIDATES).find_map(|&(len, run)| {
                 if !self.breaks_free_group(run, len, run, want) {
-                    return Some((len, run));
+                    return Some((run, len));
                 }
                 let at = run + len - want;
-                (!self.breaks_free_group(run, len, at, want)).then_some((len, at))
+                (!self.breaks_free_group(run, len, at, want)).then_some((at, len))
             })
         };
         let global = first_fit(self.global_free.get(class));
         let own = first_fit(self.pending.get(&stream).and_then(|p| p.get(class)));
-        match (global, own) {
-            (Some(g), Some(o)) => Some(if o.0 <= g.0 { o.1 } else { g.1 }),
-            (g, o) => g.or(o).map(|(_, at)| at),
-        }
+        smaller_run(global, own).map(|(at, _)| at)
     }
 
     /// The smallest global free block of at least `size` bytes (size class 0).

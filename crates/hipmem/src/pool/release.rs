@@ -170,7 +170,7 @@ impl PoolCore {
             return;
         }
         let need = self.used_current().saturating_add(want);
-        let keep = {
+        let (keep, reserved) = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
             let now = self.idle_now(&w);
@@ -180,8 +180,6 @@ impl PoolCore {
                 return;
             }
             let (window, two_windows) = w.end_step(steps, need, now);
-            // (The heap's lock is never held while the idle lock is taken.)
-            let reserved = lock(&self.heap).reserved();
             let steps = u32::try_from(steps).unwrap_or(u32::MAX);
             // Only where the pool has not grown for `needed` steps: a
             // loop still growing (learning its steps) keeps what it has.
@@ -199,6 +197,9 @@ impl PoolCore {
             if let Some((_, since)) = &mut w.released_at {
                 *since = since.saturating_add(steps);
             }
+            // Read once, for both rules and the check below. (The heap's
+            // lock is never held while the idle lock is taken.)
+            let reserved = lock(&self.heap).reserved();
             let keep = if w.quiet >= w.needed {
                 two_windows
             } else if w.quiet >= STEPS && reserved / 2 > window {
@@ -207,9 +208,8 @@ impl PoolCore {
             } else {
                 return;
             };
-            keep.max(self.release_threshold.load(Ordering::Relaxed))
+            (keep.max(self.release_threshold.load(Ordering::Relaxed)), reserved)
         };
-        let reserved = lock(&self.heap).reserved();
         if reserved <= keep.saturating_add(keep / 16) {
             return;
         }

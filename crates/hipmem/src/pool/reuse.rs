@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::core::{ORPHAN_STREAM, PoolCore, lock};
-use super::placement::{CLASSES, Owner};
+use super::placement::{CLASSES, Owner, smaller_run};
 use super::stream_cache::{CachedBlock, Slot};
 use crate::backend::RawStream;
 use crate::error::{Error, Result};
@@ -205,11 +205,7 @@ impl PoolCore {
         }
         let global = heap.best_fit_global_in(class, want);
         let own = heap.best_fit_pending_in(class, me, want, |_| true);
-        let pick = match (global, own) {
-            (Some(g), Some(o)) => Some(if o.1 <= g.1 { o } else { g }),
-            (g, o) => g.or(o),
-        };
-        if let Some((addr, _)) = pick {
+        if let Some((addr, _)) = smaller_run(global, own) {
             heap.take(addr, want);
             return Some((addr, want));
         }

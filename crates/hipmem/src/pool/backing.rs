@@ -409,6 +409,7 @@ impl Drop for PoolCore {
     /// granule and reservation goes back to the backend (work still queued is
     /// waited for by the backend's own free).
     fn drop(&mut self) {
+        self.deferred.wait_empty();
         let heap = self.heap.get_mut().unwrap_or_else(|p| p.into_inner());
         match &self.backing {
             Backing::Segments => {
@@ -598,9 +599,8 @@ impl PoolCore {
     ) -> Result<(u64, u64)> {
         if let Backing::Virtual(range) = &self.backing {
             let grown = self.grow_virtual(rt, range, want, stream, &mut unmapped);
-            if let Some(vm) = rt.backend().virtual_memory() {
-                self.release_unmapped(vm, &mut unmapped);
-            }
+            // What the growth did not map again goes back off this thread.
+            self.release_later(unmapped);
             return grown;
         }
         let reserved = lock(&self.heap).reserved();
@@ -686,7 +686,7 @@ impl PoolCore {
                 return Ok(found);
             }
         }
-        self.release_unmapped(vm, unmapped);
+        self.release_unmapped(unmapped);
         self.wait_for_own_frees(rt, stream);
         let before = self.calls.snapshot();
         let result = self.grow_by_moving(vm, vr, class, want, stream);
@@ -1026,7 +1026,7 @@ impl PoolCore {
                 i += len;
             }
             let lens: Vec<u64> = chunks.iter().map(|c| c.len() as u64 * g).collect();
-            self.release_unmapped_but(vm, unmapped, &lens);
+            self.release_unmapped_but(unmapped, &lens);
             for chunk in chunks {
                 let (first, len) = (chunk[0], chunk.len() as u64 * g);
                 match self.create_and_map(vm, first, len, unmapped) {
@@ -1055,7 +1055,7 @@ impl PoolCore {
             // setting access is most of a small mapping's cost, and one call
             // covers several mappings.
             let mut fresh: Vec<(u64, u64)> = Vec::new(); // (at, pid), no access yet
-            self.release_unmapped_but(vm, unmapped, &vec![g; plan.new_granules.len()]);
+            self.release_unmapped_but(unmapped, &vec![g; plan.new_granules.len()]);
             for &at in &plan.new_granules {
                 match self.create_and_map(vm, at, g, unmapped) {
                     Ok(pid) => fresh.push((at, pid)),
@@ -1281,7 +1281,7 @@ impl PoolCore {
                         }
                     }
                     crate::trace::pool_release(self.id, self.device, p.active, g);
-                    self.release_or_keep(vm, d.pid, g, keep.as_deref_mut());
+                    self.release_or_keep(d.pid, g, keep.as_deref_mut());
                     released += g;
                 }
                 // Groups whose every unit is free go back whole, the longest
@@ -1354,12 +1354,27 @@ impl PoolCore {
         let calls = &self.calls;
         let handle = match unmapped.iter().position(|&(_, len)| len == size) {
             Some(i) => unmapped.swap_remove(i).0,
-            None => {
-                let handle = vm.mem_create(self.device, size, self.props.handle_types)?;
-                CallCounts::add(&calls.granules_created);
-                CallCounts::add_bytes(&calls.bytes_created, size);
-                handle
-            }
+            None => match self.deferred.take(size) {
+                // Queued to go back and not gone yet: mapped again instead.
+                Some(handle) => handle,
+                None => {
+                    let created = match vm.mem_create(self.device, size, self.props.handle_types) {
+                        // Memory still queued to go back may be what the
+                        // device lacks: once it has gone, try again.
+                        Err(Error::OutOfMemory(_))
+                            if self.deferred.queued_bytes() > 0 || self.deferred.busy() =>
+                        {
+                            self.deferred.wait_empty();
+                            vm.mem_create(self.device, size, self.props.handle_types)
+                        }
+                        other => other,
+                    };
+                    let handle = created?;
+                    CallCounts::add(&calls.granules_created);
+                    CallCounts::add_bytes(&calls.bytes_created, size);
+                    handle
+                }
+            },
         };
         if let Err(e) = vm.mem_map(DevicePtr(at), size, 0, handle) {
             unmap_and_release(calls, vm, at, size, handle);
@@ -1369,40 +1384,42 @@ impl PoolCore {
         Ok(handle)
     }
 
-    /// Gives back every physical allocation in `unmapped`.
-    fn release_unmapped(&self, vm: &dyn VirtualMemory, unmapped: &mut Unmapped) {
-        self.release_unmapped_but(vm, unmapped, &[]);
+    /// Gives back every physical allocation in `unmapped` (on the release
+    /// worker).
+    fn release_unmapped(&self, unmapped: &mut Unmapped) {
+        self.release_later(std::mem::take(unmapped));
     }
 
-    /// Gives back the physical allocations in `unmapped` that no size in
-    /// `needed` (each used once) asks for.
-    fn release_unmapped_but(&self, vm: &dyn VirtualMemory, unmapped: &mut Unmapped, needed: &[u64]) {
+    /// Gives back (on the release worker) the physical allocations in
+    /// `unmapped` that no size in `needed` (each used once) asks for.
+    fn release_unmapped_but(&self, unmapped: &mut Unmapped, needed: &[u64]) {
         let mut needed = needed.to_vec();
+        let mut unneeded = Vec::new();
         unmapped.retain(|&(handle, len)| {
             if let Some(i) = needed.iter().position(|&n| n == len) {
                 needed.swap_remove(i);
                 return true;
             }
-            self.release_or_keep(vm, handle, len, None);
+            unneeded.push((handle, len));
             false
         });
+        self.release_later(unneeded);
     }
 
     /// Gives back the unmapped physical allocation `handle` of `len` bytes,
     /// or with `keep` lists it there for the growth that follows
     /// ([`PoolCore::grow_reusing`]).
-    fn release_or_keep(&self, vm: &dyn VirtualMemory, handle: u64, len: u64, keep: Option<&mut Unmapped>) {
-        if let Some(keep) = keep {
-            keep.push((handle, len));
-            return;
+    fn release_or_keep(&self, handle: u64, len: u64, keep: Option<&mut Unmapped>) {
+        match keep {
+            Some(keep) => keep.push((handle, len)),
+            None => super::deferred::release_now(self.backend.as_ref(), &self.calls, handle, len),
         }
-        match vm.mem_release(handle) {
-            Ok(()) => {
-                CallCounts::add(&self.calls.granules_released);
-                CallCounts::add_bytes(&self.calls.bytes_released, len);
-            }
-            Err(e) => tracing::warn!(target: "hipmem", "releasing pool memory failed: {e}"),
-        }
+    }
+
+    /// Gives back the unmapped physical allocations in `unmapped` on the
+    /// release worker (`deferred.rs`): what the allocation path gives back.
+    pub(super) fn release_later(&self, unmapped: Unmapped) {
+        self.deferred.give_back(&self.backend, &self.calls, unmapped);
     }
 
     /// Unmaps and releases the group at `base` if every unit of it is global
@@ -1436,7 +1453,7 @@ impl PoolCore {
             Err(e) => tracing::warn!(target: "hipmem", "unmapping a pool group failed: {e}"),
         }
         crate::trace::pool_release(self.id, self.device, base, gr.len);
-        self.release_or_keep(vm, gr.handle, gr.len, keep);
+        self.release_or_keep(gr.handle, gr.len, keep);
         true
     }
 

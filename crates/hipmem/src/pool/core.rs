@@ -94,8 +94,10 @@ pub(crate) struct PoolCore {
     pub(super) policy: ReusePolicy,
     pub(super) release_threshold: AtomicU64,
     pub(super) reserved_high: AtomicU64,
-    /// What the pool asked of the backend.
-    pub(super) calls: CallCounts,
+    /// What the pool asked of the backend (shared with the release worker).
+    pub(super) calls: Arc<CallCounts>,
+    /// Physical memory given back off the caller's thread (`deferred.rs`).
+    pub(super) deferred: super::deferred::Deferred,
     /// The physical unit on virtual memory, if set (0: the default).
     pub(super) unit: AtomicU64,
     /// The least a growth maps in one call (`u64::MAX`: the environment's).
@@ -170,7 +172,8 @@ impl PoolCore {
             },
             release_threshold: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
-            calls: CallCounts::default(),
+            calls: Arc::default(),
+            deferred: Default::default(),
             unit: AtomicU64::new(0),
             group: AtomicU64::new(u64::MAX),
             move_budget: Mutex::new(None),

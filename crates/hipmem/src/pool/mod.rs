@@ -21,6 +21,8 @@
 //! - `backing.rs`: getting memory from the backend and giving it back
 //!   (segments, or granules mapped into one reserved range, each at one
 //!   active address and maybe more shadowed ones);
+//! - `deferred.rs`: physical memory given back on a worker thread (what
+//!   idle release and a large growth unmap on the allocation path);
 //! - `remap.rs`: where a growing virtual pool maps its granules (the run
 //!   with the fewest driver calls, the plan for new mappings);
 //! - `release.rs`: synchronization, release threshold, trim, retiring
@@ -41,6 +43,7 @@ mod addr_hash;
 mod backing;
 mod buffer;
 pub(crate) mod core;
+mod deferred;
 pub(crate) mod driver_pool;
 mod free;
 pub(crate) mod imported;

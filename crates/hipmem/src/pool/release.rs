@@ -222,7 +222,10 @@ impl PoolCore {
             self.promote_others_completed(rt, slot.stream_id());
         }
         lock(&self.heap).reclaim_lent(None);
-        let released = self.release_unused(rt, reserved - keep, keep);
+        // Unmapped here, given back on the release worker (`deferred.rs`).
+        let mut unmapped = Vec::new();
+        let released = self.release_unused_keeping(rt, reserved - keep, keep, Some(&mut unmapped));
+        self.release_later(unmapped);
         if released > 0 {
             let mut w = lock(&self.idle);
             // The quiet steps go on counting: while the pool does not
@@ -301,6 +304,8 @@ impl PoolCore {
         if excess > 0 {
             self.release_unused_and_arena(rt, excess, 0);
         }
+        // What idle release queued has gone back too.
+        self.deferred.wait_empty();
     }
 
     /// [`PoolCore::release_unused`], then, if that was not enough, a plan's
@@ -340,6 +345,7 @@ impl PoolCore {
         if reserved > keep {
             self.release_unused_and_arena(rt, reserved - keep, keep);
         }
+        self.deferred.wait_empty();
     }
 
     /// The stream is being destroyed: its cache goes to the heap (pending,

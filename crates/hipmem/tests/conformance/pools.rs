@@ -836,6 +836,81 @@ fn idle_release_waits_while_the_pool_grows() {
     pool.check_invariants().unwrap();
 }
 
+/// Idle release unmaps on the caller's thread and gives the physical
+/// memory back on a worker thread (`pool/deferred.rs`): the pool's reserved
+/// bytes drop at once; the next batch, right after, grows again (mapping
+/// memory still queued to go back, or new) and its blocks hold what is
+/// written; a live block keeps its data throughout; trim waits for the
+/// worker, so that after it the pool has given back every byte it created
+/// beyond what it holds.
+#[test]
+fn idle_release_gives_back_on_a_worker_and_trim_waits_for_it() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    pool.set_planning(false).unwrap();
+    let keep = pool.alloc_raw(MIB, &s).unwrap();
+    fill_u32(&rt, keep, MIB, 0x1d1e_0003, &s);
+    s.synchronize().unwrap();
+    let held_at_start = pool.stats().reserved_current;
+    let start = pool.backend_calls().unwrap();
+    pool.set_idle_release(Some(Duration::from_millis(100))).unwrap();
+    let at = |ms: u64| pool.set_idle_clock(Some(Duration::from_millis(ms))).unwrap();
+    for round in 0..4u64 {
+        let t0 = round * 1000;
+        at(t0);
+        assert!(read_u32s(&rt, keep, MIB).iter().all(|&v| v == 0x1d1e_0003), "a live block keeps its data");
+        // A batch of 512 MiB in four blocks, written and read back.
+        let batch: Vec<DevicePtr> = (0..4).map(|_| pool.alloc_raw(128 * MIB, &s).unwrap()).collect();
+        for (k, &p) in batch.iter().enumerate() {
+            fill_u32(&rt, p, MIB, 0xba7c_0000 | (round as u32) << 8 | k as u32, &s);
+            fill_u32(&rt, DevicePtr(p.0 + 127 * MIB), MIB, 0xe0d0_0000 | k as u32, &s);
+        }
+        s.synchronize().unwrap();
+        for (k, &p) in batch.iter().enumerate() {
+            let head = read_u32s(&rt, p, MIB);
+            assert!(
+                head.iter().all(|&v| v == 0xba7c_0000 | (round as u32) << 8 | k as u32),
+                "round {round} block {k}"
+            );
+            let tail = read_u32s(&rt, DevicePtr(p.0 + 127 * MIB), MIB);
+            assert!(tail.iter().all(|&v| v == 0xe0d0_0000 | k as u32), "round {round} block {k}'s end");
+        }
+        for p in batch {
+            rt.free_async(p, &s).unwrap();
+        }
+        // Known complete, without the synchronization's own release.
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).unwrap();
+        s.synchronize().unwrap();
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, 0).unwrap();
+        assert!(pool.stats().reserved_current >= 512 * MIB);
+        // Two windows without growth, each ended by a small request (that
+        // fits beside the live block): the batch's memory goes back at the
+        // second.
+        for (k, t) in [300, 600].into_iter().enumerate() {
+            at(t0 + t);
+            let p = pool.alloc_raw(64 * 1024 + (round * 2 + k as u64 + 1) * 4096, &s).unwrap();
+            rt.free_async(p, &s).unwrap();
+        }
+        let after = pool.stats().reserved_current;
+        assert_eq!(after, held_at_start, "round {round}: reserved after the idle release");
+    }
+    // Right after the last release (no synchronization, which waits too).
+    pool.trim_to(0).unwrap();
+    let end = pool.backend_calls().unwrap();
+    let st = pool.stats();
+    assert_eq!(st.reserved_current, held_at_start, "only the live block's memory stays");
+    assert_eq!(
+        end.bytes_created - start.bytes_created,
+        end.bytes_released - start.bytes_released,
+        "after trim every byte created since is given back: {start:?} -> {end:?}"
+    );
+    assert!(read_u32s(&rt, keep, MIB).iter().all(|&v| v == 0x1d1e_0003), "a live block keeps its data");
+    rt.free_async(keep, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}
+
 /// A large request (256 MiB or more, and at least 1/8 of the pool) that
 /// fits no free run gives back the memory no block uses before the pool
 /// grows for it, up to the request's size: the pool then holds what is live

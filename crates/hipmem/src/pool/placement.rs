@@ -457,16 +457,18 @@ impl Heap {
         if addr + size > start + b.size || size == 0 || size % BLOCK_ALIGN != 0 {
             return None;
         }
-        if start < addr {
-            // Split the block at `addr`: the front stays free.
-            let b = *b;
-            self.unindex(start, b.size, owner);
-            self.blocks.insert(start, Block { size: addr - start, ..b });
-            self.index(start, addr - start, owner);
-            self.blocks.insert(addr, Block { size: start + b.size - addr, ..b });
-            self.index(addr, start + b.size - addr, owner);
+        if start == addr {
+            return self.take(addr, size);
         }
-        self.take(addr, size)
+        // Split the block at `addr`: the front stays free, the back is
+        // taken as `take` takes a block (one unindexing, not three).
+        let b = *b;
+        let class = self.class_of(b.segment);
+        self.unindex_in(class, start, b.size, owner);
+        self.blocks.insert(start, Block { size: addr - start, ..b });
+        self.index_in(class, start, addr - start, owner);
+        self.take_unindexed(class, addr, size, Block { size: start + b.size - addr, ..b }, owner);
+        Some(owner)
     }
 
     /// Splits the global free block holding `[addr, addr + size)` so that the
@@ -635,7 +637,8 @@ impl Heap {
         places.iter().rev().copied().find(|&at| {
             let Some((&a, b)) = self.blocks.range(..=at).next_back() else { return false };
             let edge = !edge_only || at == a || at + size == a + b.size;
-            at + size <= a + b.size && self.class_of(b.segment) == class && edge && usable_by(b.state, stream)
+            // The class (a lookup) last: most places are taken or too small.
+            usable_by(b.state, stream) && at + size <= a + b.size && edge && self.class_of(b.segment) == class
         })
     }
 
@@ -666,7 +669,16 @@ impl Heap {
         if block.size < size || size == 0 || size % BLOCK_ALIGN != 0 {
             return None;
         }
-        self.unindex(addr, block.size, owner);
+        let class = self.class_of(block.segment);
+        self.unindex_in(class, addr, block.size, owner);
+        self.take_unindexed(class, addr, size, block, owner);
+        Some(owner)
+    }
+
+    /// The rest of [`Heap::take`] once the free `block` at `addr` (of size
+    /// class `class`, owned by `owner`) is unindexed: `size` bytes at its
+    /// start allocated, the rest a free block with the same owner.
+    fn take_unindexed(&mut self, class: usize, addr: u64, size: u64, block: Block, owner: Owner) {
         self.blocks.insert(addr, Block { size, segment: block.segment, state: State::Allocated, freed: 0 });
         self.allocated += size;
         self.note_place(addr, size);
@@ -680,9 +692,8 @@ impl Heap {
                 rest_addr,
                 Block { size: rest, segment: block.segment, state: State::Free(owner), freed: block.freed },
             );
-            self.index(rest_addr, rest, owner);
+            self.index_in(class, rest_addr, rest, owner);
         }
-        Some(owner)
     }
 
     /// The size of the allocated block at `addr`, if there is one.
@@ -714,6 +725,8 @@ impl Heap {
             return false;
         }
         self.allocated -= block.size;
+        // Every block merged is of the same segment, so of the same class.
+        let class = self.class_of(block.segment);
         let (mut start, mut size, mut owner) = (addr, block.size, owner);
         // Merge with the previous blocks (absorbing a global block can bring
         // a pending block of the same stream next to this one: a promotion
@@ -726,7 +739,7 @@ impl Heap {
             }
             let Some(merged) = merge(owner, p_owner, absorb) else { break };
             self.note_lent((start, size, owner), (p_addr, p.size, p_owner), merged);
-            self.unindex(p_addr, p.size, p_owner);
+            self.unindex_in(class, p_addr, p.size, p_owner);
             self.blocks.remove(&start);
             start = p_addr;
             size += p.size;
@@ -741,7 +754,7 @@ impl Heap {
             let Some(merged) = merge(owner, n_owner, absorb) else { break };
             let n_addr = start + size;
             self.note_lent((start, size, owner), (n_addr, n.size, n_owner), merged);
-            self.unindex(n_addr, n.size, n_owner);
+            self.unindex_in(class, n_addr, n.size, n_owner);
             self.blocks.remove(&n_addr);
             size += n.size;
             owner = merged;
@@ -751,7 +764,7 @@ impl Heap {
             start,
             Block { size, segment: block.segment, state: State::Free(owner), freed: self.frees },
         );
-        self.index(start, size, owner);
+        self.index_in(class, start, size, owner);
         true
     }
 
@@ -769,7 +782,9 @@ impl Heap {
     /// `[from, to)` is no longer global memory lent to a pending block (it
     /// was taken, or the block turned global).
     fn end_lending(&mut self, from: u64, to: u64) {
-        if self.lent.is_empty() {
+        // Nothing lent overlaps: the nearest range starting before `to` ends
+        // at or before `from` (the ranges are disjoint).
+        if self.lent.range(..to).next_back().is_none_or(|(_, &(end, _))| end <= from) {
             return;
         }
         let mut split: Vec<(u64, (u64, u64))> = Vec::new();
@@ -897,6 +912,11 @@ impl Heap {
 
     fn index(&mut self, addr: u64, size: u64, owner: Owner) {
         let class = self.class_at(addr);
+        self.index_in(class, addr, size, owner);
+    }
+
+    /// [`Heap::index`] of a block in size class `class` (its segment's).
+    fn index_in(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
         match owner {
             Owner::Global => {
                 self.global_free[class].insert((size, addr));
@@ -911,6 +931,11 @@ impl Heap {
 
     fn unindex(&mut self, addr: u64, size: u64, owner: Owner) {
         let class = self.class_at(addr);
+        self.unindex_in(class, addr, size, owner);
+    }
+
+    /// [`Heap::unindex`] of a block in size class `class` (its segment's).
+    fn unindex_in(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
         match owner {
             Owner::Global => {
                 self.global_free[class].remove(&(size, addr));

@@ -1419,7 +1419,7 @@ impl PoolCore {
     /// Gives back the unmapped physical allocations in `unmapped` on the
     /// release worker (`deferred.rs`): what the allocation path gives back.
     pub(super) fn release_later(&self, unmapped: Unmapped) {
-        self.deferred.give_back(&self.backend, &self.calls, unmapped);
+        self.deferred.give_back(unmapped);
     }
 
     /// Unmaps and releases the group at `base` if every unit of it is global

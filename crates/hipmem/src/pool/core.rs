@@ -155,6 +155,7 @@ impl PoolCore {
         access[device] = AccessFlags::ReadWrite;
         let backing = Backing::choose(rt, device, backing);
         let plan = super::planned::plans_by_default(&backing, &props);
+        let calls = Arc::new(CallCounts::default());
         PoolCore {
             id,
             device,
@@ -172,8 +173,8 @@ impl PoolCore {
             },
             release_threshold: AtomicU64::new(0),
             reserved_high: AtomicU64::new(0),
-            calls: Arc::default(),
-            deferred: Default::default(),
+            calls: Arc::clone(&calls),
+            deferred: super::deferred::Deferred::new(Arc::clone(rt.backend()), calls),
             unit: AtomicU64::new(0),
             group: AtomicU64::new(u64::MAX),
             move_budget: Mutex::new(None),

@@ -35,13 +35,14 @@ use crate::backend::Backend;
 
 /// Physical allocations (handle, bytes) waiting to go back, and the worker
 /// that gives them back.
-#[derive(Default)]
 pub(super) struct Deferred {
     shared: Arc<Shared>,
 }
 
-#[derive(Default)]
 struct Shared {
+    /// Where the memory goes back, and where that is counted.
+    backend: Arc<dyn Backend>,
+    calls: Arc<CallCounts>,
     state: Mutex<State>,
     /// Signalled when the worker stops (the queue is empty).
     idle: Condvar,
@@ -64,16 +65,25 @@ struct State {
 }
 
 impl Deferred {
+    /// An empty queue whose memory goes back to `backend`, counted in
+    /// `calls` as each allocation goes.
+    pub(super) fn new(backend: Arc<dyn Backend>, calls: Arc<CallCounts>) -> Deferred {
+        Deferred {
+            shared: Arc::new(Shared {
+                backend,
+                calls,
+                state: Mutex::default(),
+                idle: Condvar::new(),
+                hurry: Condvar::new(),
+                queued_bytes: AtomicU64::new(0),
+            }),
+        }
+    }
+
     /// Queues the unmapped physical allocations `handles` (handle, bytes)
-    /// to go back to `backend`, counted in `calls` as each goes. Starts a
-    /// worker if none runs; where no thread can be started, gives them back
-    /// here.
-    pub(super) fn give_back(
-        &self,
-        backend: &Arc<dyn Backend>,
-        calls: &Arc<CallCounts>,
-        handles: Vec<(u64, u64)>,
-    ) {
+    /// to go back. Starts a worker if none runs; where no thread can be
+    /// started, gives them back here.
+    pub(super) fn give_back(&self, handles: Vec<(u64, u64)>) {
         if handles.is_empty() {
             return;
         }
@@ -90,14 +100,12 @@ impl Deferred {
         }
         st.worker = true;
         drop(st);
-        let (shared, worker_backend, worker_calls) =
-            (Arc::clone(&self.shared), Arc::clone(backend), Arc::clone(calls));
-        let started = std::thread::Builder::new()
-            .name("hipmem-release".into())
-            .spawn(move || shared.work(worker_backend.as_ref(), &worker_calls, GRACE));
+        let shared = Arc::clone(&self.shared);
+        let started =
+            std::thread::Builder::new().name("hipmem-release".into()).spawn(move || shared.work(GRACE));
         if let Err(e) = started {
             tracing::debug!(target: "hipmem::pool", "no release thread ({e}): giving memory back on the caller's thread");
-            self.shared.work(backend.as_ref(), calls, std::time::Duration::ZERO);
+            self.shared.work(std::time::Duration::ZERO);
         }
     }
 
@@ -125,9 +133,16 @@ impl Deferred {
         lock(&self.shared.state).worker
     }
 
-    /// Waits until everything queued has gone back.
+    /// Waits until everything queued has gone back (what no worker is
+    /// giving back goes back here).
     pub(super) fn wait_empty(&self) {
         let mut st = lock(&self.shared.state);
+        if !st.worker && !st.queue.is_empty() {
+            st.worker = true;
+            drop(st);
+            self.shared.work(std::time::Duration::ZERO);
+            return;
+        }
         if st.worker {
             st.hurried = true;
             self.shared.hurry.notify_all();
@@ -140,7 +155,7 @@ impl Deferred {
 
 impl Shared {
     /// The worker: gives back what is queued, oldest first, until nothing is.
-    fn work(&self, backend: &dyn Backend, calls: &CallCounts, grace: std::time::Duration) {
+    fn work(&self, grace: std::time::Duration) {
         let deadline = std::time::Instant::now() + grace;
         let mut st = lock(&self.state);
         while !st.hurried && !grace.is_zero() {
@@ -167,7 +182,7 @@ impl Shared {
                     }
                 }
             };
-            release_now(backend, calls, next.0, next.1);
+            release_now(self.backend.as_ref(), &self.calls, next.0, next.1);
         }
     }
 }
@@ -203,9 +218,11 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    fn setup() -> (Arc<dyn Backend>, Arc<CallCounts>) {
+    fn setup() -> (Arc<dyn Backend>, Arc<CallCounts>, Deferred) {
         let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-        (backend, Arc::default())
+        let calls: Arc<CallCounts> = Arc::default();
+        let d = Deferred::new(Arc::clone(&backend), Arc::clone(&calls));
+        (backend, calls, d)
     }
 
     fn create(backend: &Arc<dyn Backend>, sizes: &[u64]) -> Vec<(u64, u64)> {
@@ -217,11 +234,10 @@ mod tests {
     /// the rest goes back, counted, and `wait_empty` returns only then.
     #[test]
     fn queued_memory_is_taken_back_or_given_back_counted() {
-        let (backend, calls) = setup();
-        let d = Deferred::default();
+        let (backend, calls, d) = setup();
         lock(&d.shared.state).held = true;
         let handles = create(&backend, &[2 * MIB, 4 * MIB, 2 * MIB]);
-        d.give_back(&backend, &calls, handles.clone());
+        d.give_back(handles.clone());
         assert_eq!(d.queued_bytes(), 8 * MIB);
         assert!(!d.busy(), "held: no worker");
         assert_eq!(d.take(8 * MIB), None, "no allocation of that size");
@@ -229,7 +245,7 @@ mod tests {
         assert_eq!(d.queued_bytes(), 4 * MIB);
         // Released: the worker starts with the next batch.
         lock(&d.shared.state).held = false;
-        d.give_back(&backend, &calls, create(&backend, &[6 * MIB]));
+        d.give_back(create(&backend, &[6 * MIB]));
         d.wait_empty();
         assert_eq!(d.queued_bytes(), 0);
         assert!(!d.busy());
@@ -241,20 +257,33 @@ mod tests {
         vm.mem_release(handles[1].0).expect("the allocation taken back is still live");
     }
 
+    /// What is queued with no worker to give it back (one that could not
+    /// start) goes back in `wait_empty`.
+    #[test]
+    fn waiting_gives_back_what_no_worker_does() {
+        let (backend, calls, d) = setup();
+        lock(&d.shared.state).held = true;
+        d.give_back(create(&backend, &[2 * MIB, 2 * MIB]));
+        lock(&d.shared.state).held = false;
+        assert!(!d.busy());
+        d.wait_empty();
+        assert_eq!(d.queued_bytes(), 0);
+        assert_eq!(calls.snapshot().bytes_released, 4 * MIB);
+    }
+
     /// Batches queued while the worker runs go back with it; an empty
     /// batch starts nothing.
     #[test]
     fn batches_from_many_threads_all_go_back() {
-        let (backend, calls) = setup();
-        let d = Arc::new(Deferred::default());
-        d.give_back(&backend, &calls, Vec::new());
+        let (backend, calls, d) = setup();
+        d.give_back(Vec::new());
         assert!(!d.busy());
         std::thread::scope(|s| {
             for _ in 0..4 {
-                let (d, backend, calls) = (&d, &backend, &calls);
+                let (d, backend) = (&d, &backend);
                 s.spawn(move || {
                     for _ in 0..8 {
-                        d.give_back(backend, calls, create(backend, &[2 * MIB, 2 * MIB]));
+                        d.give_back(create(backend, &[2 * MIB, 2 * MIB]));
                     }
                 });
             }
@@ -263,5 +292,62 @@ mod tests {
         let snap = calls.snapshot();
         assert_eq!((snap.granules_released, snap.bytes_released), (64, 128 * MIB));
         assert_eq!(d.queued_bytes(), 0);
+    }
+
+    /// A pool's growth that the device refuses while memory the pool gave
+    /// back is still queued waits for the queue and tries again, and gives
+    /// back nothing else for it: on an emulated device of 1 GiB, 896 MiB
+    /// queued (groups of 128 MiB) and a request of 200 MiB in units mapped
+    /// alone (none is taken back). The
+    /// pool's last resort before OutOfMemory (releasing all unused memory,
+    /// then growing again) would also serve it, after giving back what the
+    /// refused growth had made.
+    #[test]
+    fn a_growth_the_device_refuses_waits_for_queued_memory() {
+        use crate::backend::BackendChoice;
+        use crate::pool::PoolAttribute;
+        use crate::pool::mem_pool::PoolRef;
+        use crate::runtime::Runtime;
+        let config = HostConfig { devices: 1, memory_per_device: 1 << 30, ..HostConfig::default() };
+        let rt = Runtime::builder().backend(BackendChoice::Host).host_config(config).build().unwrap();
+        let dev = rt.device(0).unwrap();
+        let pool = dev.create_mem_pool(0, 0).unwrap();
+        let PoolRef::Hipmem(core) = &pool.pool else { panic!("a hipmem pool") };
+        assert!(pool.mapping_unit().is_some(), "the host backend has virtual memory");
+        pool.set_planning(false).unwrap();
+        let s = dev.create_stream().unwrap();
+        // Known complete, without the synchronization's own release.
+        let complete = || {
+            pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).unwrap();
+            s.synchronize().unwrap();
+            pool.set_attribute(PoolAttribute::ReleaseThreshold, 0).unwrap();
+        };
+        let blocks: Vec<_> = (0..7).map(|_| pool.alloc_raw(128 * MIB, &s).unwrap()).collect();
+        for b in blocks {
+            rt.free_async(b, &s).unwrap();
+        }
+        complete();
+        // The pool gives its memory back through the queue, held.
+        lock(&core.deferred.shared.state).held = true;
+        let mut unmapped = Vec::new();
+        let released = core.release_unused_keeping(&rt, u64::MAX, 0, Some(&mut unmapped));
+        assert_eq!(released, 896 * MIB);
+        core.release_later(unmapped);
+        lock(&core.deferred.shared.state).held = false;
+        assert_eq!((pool.stats().reserved_current, core.deferred.queued_bytes()), (0, 896 * MIB));
+        // Each unit mapped alone now: nothing queued is of its size.
+        pool.set_growth_mapping(0).unwrap();
+        let before = pool.backend_calls().unwrap();
+        let big = pool.alloc_raw(200 * MIB, &s).expect("served once the queued memory went back");
+        let after = pool.backend_calls().unwrap();
+        assert_eq!(core.deferred.queued_bytes(), 0);
+        // Only the queue went back, not the units the refused growth had
+        // made (the last resort would give those back and make them again).
+        assert_eq!(after.bytes_released - before.bytes_released, 896 * MIB, "{before:?} -> {after:?}");
+        assert_eq!(after.bytes_created - before.bytes_created, 200 * MIB, "{before:?} -> {after:?}");
+        assert_eq!(pool.stats().reserved_current, 200 * MIB);
+        rt.free_async(big, &s).unwrap();
+        s.synchronize().unwrap();
+        pool.check_invariants().unwrap();
     }
 }

@@ -373,10 +373,7 @@ fn unit_granules() -> u64 {
 /// Undoes [`PoolCore::create_and_map`].
 fn unmap_and_release(calls: &CallCounts, vm: &dyn VirtualMemory, at: u64, size: u64, handle: u64) {
     let _ = vm.mem_unmap(DevicePtr(at), size);
-    if vm.mem_release(handle).is_ok() {
-        CallCounts::add(&calls.granules_released);
-        CallCounts::add_bytes(&calls.bytes_released, size);
-    }
+    super::deferred::release_now(vm, calls, handle, size);
 }
 
 /// Gives every device the pool's access to `size` mapped bytes at `at`
@@ -686,7 +683,7 @@ impl PoolCore {
                 return Ok(found);
             }
         }
-        self.release_unmapped(unmapped);
+        self.release_later(std::mem::take(unmapped));
         self.wait_for_own_frees(rt, stream);
         let before = self.calls.snapshot();
         let result = self.grow_by_moving(vm, vr, class, want, stream);
@@ -1384,12 +1381,6 @@ impl PoolCore {
         Ok(handle)
     }
 
-    /// Gives back every physical allocation in `unmapped` (on the release
-    /// worker).
-    fn release_unmapped(&self, unmapped: &mut Unmapped) {
-        self.release_later(std::mem::take(unmapped));
-    }
-
     /// Gives back (on the release worker) the physical allocations in
     /// `unmapped` that no size in `needed` (each used once) asks for.
     fn release_unmapped_but(&self, unmapped: &mut Unmapped, needed: &[u64]) {
@@ -1412,7 +1403,11 @@ impl PoolCore {
     fn release_or_keep(&self, handle: u64, len: u64, keep: Option<&mut Unmapped>) {
         match keep {
             Some(keep) => keep.push((handle, len)),
-            None => super::deferred::release_now(self.backend.as_ref(), &self.calls, handle, len),
+            None => {
+                if let Some(vm) = self.backend.virtual_memory() {
+                    super::deferred::release_now(vm, &self.calls, handle, len);
+                }
+            }
         }
     }
 

@@ -20,10 +20,10 @@
 //! pool held before the release. The worker waits [`GRACE`] before it
 //! starts, so that the growth that often follows a release at once (the
 //! next batch's first large block) maps memory the release unmapped instead
-//! of paying to give it back and to create it again. Whatever must be exact waits for the
-//! queue to empty ([`Deferred::wait_empty`]): trim, the release threshold at
-//! a synchronization, a creation the device refuses for lack of memory, and
-//! the pool's end.
+//! of paying to give it back and to create it again. Whatever must be exact
+//! waits for the queue to empty ([`Deferred::wait_empty`]): trim, the
+//! release threshold at a synchronization, a creation the device refuses
+//! for lack of memory, and the pool's end.
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
@@ -32,6 +32,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::core::{CallCounts, lock};
 use crate::backend::Backend;
+use crate::backend::virtual_memory::VirtualMemory;
 
 /// Physical allocations (handle, bytes) waiting to go back, and the worker
 /// that gives them back.
@@ -182,7 +183,9 @@ impl Shared {
                     }
                 }
             };
-            release_now(self.backend.as_ref(), &self.calls, next.0, next.1);
+            if let Some(vm) = self.backend.virtual_memory() {
+                release_now(vm, &self.calls, next.0, next.1);
+            }
         }
     }
 }
@@ -200,8 +203,7 @@ const GRACE: std::time::Duration = std::time::Duration::from_millis(2);
 /// Gives back the unmapped physical allocation `handle` of `len` bytes now,
 /// counted in `calls`; a failure is logged (the memory is lost to the pool
 /// either way).
-pub(super) fn release_now(backend: &dyn Backend, calls: &CallCounts, handle: u64, len: u64) {
-    let Some(vm) = backend.virtual_memory() else { return };
+pub(super) fn release_now(vm: &dyn VirtualMemory, calls: &CallCounts, handle: u64, len: u64) {
     match vm.mem_release(handle) {
         Ok(()) => {
             CallCounts::add(&calls.granules_released);
@@ -298,10 +300,9 @@ mod tests {
     /// back is still queued waits for the queue and tries again, and gives
     /// back nothing else for it: on an emulated device of 1 GiB, 896 MiB
     /// queued (groups of 128 MiB) and a request of 200 MiB in units mapped
-    /// alone (none is taken back). The
-    /// pool's last resort before OutOfMemory (releasing all unused memory,
-    /// then growing again) would also serve it, after giving back what the
-    /// refused growth had made.
+    /// alone (none is taken back). The pool's last resort before
+    /// OutOfMemory (releasing all unused memory, then growing again) would
+    /// also serve it, after giving back what the refused growth had made.
     #[test]
     fn a_growth_the_device_refuses_waits_for_queued_memory() {
         use crate::backend::BackendChoice;

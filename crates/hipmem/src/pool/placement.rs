@@ -59,6 +59,9 @@ enum State {
 struct Block {
     size: u64,
     segment: u64,
+    /// The size class of its segment (read on every take and free; a
+    /// lookup of the segment otherwise).
+    class: u8,
     state: State,
     /// When a free block last changed (the heap's count of frees then): how
     /// recently its memory was in use.
@@ -212,7 +215,7 @@ impl Heap {
         debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0);
         self.segments.insert(base, Segment { base, size, class: 0 });
         self.reserved += size;
-        self.blocks.insert(base, Block { size, segment: base, state: State::Allocated, freed: 0 });
+        self.blocks.insert(base, Block { size, segment: base, class: 0, state: State::Allocated, freed: 0 });
         self.allocated += size;
         self.release_block(base, Owner::Global);
     }
@@ -229,7 +232,10 @@ impl Heap {
     pub fn add_reservation_for(&mut self, class: usize, base: u64, size: u64) {
         debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0 && class < CLASSES);
         self.segments.insert(base, Segment { base, size, class });
-        self.blocks.insert(base, Block { size, segment: base, state: State::Unbacked, freed: 0 });
+        self.blocks.insert(
+            base,
+            Block { size, segment: base, class: class as u8, state: State::Unbacked, freed: 0 },
+        );
     }
 
     /// The unbacked ranges: (start, size), lowest first.
@@ -249,7 +255,7 @@ impl Heap {
     pub fn unbacked_ranges_of(&self, class: usize) -> Vec<(u64, u64)> {
         self.blocks
             .iter()
-            .filter(|(_, b)| b.state == State::Unbacked && self.class_of(b.segment) == class)
+            .filter(|(_, b)| b.state == State::Unbacked && usize::from(b.class) == class)
             .map(|(&a, b)| (a, b.size))
             .collect()
     }
@@ -270,10 +276,6 @@ impl Heap {
         let first =
             self.blocks.range(..=from).next_back().filter(|(a, b)| **a + b.size > from).map(|(a, _)| *a);
         self.blocks.range(first.unwrap_or(from)..to).map(|(&a, b)| (a, b.size, BlockKind::of(b.state)))
-    }
-
-    fn class_of(&self, segment: u64) -> usize {
-        self.segments.get(&segment).map(|s| s.class).unwrap_or(0)
     }
 
     /// The free block that ends exactly at `addr` and that stream `stream`
@@ -307,17 +309,32 @@ impl Heap {
         if addr > start {
             self.blocks.insert(
                 start,
-                Block { size: addr - start, segment: b.segment, state: State::Unbacked, freed: 0 },
+                Block {
+                    size: addr - start,
+                    segment: b.segment,
+                    class: b.class,
+                    state: State::Unbacked,
+                    freed: 0,
+                },
             );
         }
         let end = addr + size;
         if end < start + b.size {
             self.blocks.insert(
                 end,
-                Block { size: start + b.size - end, segment: b.segment, state: State::Unbacked, freed: 0 },
+                Block {
+                    size: start + b.size - end,
+                    segment: b.segment,
+                    class: b.class,
+                    state: State::Unbacked,
+                    freed: 0,
+                },
             );
         }
-        self.blocks.insert(addr, Block { size, segment: b.segment, state: State::Allocated, freed: 0 });
+        self.blocks.insert(
+            addr,
+            Block { size, segment: b.segment, class: b.class, state: State::Allocated, freed: 0 },
+        );
         self.allocated += size;
         self.reserved += size;
         self.release_block(addr, Owner::Global)
@@ -363,16 +380,16 @@ impl Heap {
         }
         let (&start, b) = self.blocks.range(..=addr).next_back().expect("checked above");
         let b = *b;
-        self.unindex(start, b.size, Owner::Global);
+        self.unindex(usize::from(b.class), start, b.size, Owner::Global);
         self.blocks.remove(&start);
         if addr > start {
             self.blocks.insert(start, Block { size: addr - start, ..b });
-            self.index(start, addr - start, Owner::Global);
+            self.index(usize::from(b.class), start, addr - start, Owner::Global);
         }
         let end = addr + size;
         if end < start + b.size {
             self.blocks.insert(end, Block { size: start + b.size - end, ..b });
-            self.index(end, start + b.size - end, Owner::Global);
+            self.index(usize::from(b.class), end, start + b.size - end, Owner::Global);
         }
         self.reserved -= size;
         // Merge with unbacked neighbours.
@@ -389,7 +406,10 @@ impl Heap {
                 sz += nb.size;
             }
         }
-        self.blocks.insert(s0, Block { size: sz, segment: b.segment, state: State::Unbacked, freed: 0 });
+        self.blocks.insert(
+            s0,
+            Block { size: sz, segment: b.segment, class: b.class, state: State::Unbacked, freed: 0 },
+        );
         true
     }
 
@@ -440,7 +460,10 @@ impl Heap {
                 sz += nb.size;
             }
         }
-        self.blocks.insert(s0, Block { size: sz, segment: b.segment, state: State::Unbacked, freed: 0 });
+        self.blocks.insert(
+            s0,
+            Block { size: sz, segment: b.segment, class: b.class, state: State::Unbacked, freed: 0 },
+        );
         true
     }
 
@@ -452,22 +475,27 @@ impl Heap {
     /// Takes exactly `[addr, addr + size)` out of the free block that holds
     /// it (which keeps its owner for the rest) and marks it allocated.
     pub fn take_range(&mut self, addr: u64, size: u64) -> Option<Owner> {
-        let (&start, b) = self.blocks.range(..=addr).next_back()?;
+        let (&start, b) = self.blocks.range_mut(..=addr).next_back()?;
         let State::Free(owner) = b.state else { return None };
         if addr + size > start + b.size || size == 0 || size % BLOCK_ALIGN != 0 {
             return None;
         }
+        let whole = *b;
+        let class = usize::from(whole.class);
         if start == addr {
-            return self.take(addr, size);
+            *b = Block { size, state: State::Allocated, freed: 0, ..whole };
+            self.unindex(class, addr, whole.size, owner);
+            self.taken(class, addr, size, whole, owner);
+            return Some(owner);
         }
-        // Split the block at `addr`: the front stays free, the back is
-        // taken as `take` takes a block (one unindexing, not three).
-        let b = *b;
-        let class = self.class_of(b.segment);
-        self.unindex_in(class, start, b.size, owner);
-        self.blocks.insert(start, Block { size: addr - start, ..b });
-        self.index_in(class, start, addr - start, owner);
-        self.take_unindexed(class, addr, size, Block { size: start + b.size - addr, ..b }, owner);
+        // Split the block at `addr`: the front stays free (shortened in
+        // place), the back is taken as `take` takes a block.
+        b.size = addr - start;
+        self.unindex(class, start, whole.size, owner);
+        self.index(class, start, addr - start, owner);
+        let back = Block { size: start + whole.size - addr, ..whole };
+        self.blocks.insert(addr, Block { size, state: State::Allocated, freed: 0, ..whole });
+        self.taken(class, addr, size, back, owner);
         Some(owner)
     }
 
@@ -638,7 +666,7 @@ impl Heap {
             let Some((&a, b)) = self.blocks.range(..=at).next_back() else { return false };
             let edge = !edge_only || at == a || at + size == a + b.size;
             // The class (a lookup) last: most places are taken or too small.
-            usable_by(b.state, stream) && at + size <= a + b.size && edge && self.class_of(b.segment) == class
+            usable_by(b.state, stream) && at + size <= a + b.size && edge && usize::from(b.class) == class
         })
     }
 
@@ -664,22 +692,24 @@ impl Heap {
     /// best-fit call) and marks them allocated; the rest stays free with the
     /// same owner. Returns the owner the bytes had.
     pub fn take(&mut self, addr: u64, size: u64) -> Option<Owner> {
-        let block = *self.blocks.get(&addr)?;
-        let State::Free(owner) = block.state else { return None };
-        if block.size < size || size == 0 || size % BLOCK_ALIGN != 0 {
+        let b = self.blocks.get_mut(&addr)?;
+        let State::Free(owner) = b.state else { return None };
+        if b.size < size || size == 0 || size % BLOCK_ALIGN != 0 {
             return None;
         }
-        let class = self.class_of(block.segment);
-        self.unindex_in(class, addr, block.size, owner);
-        self.take_unindexed(class, addr, size, block, owner);
+        let block = *b;
+        *b = Block { size, state: State::Allocated, freed: 0, ..block };
+        let class = usize::from(block.class);
+        self.unindex(class, addr, block.size, owner);
+        self.taken(class, addr, size, block, owner);
         Some(owner)
     }
 
-    /// The rest of [`Heap::take`] once the free `block` at `addr` (of size
-    /// class `class`, owned by `owner`) is unindexed: `size` bytes at its
-    /// start allocated, the rest a free block with the same owner.
-    fn take_unindexed(&mut self, class: usize, addr: u64, size: u64, block: Block, owner: Owner) {
-        self.blocks.insert(addr, Block { size, segment: block.segment, state: State::Allocated, freed: 0 });
+    /// The rest of a take once the free `block` at `addr` (of size class
+    /// `class`, owned by `owner`) is unindexed and its first `size` bytes
+    /// are an allocated block in the map: the count, the place, the
+    /// lending, and the rest of `block` a free block with the same owner.
+    fn taken(&mut self, class: usize, addr: u64, size: u64, block: Block, owner: Owner) {
         self.allocated += size;
         self.note_place(addr, size);
         if owner != Owner::Global {
@@ -688,11 +718,8 @@ impl Heap {
         let rest = block.size - size;
         if rest > 0 {
             let rest_addr = addr + size;
-            self.blocks.insert(
-                rest_addr,
-                Block { size: rest, segment: block.segment, state: State::Free(owner), freed: block.freed },
-            );
-            self.index_in(class, rest_addr, rest, owner);
+            self.blocks.insert(rest_addr, Block { size: rest, state: State::Free(owner), ..block });
+            self.index(class, rest_addr, rest, owner);
         }
     }
 
@@ -726,7 +753,7 @@ impl Heap {
         }
         self.allocated -= block.size;
         // Every block merged is of the same segment, so of the same class.
-        let class = self.class_of(block.segment);
+        let class = usize::from(block.class);
         let (mut start, mut size, mut owner) = (addr, block.size, owner);
         // Merge with the previous blocks (absorbing a global block can bring
         // a pending block of the same stream next to this one: a promotion
@@ -739,32 +766,40 @@ impl Heap {
             }
             let Some(merged) = merge(owner, p_owner, absorb) else { break };
             self.note_lent((start, size, owner), (p_addr, p.size, p_owner), merged);
-            self.unindex_in(class, p_addr, p.size, p_owner);
+            self.unindex(class, p_addr, p.size, p_owner);
             self.blocks.remove(&start);
             start = p_addr;
             size += p.size;
             owner = merged;
         }
         // Merge with the next blocks.
-        while let Some(n) = self.blocks.get(&(start + size)).copied() {
+        loop {
+            let n_addr = start + size;
+            let std::collections::btree_map::Entry::Occupied(next) = self.blocks.entry(n_addr) else { break };
+            let n = *next.get();
             let State::Free(n_owner) = n.state else { break };
             if n.segment != block.segment {
                 break;
             }
             let Some(merged) = merge(owner, n_owner, absorb) else { break };
-            let n_addr = start + size;
+            next.remove();
             self.note_lent((start, size, owner), (n_addr, n.size, n_owner), merged);
-            self.unindex_in(class, n_addr, n.size, n_owner);
-            self.blocks.remove(&n_addr);
+            self.unindex(class, n_addr, n.size, n_owner);
             size += n.size;
             owner = merged;
         }
         self.frees += 1;
         self.blocks.insert(
             start,
-            Block { size, segment: block.segment, state: State::Free(owner), freed: self.frees },
+            Block {
+                size,
+                segment: block.segment,
+                class: block.class,
+                state: State::Free(owner),
+                freed: self.frees,
+            },
         );
-        self.index_in(class, start, size, owner);
+        self.index(class, start, size, owner);
         true
     }
 
@@ -829,15 +864,15 @@ impl Heap {
             if to > start + b.size {
                 continue;
             }
-            self.unindex(start, b.size, owner);
+            self.unindex(usize::from(b.class), start, b.size, owner);
             self.blocks.remove(&start);
             if from > start {
                 self.blocks.insert(start, Block { size: from - start, ..b });
-                self.index(start, from - start, owner);
+                self.index(usize::from(b.class), start, from - start, owner);
             }
             if to < start + b.size {
                 self.blocks.insert(to, Block { size: start + b.size - to, ..b });
-                self.index(to, start + b.size - to, owner);
+                self.index(usize::from(b.class), to, start + b.size - to, owner);
             }
             // Freed as global memory, merging with global neighbours.
             self.blocks.insert(from, Block { size: to - from, state: State::Allocated, ..b });
@@ -865,7 +900,7 @@ impl Heap {
         for addr in ready {
             let Some(block) = self.blocks.get(&addr).copied() else { continue };
             let State::Free(owner) = block.state else { continue };
-            self.unindex(addr, block.size, owner);
+            self.unindex(usize::from(block.class), addr, block.size, owner);
             self.blocks.insert(addr, Block { state: State::Allocated, ..block });
             self.allocated += block.size;
             bytes += block.size;
@@ -898,25 +933,16 @@ impl Heap {
         if block.size != seg.size || block.state != State::Free(Owner::Global) {
             return None;
         }
-        self.unindex(base, block.size, Owner::Global);
+        self.unindex(usize::from(block.class), base, block.size, Owner::Global);
         self.blocks.remove(&base);
         self.segments.remove(&base);
         self.reserved -= seg.size;
         Some(seg)
     }
 
-    /// The size class of the segment that holds `addr`.
-    fn class_at(&self, addr: u64) -> usize {
-        self.segments.range(..=addr).next_back().map(|(_, s)| s.class).unwrap_or(0)
-    }
-
-    fn index(&mut self, addr: u64, size: u64, owner: Owner) {
-        let class = self.class_at(addr);
-        self.index_in(class, addr, size, owner);
-    }
-
-    /// [`Heap::index`] of a block in size class `class` (its segment's).
-    fn index_in(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
+    /// Adds the free block at `addr` to the free index of its owner, in
+    /// size class `class` (its segment's).
+    fn index(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
         match owner {
             Owner::Global => {
                 self.global_free[class].insert((size, addr));
@@ -929,13 +955,9 @@ impl Heap {
         }
     }
 
-    fn unindex(&mut self, addr: u64, size: u64, owner: Owner) {
-        let class = self.class_at(addr);
-        self.unindex_in(class, addr, size, owner);
-    }
-
-    /// [`Heap::unindex`] of a block in size class `class` (its segment's).
-    fn unindex_in(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
+    /// Removes the free block at `addr` from the free index of its owner,
+    /// in size class `class` (its segment's).
+    fn unindex(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
         match owner {
             Owner::Global => {
                 self.global_free[class].remove(&(size, addr));
@@ -996,6 +1018,12 @@ impl Heap {
                 }
                 if b.segment != seg.base {
                     return Err(format!("block {a:#x} names segment {:#x}", b.segment));
+                }
+                if usize::from(b.class) != seg.class {
+                    return Err(format!(
+                        "block {a:#x} has class {} in a segment of class {}",
+                        b.class, seg.class
+                    ));
                 }
                 match b.state {
                     State::Unbacked => {

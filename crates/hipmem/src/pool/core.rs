@@ -90,6 +90,9 @@ pub(crate) struct PoolCore {
     pub(super) backend: Arc<dyn crate::backend::Backend>,
     pub(super) backing: Backing,
     pub(super) heap: Mutex<Heap>,
+    /// Each stream's slot. Lock order: a slot's own (spin) lock is taken
+    /// last, under the heap's or this map's lock where one is held, and is
+    /// never held while another lock is taken.
     pub(super) slots: Mutex<super::addr_hash::NumMap<Arc<Slot>>>,
     pub(super) policy: ReusePolicy,
     pub(super) release_threshold: AtomicU64,

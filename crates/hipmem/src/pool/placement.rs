@@ -122,8 +122,9 @@ pub struct Heap {
     blocks: BTreeMap<u64, Block>,
     segments: BTreeMap<u64, Segment>,
     global_free: [BTreeSet<(u64, u64)>; CLASSES],
-    pending: NumMap<[BTreeSet<(u64, u64)>; CLASSES]>,
-    pending_bytes: NumMap<u64>,
+    /// Blocks pending on each stream: their index by class and their bytes
+    /// (one map, so that a change looks the stream up once).
+    pending: NumMap<Pending>,
     reserved: u64,
     allocated: u64,
     global_free_bytes: u64,
@@ -137,6 +138,15 @@ pub struct Heap {
     lent: BTreeMap<u64, (u64, u64)>,
     /// Physical pieces larger than one unit (groups): start → length.
     groups: BTreeMap<u64, u64>,
+}
+
+/// The blocks pending on one stream.
+#[derive(Debug, Default)]
+struct Pending {
+    /// (size, address) of each, by size class.
+    sets: [BTreeSet<(u64, u64)>; CLASSES],
+    /// Their bytes.
+    bytes: u64,
 }
 
 /// Free blocks [`Heap::best_fit_keeping_groups`] looks at, of each kind,
@@ -196,17 +206,17 @@ impl Heap {
 
     /// Bytes pending on `stream`.
     pub fn pending_bytes(&self, stream: u64) -> u64 {
-        self.pending_bytes.get(&stream).copied().unwrap_or(0)
+        self.pending.get(&stream).map_or(0, |p| p.bytes)
     }
 
     /// Streams that have pending free blocks.
     pub fn pending_streams(&self) -> Vec<u64> {
-        self.pending.iter().filter(|(_, sets)| sets.iter().any(|s| !s.is_empty())).map(|(&s, _)| s).collect()
+        self.pending.iter().filter(|(_, p)| p.sets.iter().any(|s| !s.is_empty())).map(|(&s, _)| s).collect()
     }
 
     /// Whether `stream` has pending free blocks.
     pub fn has_pending(&self, stream: u64) -> bool {
-        self.pending.get(&stream).is_some_and(|sets| sets.iter().any(|s| !s.is_empty()))
+        self.pending.get(&stream).is_some_and(|p| p.sets.iter().any(|s| !s.is_empty()))
     }
 
     /// Adds a segment as one global free block. `base` and `size` must be
@@ -593,7 +603,7 @@ impl Heap {
             })
         };
         let global = first_fit(self.global_free.get(class));
-        let own = first_fit(self.pending.get(&stream).and_then(|p| p.get(class)));
+        let own = first_fit(self.pending.get(&stream).and_then(|p| p.sets.get(class)));
         smaller_run(global, own).map(|(at, _)| at)
     }
 
@@ -627,7 +637,7 @@ impl Heap {
         size: u64,
         mut eligible: impl FnMut(u64) -> bool,
     ) -> Option<(u64, u64)> {
-        let set = self.pending.get(&stream)?.get(class)?;
+        let set = self.pending.get(&stream)?.sets.get(class)?;
         for &(s, a) in set.range((size, 0)..) {
             if let Some(Block { state: State::Free(Owner::Stream { tag, .. }), .. }) = self.blocks.get(&a) {
                 if eligible(*tag) {
@@ -887,8 +897,9 @@ impl Heap {
     /// global (its free has completed), coalescing with global neighbours.
     /// Returns the bytes made global.
     pub fn promote(&mut self, stream: u64, completed_below: u64) -> u64 {
-        let Some(sets) = self.pending.get(&stream) else { return 0 };
-        let ready: Vec<u64> = sets
+        let Some(pending) = self.pending.get(&stream) else { return 0 };
+        let ready: Vec<u64> = pending
+            .sets
             .iter()
             .flatten()
             .filter(|&&(_, a)| {
@@ -949,8 +960,9 @@ impl Heap {
                 self.global_free_bytes += size;
             }
             Owner::Stream { stream, .. } => {
-                self.pending.entry(stream).or_default()[class].insert((size, addr));
-                *self.pending_bytes.entry(stream).or_default() += size;
+                let p = self.pending.entry(stream).or_default();
+                p.sets[class].insert((size, addr));
+                p.bytes += size;
             }
         }
     }
@@ -964,16 +976,11 @@ impl Heap {
                 self.global_free_bytes -= size;
             }
             Owner::Stream { stream, .. } => {
-                if let Some(sets) = self.pending.get_mut(&stream) {
-                    sets[class].remove(&(size, addr));
-                    if sets.iter().all(|s| s.is_empty()) {
+                if let Some(p) = self.pending.get_mut(&stream) {
+                    p.sets[class].remove(&(size, addr));
+                    p.bytes -= size;
+                    if p.bytes == 0 {
                         self.pending.remove(&stream);
-                    }
-                }
-                if let Some(b) = self.pending_bytes.get_mut(&stream) {
-                    *b -= size;
-                    if *b == 0 {
-                        self.pending_bytes.remove(&stream);
                     }
                 }
             }
@@ -1039,9 +1046,10 @@ impl Heap {
                                 global_free += b.size;
                                 self.global_free[seg.class].contains(&(b.size, a))
                             }
-                            Owner::Stream { stream, .. } => {
-                                self.pending.get(&stream).is_some_and(|s| s[seg.class].contains(&(b.size, a)))
-                            }
+                            Owner::Stream { stream, .. } => self
+                                .pending
+                                .get(&stream)
+                                .is_some_and(|p| p.sets[seg.class].contains(&(b.size, a))),
                         };
                         if !indexed {
                             return Err(format!("free block {a:#x} is not indexed"));
@@ -1062,8 +1070,14 @@ impl Heap {
                 return Err(format!("segment {:#x} not covered", seg.base));
             }
         }
+        for (stream, p) in self.pending.iter() {
+            let bytes: u64 = p.sets.iter().flatten().map(|&(size, _)| size).sum();
+            if bytes != p.bytes || bytes == 0 {
+                return Err(format!("stream {stream}: {} pending bytes counted, {bytes} indexed", p.bytes));
+            }
+        }
         let indexed_blocks = self.global_free.iter().map(|s| s.len()).sum::<usize>()
-            + self.pending.values().flatten().map(|s| s.len()).sum::<usize>();
+            + self.pending.values().flat_map(|p| &p.sets).map(|s| s.len()).sum::<usize>();
         let free_blocks = self.blocks.values().filter(|b| matches!(b.state, State::Free(_))).count();
         if indexed_blocks != free_blocks {
             return Err(format!("{indexed_blocks} indexed, {free_blocks} free blocks"));

@@ -14,7 +14,9 @@ impl PoolCore {
     // ---- statistics and attributes ---------------------------------------------------------
 
     pub(super) fn used_current(&self) -> u64 {
-        let total: i64 = self.all_slots().iter().map(|s| s.lock().used).sum();
+        // Slot locks are taken under the slots lock here (a slot lock is
+        // held for a few instructions and never while another lock is taken).
+        let total: i64 = lock(&self.slots).values().map(|s| s.lock().used).sum();
         total.max(0) as u64
     }
 

@@ -1,10 +1,15 @@
 //! Placement: where in the pool's segments a block of a given size goes.
 //!
-//! Every block of every segment is in one address-ordered map. Free blocks
-//! are also indexed by `(size, address)` in size-ordered trees, so a request
-//! finds the smallest free block that fits (best fit, lowest address on ties)
-//! in O(log n); the chosen block is split and the remainder stays free; a
-//! freed block coalesces with free neighbours of its segment.
+//! The blocks of each segment tile it and form a list in address order
+//! (each block links to its neighbours), so a freed block finds the blocks
+//! it coalesces with without a search. A hash map finds a block by its
+//! start; the blocks that are not allocated (free, unbacked, shadowed) are
+//! also in an address-ordered tree, which finds the run holding an address.
+//! Free blocks are indexed by `(size, address)` in size-ordered trees, so a
+//! request finds the smallest free block that fits (best fit, lowest address
+//! on ties) in O(log n); the chosen block is split and the remainder stays
+//! free. A take and a free each change the trees two to five times (an
+//! address-ordered map of every block took twice as many changes).
 //!
 //! A free block has an *owner*:
 //! - [`Owner::Global`]: free for every stream (never used, or its free is known
@@ -15,10 +20,11 @@
 //!
 //! Coalescing keeps owners exact: global with global, and a stream's pending
 //! block with the same stream's pending blocks (the merged tag is the later
-//! one). A pending block never absorbs global space (that would hide memory
-//! no stream used behind one stream's pending free), and blocks pending on
-//! different streams never merge; once a stream's frees are known complete
-//! its blocks turn global and merge with their global neighbours.
+//! one). A pending block freed next to global free memory absorbs it, which
+//! is then only lent to that stream: another stream that needs it takes it
+//! back ([`Heap::reclaim_lent`], see `merge`). Blocks pending on different
+//! streams never merge; once a stream's frees are known complete its blocks
+//! turn global and merge with their global neighbours.
 #![forbid(unsafe_code)]
 
 use super::addr_hash::{AddrMap, NumMap};
@@ -55,8 +61,14 @@ enum State {
     Shadowed,
 }
 
+/// No block (the end of a segment's list).
+const NIL: u32 = u32::MAX;
+
+/// A block: a node of its segment's list, which links the blocks that tile
+/// the segment in address order.
 #[derive(Copy, Clone, Debug)]
 struct Block {
+    addr: u64,
     size: u64,
     segment: u64,
     /// The size class of its segment (read on every take and free; a
@@ -66,6 +78,9 @@ struct Block {
     /// When a free block last changed (the heap's count of frees then): how
     /// recently its memory was in use.
     freed: u64,
+    /// The blocks before and after it in its segment ([`NIL`] at the ends).
+    prev: u32,
+    next: u32,
 }
 
 /// A range obtained from the backend.
@@ -119,7 +134,15 @@ pub fn size_class(size: u64) -> usize {
 /// The pool's address space: segments, blocks and the free indexes.
 #[derive(Debug, Default)]
 pub struct Heap {
-    blocks: BTreeMap<u64, Block>,
+    /// Every block (slots of merged blocks are reused, see `spare`).
+    nodes: Vec<Block>,
+    /// Slots of `nodes` no block uses.
+    spare: Vec<u32>,
+    /// Where each block starts → its slot.
+    at: AddrMap<u32>,
+    /// Every block that is not allocated (free, unbacked or shadowed), by
+    /// start: what finds the run that holds an address.
+    runs: BTreeMap<u64, u32>,
     segments: BTreeMap<u64, Segment>,
     global_free: [BTreeSet<(u64, u64)>; CLASSES],
     /// Blocks pending on each stream: their index by class and their bytes
@@ -179,6 +202,160 @@ impl Heap {
         Heap::default()
     }
 
+    // ---- the block lists ---------------------------------------------------------
+
+    fn node(&self, i: u32) -> &Block {
+        &self.nodes[i as usize]
+    }
+
+    fn node_mut(&mut self, i: u32) -> &mut Block {
+        &mut self.nodes[i as usize]
+    }
+
+    /// The block that starts at `addr`.
+    fn block_at(&self, addr: u64) -> Option<u32> {
+        self.at.get(&addr).copied()
+    }
+
+    /// The block that is not allocated and holds `addr`.
+    fn run_holding(&self, addr: u64) -> Option<u32> {
+        let (_, &i) = self.runs.range(..=addr).next_back()?;
+        let b = self.node(i);
+        (addr < b.addr + b.size).then_some(i)
+    }
+
+    /// The block that holds `addr`, whatever it is (inside an allocated
+    /// block: a walk from the nearest run before it in its segment).
+    fn holding(&self, addr: u64) -> Option<u32> {
+        if let Some(i) = self.block_at(addr).or_else(|| self.run_holding(addr)) {
+            return Some(i);
+        }
+        let seg = self.segment_of(addr)?;
+        let mut i = match self.runs.range(seg.base..=addr).next_back() {
+            Some((_, &i)) => i,
+            None => self.block_at(seg.base)?,
+        };
+        loop {
+            let b = self.node(i);
+            if addr < b.addr + b.size {
+                return (b.addr <= addr).then_some(i);
+            }
+            if b.next == NIL {
+                return None;
+            }
+            i = b.next;
+        }
+    }
+
+    /// The blocks of a segment's list from `first` on.
+    fn walk(&self, first: Option<u32>) -> impl Iterator<Item = &Block> + '_ {
+        std::iter::successors(first, move |&i| Some(self.node(i).next).filter(|&n| n != NIL))
+            .map(move |i| self.node(i))
+    }
+
+    /// A block in a new slot (not linked, placed or indexed yet).
+    fn new_node(&mut self, b: Block) -> u32 {
+        match self.spare.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = b;
+                i
+            }
+            None => {
+                self.nodes.push(b);
+                u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 blocks")
+            }
+        }
+    }
+
+    /// A segment's first block (alone in its list).
+    fn first_node(&mut self, b: Block) -> u32 {
+        let i = self.new_node(Block { prev: NIL, next: NIL, ..b });
+        self.at.insert(b.addr, i);
+        if b.state != State::Allocated {
+            self.runs.insert(b.addr, i);
+        }
+        i
+    }
+
+    /// Splits block `i` at `offset` bytes: the back is a new block in the
+    /// same state, placed (by address, and among the runs if it is not
+    /// allocated) but not indexed. Returns the back's slot.
+    fn split(&mut self, i: u32, offset: u64) -> u32 {
+        let state = self.node(i).state;
+        self.split_as(i, offset, state)
+    }
+
+    /// [`Heap::split`], the back in `state`.
+    fn split_as(&mut self, i: u32, offset: u64, state: State) -> u32 {
+        let b = *self.node(i);
+        debug_assert!(offset > 0 && offset < b.size);
+        let addr = b.addr + offset;
+        let j = self.new_node(Block { addr, size: b.size - offset, state, prev: i, ..b });
+        self.node_mut(i).size = offset;
+        self.node_mut(i).next = j;
+        if b.next != NIL {
+            self.node_mut(b.next).prev = j;
+        }
+        self.at.insert(addr, j);
+        if state != State::Allocated {
+            self.runs.insert(addr, j);
+        }
+        j
+    }
+
+    /// Removes block `i` from its list and from the address map (its bytes
+    /// went to a neighbour; the caller unindexed it and took it out of the
+    /// runs).
+    fn unlink(&mut self, i: u32) {
+        let b = *self.node(i);
+        if b.prev != NIL {
+            self.node_mut(b.prev).next = b.next;
+        }
+        if b.next != NIL {
+            self.node_mut(b.next).prev = b.prev;
+        }
+        self.at.remove(&b.addr);
+        self.spare.push(i);
+    }
+
+    /// Sets the state of block `i`, keeping the runs (not the free indexes).
+    fn set_state(&mut self, i: u32, state: State) {
+        let b = self.node_mut(i);
+        let (was, addr) = (b.state, b.addr);
+        b.state = state;
+        match (was == State::Allocated, state == State::Allocated) {
+            (true, false) => {
+                self.runs.insert(addr, i);
+            }
+            (false, true) => {
+                self.runs.remove(&addr);
+            }
+            _ => {}
+        }
+    }
+
+    /// Merges unbacked block `i` with unbacked neighbours.
+    fn merge_unbacked(&mut self, i: u32) {
+        let mut i = i;
+        let p = self.node(i).prev;
+        if p != NIL && self.node(p).state == State::Unbacked {
+            let b = *self.node(i);
+            self.runs.remove(&b.addr);
+            self.unlink(i);
+            self.node_mut(p).size += b.size;
+            i = p;
+        }
+        let n = self.node(i).next;
+        if n != NIL && self.node(n).state == State::Unbacked {
+            let nb = *self.node(n);
+            self.runs.remove(&nb.addr);
+            self.unlink(n);
+            self.node_mut(i).size += nb.size;
+        }
+    }
+
+    // ---- totals ------------------------------------------------------------------
+
     /// Bytes in all segments.
     pub fn reserved(&self) -> u64 {
         self.reserved
@@ -219,13 +396,24 @@ impl Heap {
         self.pending.get(&stream).is_some_and(|p| p.sets.iter().any(|s| !s.is_empty()))
     }
 
+    // ---- segments and reservations -------------------------------------------------
+
     /// Adds a segment as one global free block. `base` and `size` must be
     /// multiples of [`BLOCK_ALIGN`] and the range must not overlap another.
     pub fn add_segment(&mut self, base: u64, size: u64) {
         debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0);
         self.segments.insert(base, Segment { base, size, class: 0 });
         self.reserved += size;
-        self.blocks.insert(base, Block { size, segment: base, class: 0, state: State::Allocated, freed: 0 });
+        self.first_node(Block {
+            addr: base,
+            size,
+            segment: base,
+            class: 0,
+            state: State::Allocated,
+            freed: 0,
+            prev: NIL,
+            next: NIL,
+        });
         self.allocated += size;
         self.release_block(base, Owner::Global);
     }
@@ -242,57 +430,74 @@ impl Heap {
     pub fn add_reservation_for(&mut self, class: usize, base: u64, size: u64) {
         debug_assert!(base % BLOCK_ALIGN == 0 && size % BLOCK_ALIGN == 0 && size > 0 && class < CLASSES);
         self.segments.insert(base, Segment { base, size, class });
-        self.blocks.insert(
-            base,
-            Block { size, segment: base, class: class as u8, state: State::Unbacked, freed: 0 },
-        );
+        self.first_node(Block {
+            addr: base,
+            size,
+            segment: base,
+            class: class as u8,
+            state: State::Unbacked,
+            freed: 0,
+            prev: NIL,
+            next: NIL,
+        });
     }
 
     /// The unbacked ranges: (start, size), lowest first.
     pub fn unbacked_ranges(&self) -> Vec<(u64, u64)> {
-        self.blocks.iter().filter(|(_, b)| b.state == State::Unbacked).map(|(&a, b)| (a, b.size)).collect()
+        self.runs
+            .values()
+            .map(|&i| self.node(i))
+            .filter(|b| b.state == State::Unbacked)
+            .map(|b| (b.addr, b.size))
+            .collect()
     }
 
     /// Whether `[addr, addr + size)` lies inside one unbacked range.
     pub fn is_unbacked(&self, addr: u64, size: u64) -> bool {
-        match self.blocks.range(..=addr).next_back() {
-            Some((&a, b)) => b.state == State::Unbacked && addr + size <= a + b.size,
-            None => false,
-        }
+        self.run_holding(addr)
+            .map(|i| self.node(i))
+            .is_some_and(|b| b.state == State::Unbacked && addr + size <= b.addr + b.size)
     }
 
     /// The unbacked ranges in reservations of size class `class`.
     pub fn unbacked_ranges_of(&self, class: usize) -> Vec<(u64, u64)> {
-        self.blocks
-            .iter()
-            .filter(|(_, b)| b.state == State::Unbacked && usize::from(b.class) == class)
-            .map(|(&a, b)| (a, b.size))
+        self.runs
+            .values()
+            .map(|&i| self.node(i))
+            .filter(|b| b.state == State::Unbacked && usize::from(b.class) == class)
+            .map(|b| (b.addr, b.size))
             .collect()
     }
 
     /// Every block of the reservations of size class `class`, in address
     /// order: (address, size, what it is).
     pub fn class_blocks(&self, class: usize) -> impl Iterator<Item = (u64, u64, BlockKind)> + '_ {
-        self.segments.values().filter(move |s| s.class == class).flat_map(move |seg| {
-            self.blocks
-                .range(seg.base..seg.base + seg.size)
-                .map(|(&a, b)| (a, b.size, BlockKind::of(b.state)))
-        })
+        self.segments
+            .values()
+            .filter(move |s| s.class == class)
+            .flat_map(move |seg| self.walk(self.block_at(seg.base)))
+            .map(|b| (b.addr, b.size, BlockKind::of(b.state)))
     }
 
     /// The blocks that overlap `[from, to)`, in address order: (address,
     /// size, what it is).
     pub fn blocks_between(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, u64, BlockKind)> + '_ {
-        let first =
-            self.blocks.range(..=from).next_back().filter(|(a, b)| **a + b.size > from).map(|(a, _)| *a);
-        self.blocks.range(first.unwrap_or(from)..to).map(|(&a, b)| (a, b.size, BlockKind::of(b.state)))
+        let lowest = self.segments.range(..=from).next_back().map_or(from, |(&base, _)| base);
+        self.segments
+            .range(lowest..to)
+            .flat_map(move |(_, seg)| {
+                let first = if seg.base >= from { self.block_at(seg.base) } else { self.holding(from) };
+                self.walk(first).take_while(move |b| b.addr < to)
+            })
+            .filter(move |b| b.addr + b.size > from)
+            .map(|b| (b.addr, b.size, BlockKind::of(b.state)))
     }
 
     /// The free block that ends exactly at `addr` and that stream `stream`
     /// may use at once (global, or pending on that stream), if any: its size.
     pub fn usable_free_ending_at(&self, addr: u64, stream: u64) -> u64 {
-        match self.blocks.range(..addr).next_back() {
-            Some((&a, b)) if a + b.size == addr && usable_by(b.state, stream) => b.size,
+        match self.runs.range(..addr).next_back().map(|(_, &i)| self.node(i)) {
+            Some(b) if b.addr + b.size == addr && usable_by(b.state, stream) => b.size,
             _ => 0,
         }
     }
@@ -300,7 +505,7 @@ impl Heap {
     /// The free block that starts exactly at `addr` and that stream `stream`
     /// may use at once, if any: its size.
     pub fn usable_free_starting_at(&self, addr: u64, stream: u64) -> u64 {
-        match self.blocks.get(&addr) {
+        match self.block_at(addr).map(|i| self.node(i)) {
             Some(b) if usable_by(b.state, stream) => b.size,
             _ => 0,
         }
@@ -310,41 +515,20 @@ impl Heap {
     /// free memory (it was just mapped), coalescing with free neighbours.
     /// Returns false if the range is not unbacked.
     pub fn back(&mut self, addr: u64, size: u64) -> bool {
-        let Some((&start, b)) = self.blocks.range(..=addr).next_back() else { return false };
-        let b = *b;
-        if b.state != State::Unbacked || addr + size > start + b.size || size == 0 {
+        let Some(i) = self.run_holding(addr) else { return false };
+        let b = *self.node(i);
+        if b.state != State::Unbacked || addr + size > b.addr + b.size || size == 0 {
             return false;
         }
-        self.blocks.remove(&start);
-        if addr > start {
-            self.blocks.insert(
-                start,
-                Block {
-                    size: addr - start,
-                    segment: b.segment,
-                    class: b.class,
-                    state: State::Unbacked,
-                    freed: 0,
-                },
-            );
+        let mut m = i;
+        if addr > b.addr {
+            m = self.split(i, addr - b.addr);
         }
-        let end = addr + size;
-        if end < start + b.size {
-            self.blocks.insert(
-                end,
-                Block {
-                    size: start + b.size - end,
-                    segment: b.segment,
-                    class: b.class,
-                    state: State::Unbacked,
-                    freed: 0,
-                },
-            );
+        if addr + size < b.addr + b.size {
+            self.split(m, size);
         }
-        self.blocks.insert(
-            addr,
-            Block { size, segment: b.segment, class: b.class, state: State::Allocated, freed: 0 },
-        );
+        self.set_state(m, State::Allocated);
+        self.node_mut(m).freed = 0;
         self.allocated += size;
         self.reserved += size;
         self.release_block(addr, Owner::Global)
@@ -358,27 +542,25 @@ impl Heap {
     /// The global free block that holds `[addr, addr + size)`, if one does:
     /// (its size, when it last changed: a count of the heap's frees).
     pub fn global_free_run(&self, addr: u64, size: u64) -> Option<(u64, u64)> {
-        let (&a, b) = self.blocks.range(..=addr).next_back()?;
-        (b.state == State::Free(Owner::Global) && addr + size <= a + b.size).then_some((b.size, b.freed))
+        let b = self.node(self.run_holding(addr)?);
+        (b.state == State::Free(Owner::Global) && addr + size <= b.addr + b.size).then_some((b.size, b.freed))
     }
 
     /// Every global free block of at least `min` bytes: (address, size), in
     /// address order.
     pub fn global_free_blocks(&self, min: u64) -> Vec<(u64, u64)> {
-        self.blocks
-            .iter()
-            .filter(|(_, b)| b.state == State::Free(Owner::Global) && b.size >= min)
-            .map(|(&a, b)| (a, b.size))
+        self.runs
+            .values()
+            .map(|&i| self.node(i))
+            .filter(|b| b.state == State::Free(Owner::Global) && b.size >= min)
+            .map(|b| (b.addr, b.size))
             .collect()
     }
 
     /// Whether `[addr, addr + size)` lies inside one global free block (so its
     /// memory may be unmapped).
     pub fn is_global_free(&self, addr: u64, size: u64) -> bool {
-        match self.blocks.range(..=addr).next_back() {
-            Some((&a, b)) => b.state == State::Free(Owner::Global) && addr + size <= a + b.size,
-            None => false,
-        }
+        self.global_free_run(addr, size).is_some()
     }
 
     /// Turns `[addr, addr + size)`, inside one global free block, back into
@@ -388,38 +570,24 @@ impl Heap {
         if !self.is_global_free(addr, size) || size == 0 {
             return false;
         }
-        let (&start, b) = self.blocks.range(..=addr).next_back().expect("checked above");
-        let b = *b;
-        self.unindex(usize::from(b.class), start, b.size, Owner::Global);
-        self.blocks.remove(&start);
-        if addr > start {
-            self.blocks.insert(start, Block { size: addr - start, ..b });
-            self.index(usize::from(b.class), start, addr - start, Owner::Global);
+        let i = self.run_holding(addr).expect("checked above");
+        let b = *self.node(i);
+        let class = usize::from(b.class);
+        self.unindex(class, b.addr, b.size, Owner::Global);
+        let mut m = i;
+        if addr > b.addr {
+            m = self.split(i, addr - b.addr);
+            self.index(class, b.addr, addr - b.addr, Owner::Global);
         }
         let end = addr + size;
-        if end < start + b.size {
-            self.blocks.insert(end, Block { size: start + b.size - end, ..b });
-            self.index(usize::from(b.class), end, start + b.size - end, Owner::Global);
+        if end < b.addr + b.size {
+            self.split(m, size);
+            self.index(class, end, b.addr + b.size - end, Owner::Global);
         }
         self.reserved -= size;
-        // Merge with unbacked neighbours.
-        let (mut s0, mut sz) = (addr, size);
-        if let Some((&pa, pb)) = self.blocks.range(..addr).next_back() {
-            if pb.state == State::Unbacked && pa + pb.size == addr && pb.segment == b.segment {
-                s0 = pa;
-                sz += pb.size;
-            }
-        }
-        if let Some(nb) = self.blocks.get(&end).copied() {
-            if nb.state == State::Unbacked && nb.segment == b.segment {
-                self.blocks.remove(&end);
-                sz += nb.size;
-            }
-        }
-        self.blocks.insert(
-            s0,
-            Block { size: sz, segment: b.segment, class: b.class, state: State::Unbacked, freed: 0 },
-        );
+        self.set_state(m, State::Unbacked);
+        self.node_mut(m).freed = 0;
+        self.merge_unbacked(m);
         true
     }
 
@@ -430,7 +598,8 @@ impl Heap {
         if !self.carve_global(addr, size) {
             return false;
         }
-        self.blocks.entry(addr).and_modify(|b| b.state = State::Shadowed);
+        let i = self.block_at(addr).expect("carved above");
+        self.set_state(i, State::Shadowed);
         self.reserved -= size;
         true
     }
@@ -438,8 +607,10 @@ impl Heap {
     /// Turns the shadowed block at `addr` (of `size` bytes) back into global
     /// free memory (its physical memory is used here again), coalescing.
     pub fn unshadow(&mut self, addr: u64, size: u64) -> bool {
-        match self.blocks.get_mut(&addr) {
-            Some(b) if b.state == State::Shadowed && b.size == size => b.state = State::Allocated,
+        match self.block_at(addr) {
+            Some(i) if self.node(i).state == State::Shadowed && self.node(i).size == size => {
+                self.set_state(i, State::Allocated)
+            }
             _ => return false,
         }
         self.allocated += size;
@@ -451,61 +622,71 @@ impl Heap {
     /// addresses (that mapping is about to go), merging with unbacked
     /// neighbours.
     pub fn unback_shadowed(&mut self, addr: u64, size: u64) -> bool {
-        let b = match self.blocks.get(&addr) {
-            Some(b) if b.state == State::Shadowed && b.size == size => *b,
-            _ => return false,
-        };
-        let (mut s0, mut sz) = (addr, size);
-        if let Some((&pa, pb)) = self.blocks.range(..addr).next_back() {
-            if pb.state == State::Unbacked && pa + pb.size == addr && pb.segment == b.segment {
-                s0 = pa;
-                sz += pb.size;
+        match self.block_at(addr) {
+            Some(i) if self.node(i).state == State::Shadowed && self.node(i).size == size => {
+                self.set_state(i, State::Unbacked);
+                self.node_mut(i).freed = 0;
+                self.merge_unbacked(i);
+                true
             }
+            _ => false,
         }
-        self.blocks.remove(&addr);
-        let end = addr + size;
-        if let Some(nb) = self.blocks.get(&end).copied() {
-            if nb.state == State::Unbacked && nb.segment == b.segment {
-                self.blocks.remove(&end);
-                sz += nb.size;
-            }
-        }
-        self.blocks.insert(
-            s0,
-            Block { size: sz, segment: b.segment, class: b.class, state: State::Unbacked, freed: 0 },
-        );
-        true
     }
 
     /// Whether the block at `addr` is shadowed and `size` bytes long.
     pub fn is_shadowed(&self, addr: u64, size: u64) -> bool {
-        matches!(self.blocks.get(&addr), Some(b) if b.state == State::Shadowed && b.size == size)
+        self.block_at(addr)
+            .map(|i| self.node(i))
+            .is_some_and(|b| b.state == State::Shadowed && b.size == size)
     }
+
+    // ---- taking blocks -------------------------------------------------------------
 
     /// Takes exactly `[addr, addr + size)` out of the free block that holds
     /// it (which keeps its owner for the rest) and marks it allocated.
     pub fn take_range(&mut self, addr: u64, size: u64) -> Option<Owner> {
-        let (&start, b) = self.blocks.range_mut(..=addr).next_back()?;
+        let i = self.run_holding(addr)?;
+        self.take_in(i, addr, size)
+    }
+
+    /// Takes `size` bytes from the start of the free block at `addr` (found by a
+    /// best-fit call) and marks them allocated; the rest stays free with the
+    /// same owner. Returns the owner the bytes had.
+    pub fn take(&mut self, addr: u64, size: u64) -> Option<Owner> {
+        let i = self.block_at(addr)?;
+        self.take_in(i, addr, size)
+    }
+
+    /// Takes `[addr, addr + size)` out of free block `i`, which holds it.
+    fn take_in(&mut self, i: u32, addr: u64, size: u64) -> Option<Owner> {
+        let b = *self.node(i);
         let State::Free(owner) = b.state else { return None };
-        if addr + size > start + b.size || size == 0 || size % BLOCK_ALIGN != 0 {
+        if addr < b.addr || addr + size > b.addr + b.size || size == 0 || size % BLOCK_ALIGN != 0 {
             return None;
         }
-        let whole = *b;
-        let class = usize::from(whole.class);
-        if start == addr {
-            *b = Block { size, state: State::Allocated, freed: 0, ..whole };
-            self.unindex(class, addr, whole.size, owner);
-            self.taken(class, addr, size, whole, owner);
-            return Some(owner);
+        let class = usize::from(b.class);
+        self.unindex(class, b.addr, b.size, owner);
+        // The block at `addr`: the front stays free (it keeps its start and
+        // its place among the runs), or the whole block is taken.
+        let m = if addr > b.addr {
+            self.index(class, b.addr, addr - b.addr, owner);
+            self.split_as(i, addr - b.addr, State::Allocated)
+        } else {
+            self.set_state(i, State::Allocated);
+            i
+        };
+        let end = addr + size;
+        if end < b.addr + b.size {
+            // The rest: free with the same owner.
+            self.split_as(m, size, State::Free(owner));
+            self.index(class, end, b.addr + b.size - end, owner);
         }
-        // Split the block at `addr`: the front stays free (shortened in
-        // place), the back is taken as `take` takes a block.
-        b.size = addr - start;
-        self.unindex(class, start, whole.size, owner);
-        self.index(class, start, addr - start, owner);
-        let back = Block { size: start + whole.size - addr, ..whole };
-        self.blocks.insert(addr, Block { size, state: State::Allocated, freed: 0, ..whole });
-        self.taken(class, addr, size, back, owner);
+        self.node_mut(m).freed = 0;
+        self.allocated += size;
+        self.note_place(addr, size);
+        if owner != Owner::Global {
+            self.end_lending(addr, end);
+        }
         Some(owner)
     }
 
@@ -526,9 +707,10 @@ impl Heap {
     /// memory is still backed.
     pub fn remove_reservation(&mut self, base: u64) -> bool {
         let Some(seg) = self.segments.get(&base).copied() else { return false };
-        match self.blocks.get(&base) {
-            Some(b) if b.state == State::Unbacked && b.size == seg.size => {
-                self.blocks.remove(&base);
+        match self.block_at(base) {
+            Some(i) if self.node(i).state == State::Unbacked && self.node(i).size == seg.size => {
+                self.runs.remove(&base);
+                self.unlink(i);
                 self.segments.remove(&base);
                 true
             }
@@ -639,7 +821,9 @@ impl Heap {
     ) -> Option<(u64, u64)> {
         let set = self.pending.get(&stream)?.sets.get(class)?;
         for &(s, a) in set.range((size, 0)..) {
-            if let Some(Block { state: State::Free(Owner::Stream { tag, .. }), .. }) = self.blocks.get(&a) {
+            if let Some(Block { state: State::Free(Owner::Stream { tag, .. }), .. }) =
+                self.block_at(a).map(|i| self.node(i))
+            {
                 if eligible(*tag) {
                     return Some((a, s));
                 }
@@ -650,7 +834,7 @@ impl Heap {
 
     /// The tag of the pending block at `addr`.
     pub fn pending_tag(&self, addr: u64) -> Option<(u64, u64)> {
-        match self.blocks.get(&addr)?.state {
+        match self.node(self.block_at(addr)?).state {
             State::Free(Owner::Stream { stream, tag }) => Some((stream, tag)),
             _ => None,
         }
@@ -673,9 +857,9 @@ impl Heap {
     pub fn place_fit(&self, class: usize, size: u64, stream: u64, edge_only: bool) -> Option<u64> {
         let places = self.places.as_ref()?.get(&size)?;
         places.iter().rev().copied().find(|&at| {
-            let Some((&a, b)) = self.blocks.range(..=at).next_back() else { return false };
+            let Some(b) = self.run_holding(at).map(|i| self.node(i)) else { return false };
+            let a = b.addr;
             let edge = !edge_only || at == a || at + size == a + b.size;
-            // The class (a lookup) last: most places are taken or too small.
             usable_by(b.state, stream) && at + size <= a + b.size && edge && usize::from(b.class) == class
         })
     }
@@ -698,54 +882,19 @@ impl Heap {
         self.places.as_ref().and_then(|p| p.get(&size).cloned()).unwrap_or_default()
     }
 
-    /// Takes `size` bytes from the start of the free block at `addr` (found by a
-    /// best-fit call) and marks them allocated; the rest stays free with the
-    /// same owner. Returns the owner the bytes had.
-    pub fn take(&mut self, addr: u64, size: u64) -> Option<Owner> {
-        let b = self.blocks.get_mut(&addr)?;
-        let State::Free(owner) = b.state else { return None };
-        if b.size < size || size == 0 || size % BLOCK_ALIGN != 0 {
-            return None;
-        }
-        let block = *b;
-        *b = Block { size, state: State::Allocated, freed: 0, ..block };
-        let class = usize::from(block.class);
-        self.unindex(class, addr, block.size, owner);
-        self.taken(class, addr, size, block, owner);
-        Some(owner)
-    }
-
-    /// The rest of a take once the free `block` at `addr` (of size class
-    /// `class`, owned by `owner`) is unindexed and its first `size` bytes
-    /// are an allocated block in the map: the count, the place, the
-    /// lending, and the rest of `block` a free block with the same owner.
-    fn taken(&mut self, class: usize, addr: u64, size: u64, block: Block, owner: Owner) {
-        self.allocated += size;
-        self.note_place(addr, size);
-        if owner != Owner::Global {
-            self.end_lending(addr, addr + size);
-        }
-        let rest = block.size - size;
-        if rest > 0 {
-            let rest_addr = addr + size;
-            self.blocks.insert(rest_addr, Block { size: rest, state: State::Free(owner), ..block });
-            self.index(class, rest_addr, rest, owner);
-        }
-    }
-
     /// The size of the allocated block at `addr`, if there is one.
     pub fn allocated_size(&self, addr: u64) -> Option<u64> {
-        match self.blocks.get(&addr) {
-            Some(Block { size, state: State::Allocated, .. }) => Some(*size),
-            _ => None,
-        }
+        let b = self.node(self.block_at(addr)?);
+        (b.state == State::Allocated).then_some(b.size)
     }
 
     /// The allocated block containing `addr`: (base, size).
     pub fn allocated_block_containing(&self, addr: u64) -> Option<(u64, u64)> {
-        let (&base, b) = self.blocks.range(..=addr).next_back()?;
-        (b.state == State::Allocated && addr < base + b.size).then_some((base, b.size))
+        let b = self.node(self.holding(addr)?);
+        (b.state == State::Allocated).then_some((b.addr, b.size))
     }
+
+    // ---- freeing blocks ------------------------------------------------------------
 
     /// Marks the allocated block at `addr` free with `owner` and coalesces it
     /// (a stream's pending block absorbs global neighbours, see
@@ -757,58 +906,67 @@ impl Heap {
     /// [`Heap::release_block`]; with `absorb` false, global and pending
     /// blocks stay apart.
     fn release_block_as(&mut self, addr: u64, owner: Owner, absorb: bool) -> bool {
-        let Some(block) = self.blocks.get(&addr).copied() else { return false };
+        let Some(i) = self.block_at(addr) else { return false };
+        let block = *self.node(i);
         if block.state != State::Allocated {
             return false;
         }
         self.allocated -= block.size;
-        // Every block merged is of the same segment, so of the same class.
+        // Every block merged is of the same segment (the list's), so of the
+        // same class.
         let class = usize::from(block.class);
-        let (mut start, mut size, mut owner) = (addr, block.size, owner);
+        // The block that ends up holding the run, its bytes, its owner, and
+        // whether it is among the runs already.
+        let (mut m, mut size, mut owner, mut listed) = (i, block.size, owner, false);
         // Merge with the previous blocks (absorbing a global block can bring
         // a pending block of the same stream next to this one: a promotion
         // leaves them apart).
-        while let Some((&p_addr, p)) = self.blocks.range(..start).next_back() {
-            let p = *p;
-            let State::Free(p_owner) = p.state else { break };
-            if p.segment != block.segment || p_addr + p.size != start {
+        loop {
+            let p_i = self.node(m).prev;
+            if p_i == NIL {
                 break;
             }
+            let p = *self.node(p_i);
+            let State::Free(p_owner) = p.state else { break };
             let Some(merged) = merge(owner, p_owner, absorb) else { break };
-            self.note_lent((start, size, owner), (p_addr, p.size, p_owner), merged);
-            self.unindex(class, p_addr, p.size, p_owner);
-            self.blocks.remove(&start);
-            start = p_addr;
+            let start = self.node(m).addr;
+            self.note_lent((start, size, owner), (p.addr, p.size, p_owner), merged);
+            self.unindex(class, p.addr, p.size, p_owner);
+            if listed {
+                self.runs.remove(&start);
+            }
+            self.unlink(m);
+            (m, listed) = (p_i, true);
             size += p.size;
             owner = merged;
         }
         // Merge with the next blocks.
         loop {
-            let n_addr = start + size;
-            let std::collections::btree_map::Entry::Occupied(next) = self.blocks.entry(n_addr) else { break };
-            let n = *next.get();
-            let State::Free(n_owner) = n.state else { break };
-            if n.segment != block.segment {
+            let n_i = self.node(m).next;
+            if n_i == NIL {
                 break;
             }
+            let n = *self.node(n_i);
+            let State::Free(n_owner) = n.state else { break };
             let Some(merged) = merge(owner, n_owner, absorb) else { break };
-            next.remove();
-            self.note_lent((start, size, owner), (n_addr, n.size, n_owner), merged);
-            self.unindex(class, n_addr, n.size, n_owner);
+            let start = self.node(m).addr;
+            self.note_lent((start, size, owner), (n.addr, n.size, n_owner), merged);
+            self.unindex(class, n.addr, n.size, n_owner);
+            self.runs.remove(&n.addr);
+            self.unlink(n_i);
             size += n.size;
             owner = merged;
         }
         self.frees += 1;
-        self.blocks.insert(
-            start,
-            Block {
-                size,
-                segment: block.segment,
-                class: block.class,
-                state: State::Free(owner),
-                freed: self.frees,
-            },
-        );
+        let frees = self.frees;
+        let b = self.node_mut(m);
+        b.size = size;
+        b.state = State::Free(owner);
+        b.freed = frees;
+        let start = b.addr;
+        if !listed {
+            self.runs.insert(start, m);
+        }
         self.index(class, start, size, owner);
         true
     }
@@ -868,24 +1026,26 @@ impl Heap {
         let mut bytes = 0;
         for (from, to) in ranges {
             self.lent.remove(&from);
-            let Some((&start, b)) = self.blocks.range(..=from).next_back() else { continue };
-            let b = *b;
+            let Some(i) = self.run_holding(from) else { continue };
+            let b = *self.node(i);
             let State::Free(owner @ Owner::Stream { .. }) = b.state else { continue };
-            if to > start + b.size {
+            if to > b.addr + b.size {
                 continue;
             }
-            self.unindex(usize::from(b.class), start, b.size, owner);
-            self.blocks.remove(&start);
-            if from > start {
-                self.blocks.insert(start, Block { size: from - start, ..b });
-                self.index(usize::from(b.class), start, from - start, owner);
+            let class = usize::from(b.class);
+            self.unindex(class, b.addr, b.size, owner);
+            let mut m = i;
+            if from > b.addr {
+                self.index(class, b.addr, from - b.addr, owner);
+                m = self.split_as(i, from - b.addr, State::Allocated);
+            } else {
+                self.set_state(i, State::Allocated);
             }
-            if to < start + b.size {
-                self.blocks.insert(to, Block { size: start + b.size - to, ..b });
-                self.index(usize::from(b.class), to, start + b.size - to, owner);
+            if to < b.addr + b.size {
+                self.split_as(m, to - from, State::Free(owner));
+                self.index(class, to, b.addr + b.size - to, owner);
             }
             // Freed as global memory, merging with global neighbours.
-            self.blocks.insert(from, Block { size: to - from, state: State::Allocated, ..b });
             self.allocated += to - from;
             self.release_block_as(from, Owner::Global, false);
             bytes += to - from;
@@ -903,16 +1063,19 @@ impl Heap {
             .iter()
             .flatten()
             .filter(|&&(_, a)| {
-                matches!(self.blocks.get(&a), Some(Block { state: State::Free(Owner::Stream { tag, .. }), .. }) if *tag < completed_below)
+                self.block_at(a).map(|i| self.node(i)).is_some_and(
+                    |b| matches!(b.state, State::Free(Owner::Stream { tag, .. }) if tag < completed_below),
+                )
             })
             .map(|&(_, a)| a)
             .collect();
         let mut bytes = 0;
         for addr in ready {
-            let Some(block) = self.blocks.get(&addr).copied() else { continue };
+            let Some(i) = self.block_at(addr) else { continue };
+            let block = *self.node(i);
             let State::Free(owner) = block.state else { continue };
             self.unindex(usize::from(block.class), addr, block.size, owner);
-            self.blocks.insert(addr, Block { state: State::Allocated, ..block });
+            self.set_state(i, State::Allocated);
             self.allocated += block.size;
             bytes += block.size;
             self.end_lending(addr, addr + block.size);
@@ -926,26 +1089,25 @@ impl Heap {
         self.segments
             .values()
             .filter(|s| {
-                matches!(self.blocks.get(&s.base), Some(b) if b.size == s.size && b.state == State::Free(Owner::Global))
-                    && !self.has_unbacked(s)
+                self.block_at(s.base)
+                    .map(|i| self.node(i))
+                    .is_some_and(|b| b.size == s.size && b.state == State::Free(Owner::Global))
             })
             .copied()
             .collect()
     }
 
-    fn has_unbacked(&self, s: &Segment) -> bool {
-        self.blocks.range(s.base..s.base + s.size).any(|(_, b)| b.state == State::Unbacked)
-    }
-
     /// Removes a releasable segment (see [`Heap::releasable_segments`]).
     pub fn remove_segment(&mut self, base: u64) -> Option<Segment> {
         let seg = *self.segments.get(&base)?;
-        let block = *self.blocks.get(&base)?;
+        let i = self.block_at(base)?;
+        let block = *self.node(i);
         if block.size != seg.size || block.state != State::Free(Owner::Global) {
             return None;
         }
         self.unindex(usize::from(block.class), base, block.size, Owner::Global);
-        self.blocks.remove(&base);
+        self.runs.remove(&base);
+        self.unlink(i);
         self.segments.remove(&base);
         self.reserved -= seg.size;
         Some(seg)
@@ -991,37 +1153,49 @@ impl Heap {
     /// (an allocated block reads [`super::layout::RunKind::Live`]).
     pub fn blocks_in_order(&self) -> impl Iterator<Item = (u64, u64, super::layout::RunKind)> + '_ {
         use super::layout::RunKind;
-        self.blocks.iter().map(|(&addr, b)| {
+        self.segments.values().flat_map(move |seg| self.walk(self.block_at(seg.base))).map(|b| {
             let kind = match b.state {
                 State::Allocated => RunKind::Live,
                 State::Free(Owner::Global) => RunKind::Free,
                 State::Free(Owner::Stream { .. }) => RunKind::PendingFree,
                 State::Unbacked | State::Shadowed => RunKind::Unbacked,
             };
-            (addr, b.size, kind)
+            (b.addr, b.size, kind)
         })
     }
 
-    /// Checks every invariant (for tests): blocks tile each segment, indexes
-    /// match the blocks, no two adjacent compatible free blocks, totals add up.
+    /// Checks every invariant (for tests): blocks tile each segment and are
+    /// linked in order, the address map and the runs match the blocks,
+    /// indexes match the free blocks, no two adjacent compatible free
+    /// blocks, totals add up.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut allocated = 0;
         let mut global_free = 0;
         let mut reserved = 0;
+        let (mut blocks, mut runs, mut free_blocks) = (0usize, 0usize, 0usize);
         for seg in self.segments.values() {
             reserved += seg.size;
-            let unbacked: u64 = self
-                .blocks
-                .range(seg.base..seg.base + seg.size)
-                .filter(|(_, b)| matches!(b.state, State::Unbacked | State::Shadowed))
-                .map(|(_, b)| b.size)
-                .sum();
-            reserved -= unbacked;
+            let Some(first) = self.block_at(seg.base) else {
+                return Err(format!("segment {:#x} has no first block", seg.base));
+            };
+            if self.node(first).prev != NIL {
+                return Err(format!("segment {:#x}: its first block has a previous one", seg.base));
+            }
             let mut at = seg.base;
-            let mut prev: Option<State> = None;
-            for (&a, b) in self.blocks.range(seg.base..seg.base + seg.size) {
+            let mut prev: Option<(u32, State)> = None;
+            let mut i = first;
+            loop {
+                let b = self.node(i);
+                let a = b.addr;
+                blocks += 1;
                 if a != at {
                     return Err(format!("gap or overlap at {a:#x} (expected {at:#x})"));
+                }
+                if self.block_at(a) != Some(i) {
+                    return Err(format!("block {a:#x} is not in the address map"));
+                }
+                if b.prev != prev.map_or(NIL, |p| p.0) {
+                    return Err(format!("block {a:#x}: its previous link is wrong"));
                 }
                 if b.segment != seg.base {
                     return Err(format!("block {a:#x} names segment {:#x}", b.segment));
@@ -1032,15 +1206,23 @@ impl Heap {
                         b.class, seg.class
                     ));
                 }
+                if b.state != State::Allocated {
+                    runs += 1;
+                    if self.runs.get(&a) != Some(&i) {
+                        return Err(format!("block {a:#x} ({:?}) is not among the runs", b.state));
+                    }
+                }
                 match b.state {
                     State::Unbacked => {
-                        if prev == Some(State::Unbacked) {
+                        reserved -= b.size;
+                        if prev.map(|p| p.1) == Some(State::Unbacked) {
                             return Err(format!("adjacent unbacked blocks not merged at {a:#x}"));
                         }
                     }
-                    State::Shadowed => {}
+                    State::Shadowed => reserved -= b.size,
                     State::Allocated => allocated += b.size,
                     State::Free(o) => {
+                        free_blocks += 1;
                         let indexed = match o {
                             Owner::Global => {
                                 global_free += b.size;
@@ -1054,7 +1236,7 @@ impl Heap {
                         if !indexed {
                             return Err(format!("free block {a:#x} is not indexed"));
                         }
-                        if let Some(State::Free(p)) = prev {
+                        if let Some((_, State::Free(p))) = prev {
                             if merge(o, p, false).is_some() {
                                 return Err(format!(
                                     "adjacent free blocks not merged at {a:#x}: {p:?} then {o:?}"
@@ -1063,12 +1245,29 @@ impl Heap {
                         }
                     }
                 }
-                prev = Some(b.state);
+                prev = Some((i, b.state));
                 at = a + b.size;
+                if b.next == NIL {
+                    break;
+                }
+                if blocks > self.nodes.len() {
+                    return Err(format!("segment {:#x}: its list has a cycle", seg.base));
+                }
+                i = b.next;
             }
             if at != seg.base + seg.size {
                 return Err(format!("segment {:#x} not covered", seg.base));
             }
+        }
+        if blocks != self.at.len() || blocks + self.spare.len() != self.nodes.len() || runs != self.runs.len()
+        {
+            return Err(format!(
+                "{blocks} blocks in the lists, {} in the address map, {} slots ({} spare), {runs} runs of {} listed",
+                self.at.len(),
+                self.nodes.len(),
+                self.spare.len(),
+                self.runs.len()
+            ));
         }
         for (stream, p) in self.pending.iter() {
             let bytes: u64 = p.sets.iter().flatten().map(|&(size, _)| size).sum();
@@ -1078,7 +1277,6 @@ impl Heap {
         }
         let indexed_blocks = self.global_free.iter().map(|s| s.len()).sum::<usize>()
             + self.pending.values().flat_map(|p| &p.sets).map(|s| s.len()).sum::<usize>();
-        let free_blocks = self.blocks.values().filter(|b| matches!(b.state, State::Free(_))).count();
         if indexed_blocks != free_blocks {
             return Err(format!("{indexed_blocks} indexed, {free_blocks} free blocks"));
         }
@@ -1086,9 +1284,9 @@ impl Heap {
             return Err("totals disagree".into());
         }
         for (&from, &(to, stream)) in &self.lent {
-            let holder = self.blocks.range(..=from).next_back();
-            let inside = holder.is_some_and(|(&a, b)| {
-                to <= a + b.size
+            let holder = self.run_holding(from).map(|i| self.node(i));
+            let inside = holder.is_some_and(|b| {
+                to <= b.addr + b.size
                     && matches!(b.state, State::Free(Owner::Stream { stream: s, .. }) if s == stream)
             });
             if !inside || to <= from {
@@ -1446,5 +1644,52 @@ mod tests {
         h.release_block(a, Owner::Stream { stream: 4, tag: 1 });
         assert_eq!(h.place_fit(0, MB, 5, true), None);
         assert_eq!(h.place_fit(0, MB, 4, true), Some(a));
+    }
+
+    #[test]
+    fn lookups_inside_allocated_blocks_and_across_segments() {
+        let mut h = Heap::new();
+        let (a, b) = (0x100_0000, 0x200_0000);
+        h.add_reservation(a, 8 * MB);
+        h.add_segment(b, 2 * MB);
+        assert!(h.back(a + MB, 4 * MB));
+        // [a, a+1) unbacked, [a+1, a+2) live, [a+2, a+3) free, [a+3, a+4)
+        // live, [a+4, a+5) free, [a+5, a+8) unbacked; [b, b+1) live.
+        for at in [a + MB, a + 3 * MB] {
+            assert_eq!(h.take_range(at, MB), Some(Owner::Global));
+        }
+        assert_eq!(h.take(b, MB), Some(Owner::Global));
+        h.check_invariants().unwrap();
+        assert_eq!(h.allocated_block_containing(a + MB + 4096), Some((a + MB, MB)));
+        assert_eq!(h.allocated_block_containing(a + 4 * MB - 256), Some((a + 3 * MB, MB)));
+        assert_eq!(h.allocated_block_containing(a + 2 * MB), None, "free");
+        assert_eq!(h.allocated_block_containing(b + MB - 1), Some((b, MB)));
+        assert_eq!(h.allocated_block_containing(b + 2 * MB), None, "past every segment");
+        let kinds = |from, to| h.blocks_between(from, to).collect::<Vec<_>>();
+        use BlockKind::{Free, Other};
+        // From inside a live block to inside a free one.
+        assert_eq!(kinds(a + MB + 4096, a + 2 * MB + 1), vec![(a + MB, MB, Other), (a + 2 * MB, MB, Free)]);
+        // Across the end of the reservation into the segment after it.
+        assert_eq!(
+            kinds(a + 6 * MB, b + MB + 1),
+            vec![(a + 5 * MB, 3 * MB, Other), (b, MB, Other), (b + MB, MB, Free)]
+        );
+        // A range between the two holds nothing.
+        assert!(kinds(a + 8 * MB, b).is_empty());
+        assert_eq!(h.class_blocks(0).count(), 8);
+        assert_eq!(h.blocks_in_order().count(), 8);
+        assert_eq!(h.unbacked_ranges(), vec![(a, MB), (a + 5 * MB, 3 * MB)]);
+        assert_eq!(h.usable_free_ending_at(a + 3 * MB, 1), MB);
+        assert_eq!(h.usable_free_ending_at(a + 2 * MB, 1), 0, "a live block ends there");
+        // Frees coalesce through the links: the whole backed range is one run.
+        assert!(h.release_block(a + MB, Owner::Global));
+        assert!(h.release_block(a + 3 * MB, Owner::Global));
+        h.check_invariants().unwrap();
+        assert_eq!(h.global_free_run(a + 2 * MB, MB), Some((4 * MB, h.frees())));
+        assert!(h.unback(a + MB, 4 * MB));
+        h.check_invariants().unwrap();
+        assert_eq!(h.unbacked_ranges(), vec![(a, 8 * MB)]);
+        assert!(h.remove_reservation(a));
+        h.check_invariants().unwrap();
     }
 }

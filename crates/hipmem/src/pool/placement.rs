@@ -855,12 +855,27 @@ impl Heap {
     /// runs pools that only grow hold 1-7% less memory this way, while pools
     /// that move memory keep every place, so that their layouts repeat).
     pub fn place_fit(&self, class: usize, size: u64, stream: u64, edge_only: bool) -> Option<u64> {
+        self.find_place(class, size, stream, edge_only).map(|(at, _)| at)
+    }
+
+    /// Takes the place [`Heap::place_fit`] finds: its address.
+    pub fn take_place(&mut self, class: usize, size: u64, stream: u64, edge_only: bool) -> Option<u64> {
+        let (at, i) = self.find_place(class, size, stream, edge_only)?;
+        self.take_in(i, at, size).map(|_| at)
+    }
+
+    /// [`Heap::place_fit`]: the place and the free block holding it.
+    fn find_place(&self, class: usize, size: u64, stream: u64, edge_only: bool) -> Option<(u64, u32)> {
         let places = self.places.as_ref()?.get(&size)?;
-        places.iter().rev().copied().find(|&at| {
-            let Some(b) = self.run_holding(at).map(|i| self.node(i)) else { return false };
+        places.iter().rev().find_map(|&at| {
+            // A block that starts there (a hash lookup) is the one; else the
+            // run holding it, if one does.
+            let i = self.block_at(at).or_else(|| self.run_holding(at))?;
+            let b = self.node(i);
             let a = b.addr;
             let edge = !edge_only || at == a || at + size == a + b.size;
-            usable_by(b.state, stream) && at + size <= a + b.size && edge && usize::from(b.class) == class
+            (usable_by(b.state, stream) && at + size <= a + b.size && edge && usize::from(b.class) == class)
+                .then_some((at, i))
         })
     }
 

@@ -191,10 +191,8 @@ impl PoolCore {
         let mut heap = lock(&self.heap);
         // Where a block of this size went before, if it is free for this
         // stream (a repeating workload keeps its layout).
-        if let Some(at) = heap.place_fit(class, want, me, self.one_class.load(Ordering::Relaxed)) {
-            if heap.take_range(at, want).is_some() {
-                return Some((at, want));
-            }
+        if let Some(at) = heap.take_place(class, want, me, self.one_class.load(Ordering::Relaxed)) {
+            return Some((at, want));
         }
         // Best fit among global blocks and this stream's own pending blocks,
         // first where that keeps wholly free groups whole (`placement.rs`).

@@ -32,6 +32,9 @@ an allocator learns):
   hipmem-keep  hipmem keeping memory it no longer needs, as PyTorch's
                allocators do (no idle release: HIPMEM_TORCH_IDLE_RELEASE_MS=0;
                not in the default set)
+  hipmem-b     hipmem from a second library (--lib-b): two builds compared
+               in the same run, alternating as every allocator does (not in
+               the default set)
 
 The warm-up is 6 steps: hipmem's pool learns a repeating step and starts
 its plan within the first four or five. The timed steps (10) then run twice
@@ -426,7 +429,9 @@ def run_child(script, workload, allocator, args):
     cmd = [sys.executable, script, "--child", "--workload", workload, "--allocator", allocator,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
            "--varlen-seed", str(args.varlen_seed)]
-    if args.lib:
+    if allocator == "hipmem-b":
+        cmd += ["--lib", args.lib_b]
+    elif args.lib:
         cmd += ["--lib", args.lib]
     if args.record:
         cmd += ["--record", args.record]
@@ -486,6 +491,7 @@ def main():
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--allocators", default=",".join(ALLOCATORS))
     ap.add_argument("--lib", default=os.environ.get("HIPMEM_LIB", ""), help="path of libhipmem.so")
+    ap.add_argument("--lib-b", default="", help="path of a second libhipmem.so (the hipmem-b allocator)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=6)
@@ -510,6 +516,10 @@ def main():
         raise SystemExit("--lib path/to/libhipmem.so (or HIPMEM_LIB) is needed for the hipmem allocator")
     if args.lib:
         args.lib = os.path.abspath(args.lib)
+    if "hipmem-b" in allocators and not args.lib_b:
+        raise SystemExit("--lib-b path/to/libhipmem.so is needed for the hipmem-b allocator")
+    if args.lib_b:
+        args.lib_b = os.path.abspath(args.lib_b)
     script = os.path.abspath(__file__)
     results = []
     for rep in range(args.reps):

@@ -39,7 +39,7 @@ use std::sync::atomic::Ordering;
 
 use super::core::{ORPHAN_STREAM, PoolCore, lock};
 use super::placement::{CLASSES, Owner, smaller_run};
-use super::stream_cache::{CachedBlock, Slot};
+use super::stream_cache::{CACHE_BLOCKS, CachedBlock, Slot};
 use crate::backend::RawStream;
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
@@ -383,14 +383,26 @@ impl PoolCore {
     }
 
     pub(super) fn flush_slot_cache(&self, slot: &Slot) -> bool {
-        let blocks: Vec<CachedBlock> = std::mem::take(&mut slot.lock().cache);
-        if blocks.is_empty() {
-            return false;
+        // Copied out under the slot's lock, a cache's worth at a time, so
+        // that the cache keeps its capacity (refilling it allocates nothing).
+        let mut buf = [CachedBlock { addr: 0, size: 0, tag: 0 }; CACHE_BLOCKS + 1];
+        let mut flushed = false;
+        loop {
+            let n = {
+                let mut st = slot.lock();
+                let n = st.cache.len().min(buf.len());
+                buf[..n].copy_from_slice(&st.cache[..n]);
+                st.cache.drain(..n);
+                n
+            };
+            if n == 0 {
+                return flushed;
+            }
+            flushed = true;
+            let mut heap = lock(&self.heap);
+            for b in &buf[..n] {
+                heap.release_block(b.addr, Owner::Stream { stream: slot.stream_id(), tag: b.tag });
+            }
         }
-        let mut heap = lock(&self.heap);
-        for b in blocks {
-            heap.release_block(b.addr, Owner::Stream { stream: slot.stream_id(), tag: b.tag });
-        }
-        true
     }
 }

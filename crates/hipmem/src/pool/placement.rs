@@ -1707,4 +1707,179 @@ mod tests {
         assert!(h.remove_reservation(a));
         h.check_invariants().unwrap();
     }
+
+    #[test]
+    fn the_block_lists_match_a_model_under_random_operations() {
+        // Every operation of the heap on two reservations and a segment, in
+        // 64 KiB cells, against a model of what each cell is; the lists,
+        // the address map and the runs are checked after every step.
+        #[derive(Copy, Clone, PartialEq, Debug)]
+        enum Cell {
+            Unbacked,
+            Free,
+            Live,
+            Shadowed,
+        }
+        const CELL: u64 = 64 << 10;
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let ranges = [(0x1000_0000u64, 16 * MB), (0x2000_0000, 16 * MB), (0x3000_0000, 8 * MB)];
+        let mut h = Heap::new();
+        h.keep_places();
+        h.add_reservation_for(0, ranges[0].0, ranges[0].1);
+        h.add_reservation_for(1, ranges[1].0, ranges[1].1);
+        h.add_segment(ranges[2].0, ranges[2].1);
+        let mut model: Vec<(u64, Vec<Cell>)> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, &(base, size))| {
+                (base, vec![if i == 2 { Cell::Free } else { Cell::Unbacked }; (size / CELL) as usize])
+            })
+            .collect();
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut shadowed: Vec<(u64, u64)> = Vec::new();
+        let set = |model: &mut Vec<(u64, Vec<Cell>)>, addr: u64, len: u64, c: Cell| {
+            for (base, cells) in model.iter_mut() {
+                if addr >= *base && addr < *base + cells.len() as u64 * CELL {
+                    for k in (addr - *base) / CELL..(addr + len - *base) / CELL {
+                        cells[k as usize] = c;
+                    }
+                }
+            }
+        };
+        let cell_of = |model: &Vec<(u64, Vec<Cell>)>, addr: u64| {
+            model.iter().find_map(|(base, cells)| {
+                (addr >= *base && addr < *base + cells.len() as u64 * CELL)
+                    .then(|| cells[((addr - base) / CELL) as usize])
+            })
+        };
+        let mut tags = [1u64; 2];
+        // How often each kind of change happened: back, take (address, place,
+        // best fit), free, unback, shadow, unshadow, unback a shadow.
+        let mut done = [0u32; 9];
+        for step in 0..6000u64 {
+            let r = rnd(100);
+            let (base, size) = ranges[rnd(3) as usize];
+            let at = base + rnd(size / CELL) * CELL;
+            let len = (1 + rnd(8)) * CELL;
+            match r {
+                0..=14 => {
+                    // Back a range: only wholly inside one unbacked block.
+                    if h.back(at, len) {
+                        done[0] += 1;
+                        set(&mut model, at, len, Cell::Free);
+                    } else {
+                        assert!(!h.is_unbacked(at, len) || at + len > base + size);
+                    }
+                }
+                15..=44 => {
+                    // Take at an exact address (mid-run), a place, or best fit.
+                    let class = if base == ranges[1].0 { 1 } else { 0 };
+                    let how = rnd(3) as usize;
+                    let got = match how {
+                        0 => h.take_range(at, len).map(|_| at),
+                        1 => h.take_place(class, len, rnd(2), false),
+                        _ => h.best_fit_global_in(class, len).and_then(|(a, _)| h.take(a, len).map(|_| a)),
+                    };
+                    if let Some(a) = got {
+                        done[1 + how] += 1;
+                        for k in 0..len / CELL {
+                            assert_eq!(
+                                cell_of(&model, a + k * CELL),
+                                Some(Cell::Free),
+                                "step {step}: took {a:#x}"
+                            );
+                        }
+                        set(&mut model, a, len, Cell::Live);
+                        live.push((a, len));
+                    }
+                }
+                45..=69 if !live.is_empty() => {
+                    let (a, len) = live.swap_remove(rnd(live.len() as u64) as usize);
+                    let s = rnd(3);
+                    let owner = if s == 2 {
+                        Owner::Global
+                    } else {
+                        Owner::Stream { stream: s, tag: tags[s as usize] }
+                    };
+                    assert!(h.release_block(a, owner));
+                    assert!(!h.release_block(a, owner), "a second free of {a:#x} is refused");
+                    done[4] += 1;
+                    set(&mut model, a, len, Cell::Free);
+                }
+                70..=74 => {
+                    let s = rnd(2) as usize;
+                    tags[s] += 1;
+                    h.promote(s as u64, tags[s]);
+                }
+                75..=77 => {
+                    h.reclaim_lent(None);
+                }
+                78..=85 => {
+                    // Give back memory: only inside one global free block.
+                    if h.unback(at, len) {
+                        done[5] += 1;
+                        set(&mut model, at, len, Cell::Unbacked);
+                    }
+                }
+                86..=91 => {
+                    if h.shadow(at, len) {
+                        done[6] += 1;
+                        set(&mut model, at, len, Cell::Shadowed);
+                        shadowed.push((at, len));
+                    }
+                }
+                _ if !shadowed.is_empty() => {
+                    let (a, len) = shadowed.swap_remove(rnd(shadowed.len() as u64) as usize);
+                    if rnd(2) == 0 {
+                        assert!(h.unshadow(a, len));
+                        done[7] += 1;
+                        set(&mut model, a, len, Cell::Free);
+                    } else {
+                        assert!(h.unback_shadowed(a, len));
+                        done[8] += 1;
+                        set(&mut model, a, len, Cell::Unbacked);
+                    }
+                }
+                _ => {}
+            }
+            if let Err(e) = h.check_invariants() {
+                panic!("step {step}: {e}");
+            }
+            // The blocks, in address order, are what the model says.
+            let mut expect: Vec<(u64, Cell)> = Vec::new();
+            for (base, cells) in &model {
+                for (k, &c) in cells.iter().enumerate() {
+                    expect
+                        .push((base + k as u64 * CELL, if c == Cell::Shadowed { Cell::Unbacked } else { c }));
+                }
+            }
+            let mut seen: Vec<(u64, Cell)> = Vec::new();
+            for (a, len, kind) in h.blocks_in_order() {
+                use super::super::layout::RunKind;
+                let c = match kind {
+                    RunKind::Live | RunKind::Cached => Cell::Live,
+                    RunKind::Free | RunKind::PendingFree => Cell::Free,
+                    RunKind::Unbacked => Cell::Unbacked,
+                };
+                // (Blocks are whole cells here.)
+                for k in 0..len / CELL {
+                    seen.push((a + k * CELL, c));
+                }
+            }
+            assert_eq!(seen, expect, "step {step}");
+            let live_bytes: u64 = live.iter().map(|l| l.1).sum();
+            assert_eq!(h.allocated(), live_bytes, "step {step}");
+            for &(a, len) in live.iter().take(4) {
+                assert_eq!(h.allocated_size(a), Some(len));
+                assert_eq!(h.allocated_block_containing(a + len - 1), Some((a, len)));
+            }
+        }
+        assert!(done.iter().all(|&n| n >= 20), "every kind of change happened: {done:?}");
+    }
 }

@@ -1822,13 +1822,15 @@ mod tests {
                 }
                 78..=85 => {
                     // Give back memory: only inside one global free block.
-                    if h.unback(at, len) {
+                    let gone = h.unback(at, len);
+                    if gone {
                         done[5] += 1;
                         set(&mut model, at, len, Cell::Unbacked);
                     }
                 }
                 86..=91 => {
-                    if h.shadow(at, len) {
+                    let moved = h.shadow(at, len);
+                    if moved {
                         done[6] += 1;
                         set(&mut model, at, len, Cell::Shadowed);
                         shadowed.push((at, len));

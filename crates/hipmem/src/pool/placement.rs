@@ -178,9 +178,10 @@ struct Pending {
 const GROUP_KEEPING_CANDIDATES: usize = 16;
 
 /// The better of a global candidate and one pending on the requesting
-/// stream, each (address, size of its free run): the smaller run, the
-/// stream's own on a tie (its memory is already ordered after its frees).
-pub fn smaller_run(global: Option<(u64, u64)>, own: Option<(u64, u64)>) -> Option<(u64, u64)> {
+/// stream, each (its place, the size of its free run): the smaller run,
+/// the stream's own on a tie (its memory is already ordered after its
+/// frees).
+pub fn smaller_run<T>(global: Option<(T, u64)>, own: Option<(T, u64)>) -> Option<(T, u64)> {
     match (global, own) {
         (Some(g), Some(o)) => Some(if o.1 <= g.1 { o } else { g }),
         (g, o) => g.or(o),
@@ -567,11 +568,11 @@ impl Heap {
     /// unbacked addresses (its memory is about to be unmapped). Returns false
     /// if the range is not global free memory.
     pub fn unback(&mut self, addr: u64, size: u64) -> bool {
-        if !self.is_global_free(addr, size) || size == 0 {
+        let Some(i) = self.run_holding(addr) else { return false };
+        let b = *self.node(i);
+        if b.state != State::Free(Owner::Global) || addr + size > b.addr + b.size || size == 0 {
             return false;
         }
-        let i = self.run_holding(addr).expect("checked above");
-        let b = *self.node(i);
         let class = usize::from(b.class);
         self.unindex(class, b.addr, b.size, Owner::Global);
         let mut m = i;
@@ -770,23 +771,36 @@ impl Heap {
     /// 1.047, 1.046 and 1.018 of its peak after the warm-up with plain best
     /// fit and 1.012, 1.001 and 1.016 with this.
     pub fn best_fit_keeping_groups(&self, class: usize, stream: u64, want: u64) -> Option<u64> {
+        self.find_keeping_groups(class, stream, want).map(|(at, _)| at)
+    }
+
+    /// Takes the block [`Heap::best_fit_keeping_groups`] finds: its address.
+    pub fn take_keeping_groups(&mut self, class: usize, stream: u64, want: u64) -> Option<u64> {
+        let (at, run) = self.find_keeping_groups(class, stream, want)?;
+        let i = self.block_at(run)?;
+        self.take_in(i, at, want).map(|_| at)
+    }
+
+    /// [`Heap::best_fit_keeping_groups`]: where to take the block, and the
+    /// start of the free run it is taken from.
+    fn find_keeping_groups(&self, class: usize, stream: u64, want: u64) -> Option<(u64, u64)> {
         if self.groups.is_empty() {
             return None;
         }
-        // (address to take the block at, the run's size)
+        // ((address to take the block at, the run's start), the run's size)
         let first_fit = |set: Option<&BTreeSet<(u64, u64)>>| {
             let set = set?;
             set.range((want, 0)..).take(GROUP_KEEPING_CANDIDATES).find_map(|&(len, run)| {
                 if !self.breaks_free_group(run, len, run, want) {
-                    return Some((run, len));
+                    return Some(((run, run), len));
                 }
                 let at = run + len - want;
-                (!self.breaks_free_group(run, len, at, want)).then_some((at, len))
+                (!self.breaks_free_group(run, len, at, want)).then_some(((at, run), len))
             })
         };
         let global = first_fit(self.global_free.get(class));
         let own = first_fit(self.pending.get(&stream).and_then(|p| p.sets.get(class)));
-        smaller_run(global, own).map(|(at, _)| at)
+        smaller_run(global, own).map(|(place, _)| place)
     }
 
     /// The smallest global free block of at least `size` bytes (size class 0).

@@ -196,10 +196,8 @@ impl PoolCore {
         }
         // Best fit among global blocks and this stream's own pending blocks,
         // first where that keeps wholly free groups whole (`placement.rs`).
-        if let Some(at) = heap.best_fit_keeping_groups(class, me, want) {
-            if heap.take_range(at, want).is_some() {
-                return Some((at, want));
-            }
+        if let Some(at) = heap.take_keeping_groups(class, me, want) {
+            return Some((at, want));
         }
         let global = heap.best_fit_global_in(class, want);
         let own = heap.best_fit_pending_in(class, me, want, |_| true);

@@ -83,6 +83,20 @@ const ALIGN: u64 = 256;
 /// Allocations learned before learning pauses if the pool never had
 /// [`MIN_ARENA`] bytes live meanwhile (a small loop).
 pub const QUICK_PATIENCE: u64 = 4096;
+/// Allocations learned without confirming a period (planned or rejected)
+/// or making a provisional plan before learning pauses. A sequence that
+/// can be planned repeats a period of at most about [`MOST_LAID_OUT`]
+/// allocations (each period frees what it allocates, and a plan lays out at
+/// most that many), confirmed over its second and third occurrences at the
+/// latest (over the second where the first is like the rest). One that has
+/// confirmed nothing for longer (inference on shapes that vary, past the
+/// repetitions inside a pass that were looked at and rejected) is not
+/// learning anything, and learning costs every allocation and free a lock
+/// and a few maps: on an H100, variable-length inference's small batches
+/// took about 2% longer with learning than without. (A period of more than
+/// about 2700 allocations whose first occurrence differs from the rest is
+/// then confirmed after the pause, over two later occurrences.)
+pub const CANDIDATE_PATIENCE: u64 = 8192;
 /// Allocations kept in the learner's log.
 const KEEP: u64 = 3 * MAX_PERIOD as u64;
 
@@ -400,19 +414,15 @@ pub enum Request {
 /// The learner: the recent allocations and when each was freed.
 #[derive(Default)]
 struct Learner {
-    /// Ordinal of `sigs[0]`.
+    /// Ordinal of `log[0]`.
     base: u64,
-    sigs: VecDeque<Sig>,
-    hashes: VecDeque<u64>,
-    /// For each allocation, how many allocations had been made when it was
-    /// freed (u64::MAX: live).
-    freed_at: VecDeque<u64>,
+    /// Each allocation, oldest first (one entry per allocation, so that
+    /// recording one writes one place of memory: in a framework's step the
+    /// learner's state is cold between two calls).
+    log: VecDeque<Logged>,
     live: AddrMap<u64>,
     /// The last ordinal that ended each window hash.
     last_seen: AddrMap<u64>,
-    /// For each allocation, the one before it that ended the same window
-    /// (u64::MAX: none), a chain through every occurrence of a window.
-    prev_same: VecDeque<u64>,
     /// Allocations since the last window never seen before.
     since_novel: u64,
     rolling: u64,
@@ -421,6 +431,9 @@ struct Learner {
     min_period: u64,
     /// Allocations since learning (re)started without a plan.
     fruitless: u64,
+    /// Allocations since a period was last confirmed (planned or not) or
+    /// a provisional plan made.
+    since_candidate: u64,
     /// Bytes of the blocks in `live`, and their most since learning (re)started.
     live_bytes: u64,
     peak_live: u64,
@@ -431,16 +444,31 @@ struct Learner {
     tried: (u64, u64),
 }
 
+/// What the learner keeps of one allocation.
+#[derive(Copy, Clone, Debug)]
+struct Logged {
+    sig: Sig,
+    /// How many allocations had been made when it was freed (u64::MAX: live).
+    freed_at: u64,
+    /// The allocation before it that ended the same window (u64::MAX: none),
+    /// a chain through every occurrence of a window.
+    prev_same: u64,
+}
+
 /// Multiplier of the rolling hash.
 const MUL: u64 = 0x100_0000_01B3;
 
 impl Learner {
     fn next(&self) -> u64 {
-        self.base + self.sigs.len() as u64
+        self.base + self.log.len() as u64
     }
 
     fn sig(&self, ordinal: u64) -> Option<Sig> {
-        ordinal.checked_sub(self.base).and_then(|i| self.sigs.get(i as usize)).copied()
+        self.logged(ordinal).map(|l| l.sig)
+    }
+
+    fn logged(&self, ordinal: u64) -> Option<&Logged> {
+        ordinal.checked_sub(self.base).and_then(|i| self.log.get(i as usize))
     }
 
     /// Records an allocation; returns its ordinal and, when a period is
@@ -448,21 +476,17 @@ impl Learner {
     fn observe(&mut self, sig: Sig) -> (u64, Option<u64>) {
         let n = self.next();
         let h = sig.hash64();
-        self.sigs.push_back(sig);
-        self.hashes.push_back(h);
-        self.freed_at.push_back(u64::MAX);
+        self.log.push_back(Logged { sig, freed_at: u64::MAX, prev_same: u64::MAX });
         self.fruitless += 1;
         self.proposed = None;
         // Rolling hash of the last WINDOW allocations.
         self.rolling = self.rolling.wrapping_mul(MUL).wrapping_add(h);
-        let len = self.sigs.len();
-        if len < WINDOW {
-            self.prev_same.push_back(u64::MAX);
-        }
+        let len = self.log.len();
         if len > WINDOW {
-            let old = self.hashes[len - 1 - WINDOW];
+            let old = self.log[len - 1 - WINDOW].sig.hash64();
             self.rolling = self.rolling.wrapping_sub(old.wrapping_mul(MUL.wrapping_pow(WINDOW as u32)));
         }
+        self.since_candidate += 1;
         if self.period > 0 && self.sig(n - self.period.min(n)) == Some(sig) && n >= self.period {
             self.matched += 1;
         } else {
@@ -471,8 +495,11 @@ impl Learner {
         }
         if len >= WINDOW {
             let key = self.rolling;
-            let last = self.last_seen.get(&key).copied();
-            self.prev_same.push_back(last.unwrap_or(u64::MAX));
+            // (One lookup: the window's last ordinal is replaced by this one.)
+            let last = self.last_seen.insert(key, n);
+            if let (Some(l), Some(f)) = (self.log.back_mut(), last) {
+                l.prev_same = f;
+            }
             // Windows seen before, shortly after one never seen: the
             // sequence may have fallen in step with an earlier stretch (a
             // step's start, past the first step's one-off allocations):
@@ -481,7 +508,7 @@ impl Learner {
                 self.since_novel = 0;
             } else if self.since_novel < ALIGN_SPAN {
                 self.since_novel += 1;
-                self.proposed = self.align(n);
+                self.proposed = self.align(n, last);
             }
             if self.period == 0 {
                 if let Some(f) = last {
@@ -502,7 +529,6 @@ impl Learner {
                     }
                 }
             }
-            self.last_seen.insert(key, n);
         }
         self.compact();
         let confirmed = (self.period > 0 && self.matched >= self.period).then_some(self.period);
@@ -511,20 +537,17 @@ impl Learner {
 
     /// Drops the oldest allocations beyond [`KEEP`].
     fn compact(&mut self) {
-        if (self.sigs.len() as u64) < KEEP + MAX_PERIOD as u64 {
+        if (self.log.len() as u64) < KEEP + MAX_PERIOD as u64 {
             return;
         }
         let drop = MAX_PERIOD;
-        self.sigs.drain(..drop);
-        self.hashes.drain(..drop);
-        self.freed_at.drain(..drop);
-        self.prev_same.drain(..drop);
+        self.log.drain(..drop);
         self.base += drop as u64;
         let base = self.base;
         self.last_seen.retain(|_, &mut o| o >= base);
         self.live.retain(|_, &mut o| o >= base);
-        let sigs = &self.sigs;
-        self.live_bytes = self.live.values().map(|&o| sigs[(o - base) as usize].size).sum();
+        let log = &self.log;
+        self.live_bytes = self.live.values().map(|&o| log[(o - base) as usize].sig.size).sum();
     }
 
     fn allocated(&mut self, ordinal: u64, addr: u64) {
@@ -542,8 +565,8 @@ impl Learner {
         if let Some(o) = self.live.remove(&addr) {
             self.live_bytes -= self.sig(o).map_or(0, |s| s.size).min(self.live_bytes);
             let now = self.next();
-            if let Some(slot) = o.checked_sub(self.base).and_then(|i| self.freed_at.get_mut(i as usize)) {
-                *slot = now;
+            if let Some(l) = o.checked_sub(self.base).and_then(|i| self.log.get_mut(i as usize)) {
+                l.freed_at = now;
             }
         }
     }
@@ -564,8 +587,9 @@ impl Learner {
         let (mut sigs, mut lens) = (Vec::new(), Vec::new());
         for o in start..end {
             let i = (o - self.base) as usize;
-            sigs.push(self.sigs[i]);
-            let f = self.freed_at[i];
+            let l = &self.log[i];
+            sigs.push(l.sig);
+            let f = l.freed_at;
             lens.push((f != u64::MAX).then(|| f - o));
         }
         Some((sigs, lens))
@@ -576,10 +600,11 @@ impl Learner {
     /// matches longest, going back past blocks the earlier stretch never
     /// freed (one-off allocations of a first step); the newest of equals.
     /// None if none matches a single allocation before the window (a
-    /// window inside repeated layers matches every layer alike).
-    fn align(&self, n: u64) -> Option<u64> {
+    /// window inside repeated layers matches every layer alike). `last` is
+    /// the window's latest occurrence before `n`, where the chain starts.
+    fn align(&self, n: u64, last: Option<u64>) -> Option<u64> {
         let mut best: Option<(u64, u64)> = None; // (score, distance)
-        let mut f = self.last_seen.get(&self.rolling).copied();
+        let mut f = last;
         // (At most ALIGN_CHAIN occurrences and ALIGN_WORK comparisons: a
         // window inside repeated layers has many, each matching long.)
         let (mut seen, mut work) = (0, 0);
@@ -606,7 +631,7 @@ impl Learner {
                     best = Some((score, d));
                 }
             }
-            f = self.prev_same.get((at - self.base) as usize).copied();
+            f = self.logged(at).map(|l| l.prev_same);
         }
         let (score, d) = best?;
         tracing::trace!(target: "hipmem::pool", "aligned at {n} with {d} back: {score} more matched");
@@ -625,7 +650,7 @@ impl Learner {
             if self.sig(a) == self.sig(b) {
                 score += 1;
                 a -= 1;
-            } else if self.freed_at.get((b - self.base) as usize) != Some(&u64::MAX) {
+            } else if self.logged(b).is_none_or(|l| l.freed_at != u64::MAX) {
                 break;
             }
             let Some(earlier) = b.checked_sub(1) else { break };
@@ -878,12 +903,15 @@ impl Planner {
     }
 
     /// Whether learning should pause: no plan, no period in sight, and
-    /// either long without one or, sooner, never enough live memory for one.
+    /// either long without one, or long without a candidate, or, sooner,
+    /// never enough live memory for one.
     pub fn fruitless(&self) -> bool {
         let l = &self.learner;
         self.runner.is_none()
             && l.period == 0
-            && (l.fruitless > PATIENCE || (l.fruitless > QUICK_PATIENCE && l.peak_live < MIN_ARENA))
+            && (l.fruitless > PATIENCE
+                || l.since_candidate > CANDIDATE_PATIENCE
+                || (l.fruitless > QUICK_PATIENCE && l.peak_live < MIN_ARENA))
     }
 
     /// Whether a plan waits for its arena.
@@ -1015,6 +1043,7 @@ impl Planner {
 
     /// Builds a plan for a confirmed period.
     fn try_plan(&mut self, p: u64) {
+        self.learner.since_candidate = 0;
         let Some((sigs, lens)) = self.learner.period_before(p) else { return };
         match build(&sigs, &lens) {
             Ok(mut plan) => {
@@ -1103,6 +1132,7 @@ impl Planner {
         // in one piece is not needed before, the peak stands for it.)
         let plan = Plan { entries, lives, arena: most, quiet: from, circle };
         tracing::debug!(target: "hipmem::pool", "provisional plan of the rest of a period of {p} allocations: {} placed, {most} bytes live at most", plan.planned());
+        self.learner.since_candidate = 0;
         self.runner =
             Some(Runner { plan, pos: WINDOW, arena: None, started: false, provisional: true, done: false });
     }
@@ -1778,6 +1808,39 @@ mod tests {
         }
         assert_eq!(p.counts.plans, 0);
         assert!(p.counts.rejected >= 1);
+    }
+
+    #[test]
+    fn learning_that_confirms_nothing_pauses_and_a_long_period_is_still_planned() {
+        // Sizes that never repeat a window (a varying workload), with more
+        // than MIN_ARENA live: only the candidate rule can pause it.
+        let mut p = Planner::new();
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut live = std::collections::VecDeque::new();
+        for n in 1..=CANDIDATE_PATIENCE + 1 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let size = (1 + x % 4096) << 20;
+            let Request::Normal(o) = p.request(sig(size), &mut |_| true) else { panic!() };
+            let addr = n << 40;
+            p.allocated(o, addr);
+            live.push_back(addr);
+            if live.len() > 64 {
+                p.note_free(live.pop_front().unwrap());
+            }
+            assert_eq!(p.fruitless(), n > CANDIDATE_PATIENCE, "after {n} allocations");
+        }
+        assert_eq!(p.counts.plans, 0);
+        // A step of 2500 allocations, repeated: confirmed over its second
+        // occurrence, planned before learning would pause.
+        let mut p = Planner::new();
+        for k in 0..4 {
+            step(&mut p, 2500, k << 50);
+            assert!(!p.fruitless() || p.counts.plans > 0, "step {k}");
+        }
+        assert!(p.counts.plans >= 1, "{:?}", p.counts);
+        assert!(p.counts.served > 0, "{:?}", p.counts);
     }
 
     #[test]

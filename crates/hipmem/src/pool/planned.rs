@@ -4,8 +4,9 @@
 //!
 //! - On: pools on virtual memory that are not shareable between processes,
 //!   unless `HIPMEM_POOL_PLAN=0` or [`MemPool::set_planning`](super::MemPool::set_planning)
-//!   turns it off. Learning that finds no period in [`PATIENCE`](super::plan::PATIENCE)
-//!   allocations (or in [`QUICK_PATIENCE`](super::plan::QUICK_PATIENCE) without
+//!   turns it off. Learning that plans nothing in [`PATIENCE`](super::plan::PATIENCE)
+//!   allocations, confirms no period in [`CANDIDATE_PATIENCE`](super::plan::CANDIDATE_PATIENCE)
+//!   (or plans nothing in [`QUICK_PATIENCE`](super::plan::QUICK_PATIENCE) without
 //!   ever having 64 MiB live) pauses (1 s, doubling up to a minute), so an
 //!   irregular workload pays one atomic load per call.
 //! - The arena's pieces are blocks of the pool's heap (free runs it had left

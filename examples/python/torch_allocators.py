@@ -50,6 +50,14 @@ second pass compares the allocators. The memory peaks cover both passes.
                                                 # of each workload, for `hipmem replay`
     python3 torch_allocators.py --record DIR --workloads varlen_infer --varlen-seed 11 --passes 1
                                                 # inference on other batch shapes
+    python3 torch_allocators.py --lib path/to/libhipmem.so --workloads alloc_calls \
+        --allocators native,hipmem,pluggable-async      # each allocator's cost per call
+
+The workloads: gpt_train, varlen_infer, cnn_train, ckpt_train, side_stream
+and, not in the default set, alloc_calls: no GPU work, 4096 tensors of 8
+bytes to 8 MiB per step in an order that differs every step, each freed 16
+later; it prints what one tensor made and freed costs under each allocator
+(Python included, so the differences between allocators are what counts).
 
 Each child checks its own result (finite losses, data that crossed a side
 stream intact) and the parent reports a failed check as a failure.
@@ -66,6 +74,10 @@ import time
 
 ALLOCATORS = ["native", "expandable", "cudamallocasync", "hipmem"]
 WORKLOADS = ["gpt_train", "varlen_infer", "cnn_train", "ckpt_train", "side_stream"]
+# Not in the default set: the allocator's cost per call through PyTorch.
+EXTRA_WORKLOADS = ["alloc_calls"]
+# Allocations per step of alloc_calls.
+ALLOC_CALLS = 4096
 
 
 # ---- the child: one workload under one allocator ------------------------------------------
@@ -352,6 +364,31 @@ def make_workload(torch, name, steps, varlen_seed=7):
 
         return step, check
 
+    if name == "alloc_calls":
+        # The allocator's own cost as PyTorch calls it, without GPU work:
+        # each step makes 4096 tensors of the sizes variable-length
+        # inference allocates most (8 bytes to 8 MiB), in an order that
+        # differs every step (nothing repeats, as with varying shapes), and
+        # frees each 16 tensors later. The step time divided by 4096 is one
+        # allocation and one free through PyTorch, Python included.
+        sizes = [8, 256, 2048, 6144, 8192, 2 << 20, 6 << 20, 8 << 20]
+        made = []
+
+        def step(i):
+            rng = random.Random(i)
+            live = []
+            for _ in range(ALLOC_CALLS):
+                live.append(torch.empty(rng.choice(sizes), dtype=torch.uint8, device=dev))
+                if len(live) > 16:
+                    live.pop(0)
+            made.append(len(live))
+            live.clear()
+
+        def check():
+            return all(n == 16 for n in made), f"{ALLOC_CALLS} allocations and frees per step"
+
+        return step, check
+
     raise SystemExit(f"unknown workload {name}")
 
 
@@ -481,6 +518,16 @@ def summarize(results, allocators, workloads):
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
     for row in [head] + rows:
         print("  ".join(str(x).ljust(wd) for x, wd in zip(row, widths)))
+    if "alloc_calls" in workloads:
+        # One allocation and one free through PyTorch (Python included).
+        per = {}
+        for a in allocators:
+            good = [r for r in results if r["workload"] == "alloc_calls" and r["allocator"] == a and r["ok"]]
+            if good:
+                per[a] = statistics.median(r["step_ms"] for r in good) * 1e6 / ALLOC_CALLS
+        base = per.get("native")
+        print("alloc_calls, one tensor made and freed: " + ", ".join(
+            f"{a} {ns:.0f} ns" + (f" ({ns - base:+.0f})" if base and a != "native" else "") for a, ns in per.items()))
 
 
 def main():
@@ -509,6 +556,10 @@ def main():
         return child(args)
 
     workloads = [w for w in args.workloads.split(",") if w]
+    unknown = [w for w in workloads if w not in WORKLOADS + EXTRA_WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {', '.join(unknown)}: the workloads are "
+                         + ", ".join(WORKLOADS + EXTRA_WORKLOADS))
     allocators = [a for a in args.allocators.split(",") if a]
     if args.record:
         allocators = ["native"]

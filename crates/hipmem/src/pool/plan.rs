@@ -92,8 +92,8 @@ pub const QUICK_PATIENCE: u64 = 4096;
 /// confirmed nothing for longer (inference on shapes that vary, past the
 /// repetitions inside a pass that were looked at and rejected) is not
 /// learning anything, and learning costs every allocation and free a lock
-/// and a few maps: on an H100, variable-length inference's small batches
-/// took about 2% longer with learning than without. (A period of more than
+/// and a few maps (replayed on the CPU backend, a tenth of the slow path's
+/// time on variable-length inference). (A period of more than
 /// about 2700 allocations whose first occurrence differs from the rest is
 /// then confirmed after the pause, over two later occurrences.)
 pub const CANDIDATE_PATIENCE: u64 = 8192;

@@ -3,9 +3,11 @@
 
 Runs each (workload, allocator) pair in a fresh process, over several
 repetitions whose allocator order alternates, and prints, for each pair, the
-median step time and the peak reserved / peak allocated memory after a
-warm-up (and, as "warm-up", the same ratio over the warm-up's steps, where
-an allocator learns):
+median step time (against native's: of the medians, and "paired", the median
+of each repetition's ratio to the native process that ran next to it, which
+moves less with the machine) and the peak reserved / peak allocated memory
+after a warm-up (and, as "warm-up", the same ratio over the warm-up's steps,
+where an allocator learns):
 
   native       PyTorch's caching allocator
   expandable   the caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -498,9 +500,13 @@ def summarize(results, allocators, workloads):
                 continue
             good = [r for r in rs if r["ok"]]
             if not good:
-                rows.append((w, a, "FAILED", "", "", "", "", "", "", rs[-1].get("detail", "")))
+                rows.append((w, a, "FAILED") + ("",) * 8 + (rs[-1].get("detail", ""),))
                 continue
             step = statistics.median(r["step_ms"] for r in good)
+            # The same repetition's native process ran next to this one:
+            # the median of those ratios moves less with the machine.
+            by_rep = {r["rep"]: r["step_ms"] for r in native if "rep" in r}
+            pairs = [r["step_ms"] / by_rep[r["rep"]] for r in good if r.get("rep") in by_rep]
             first = statistics.median(r.get("first_pass_step_ms", r["step_ms"]) for r in good)
             res = max(r["reserved_high"] for r in good)
             alloc = max(r["allocated_high"] for r in good)
@@ -508,12 +514,13 @@ def summarize(results, allocators, workloads):
             warm = [r["warmup_reserved_high"] / r["warmup_allocated_high"]
                     for r in good if r.get("warmup_allocated_high")]
             rows.append((w, a, f"{step:.1f}", f"{step / base:.3f}" if base else "-",
+                         f"{statistics.median(pairs):.3f}" if pairs else "-",
                          f"{first:.1f}", f"{first / first_base:.3f}" if first_base else "-",
                          f"{res / 2**30:.2f}", f"{alloc / 2**30:.2f}",
                          f"{max(ratios):.3f}" if ratios else "-",
                          f"{max(warm):.3f}" if warm else "-",
                          f"{len(good)}/{len(rs)} ok; " + good[-1].get("detail", "")))
-    head = ("workload", "allocator", "step ms", "vs native", "1st pass ms", "vs native", "reserved GiB",
+    head = ("workload", "allocator", "step ms", "vs native", "paired", "1st pass ms", "vs native", "reserved GiB",
             "allocated GiB", "res/alloc", "warm-up", "check")
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
     for row in [head] + rows:

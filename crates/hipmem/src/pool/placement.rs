@@ -228,12 +228,18 @@ impl Heap {
     /// The block that holds `addr`, whatever it is (inside an allocated
     /// block: a walk from the nearest run before it in its segment).
     fn holding(&self, addr: u64) -> Option<u32> {
-        if let Some(i) = self.block_at(addr).or_else(|| self.run_holding(addr)) {
+        if let Some(i) = self.block_at(addr) {
+            return Some(i);
+        }
+        // The nearest run at or before `addr` holds it, or starts the walk
+        // if it is in the same segment (one tree lookup for both).
+        let nearest = self.runs.range(..=addr).next_back().map(|(_, &i)| i);
+        if let Some(i) = nearest.filter(|&i| addr < self.node(i).addr + self.node(i).size) {
             return Some(i);
         }
         let seg = self.segment_of(addr)?;
-        let mut i = match self.runs.range(seg.base..=addr).next_back() {
-            Some((_, &i)) => i,
+        let mut i = match nearest.filter(|&i| self.node(i).addr >= seg.base) {
+            Some(i) => i,
             None => self.block_at(seg.base)?,
         };
         loop {

@@ -4,6 +4,8 @@
     pool = hipmem_torch.use_hipmem("/path/to/libhipmem.so")   # before PyTorch allocates
                                  # (allocation, free, record_stream, empty_cache and
                                  # set_per_process_memory_fraction go to hipmem)
+    pool = hipmem_torch.use_hipmem(lib, direct=True)   # the same, past the pluggable
+                                 # allocator's map of live blocks (needs g++)
     ...
     s = pool.stats(device)       # reserved_current, reserved_high, used_current, used_high
     pool.reset_peak(device)      # the two High values start again from the current ones
@@ -72,7 +74,97 @@ class Pool:
                     self.hip.hipmemPoolSetPlanning(self._pool(device), 1 if on else 0))
 
 
-def use_hipmem(lib, record_stream=True):
+DIRECT = r"""
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <sys/types.h>
+#include <memory>
+
+namespace {
+using Base = torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator;
+typedef void* (*alloc_fn)(ssize_t, int, cudaStream_t);
+typedef void (*free_fn)(void*, size_t, int, cudaStream_t);
+alloc_fn g_alloc;              // hipmem_torch_alloc
+c10::DeleterFnPtr g_delete;    // hipmem_torch_delete
+
+c10::DeviceIndex current_device() {
+  c10::DeviceIndex device = -1;
+  C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+  return device;
+}
+
+// PyTorch's pluggable allocator, with every allocation going straight to
+// hipmem: a tensor's DataPtr holds only its data pointer (context == data,
+// as Allocator::raw_allocate requires), which hipmem_torch_delete frees in
+// the order of the stream it was allocated on. The pluggable allocator's
+// own path keeps a locked map of every live block for that.
+struct Direct final : Base {
+  Direct(alloc_fn a, free_fn f) : Base(a, f) {}
+  c10::DataPtr allocate(size_t size) override {
+    c10::DeviceIndex device = current_device();
+    void* r = g_alloc((ssize_t)size, device, c10::cuda::getCurrentCUDAStream(device));
+    return {r, r, g_delete, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return g_delete; }
+  void* raw_alloc(size_t size) override {
+    c10::DeviceIndex device = current_device();
+    return g_alloc((ssize_t)size, device, c10::cuda::getCurrentCUDAStream(device));
+  }
+  void* raw_alloc_with_stream(size_t size, cudaStream_t stream) override {
+    return g_alloc((ssize_t)size, current_device(), stream);
+  }
+  void raw_delete(void* ptr) override { g_delete(ptr); }
+};
+}  // namespace
+
+extern "C" int hipmem_direct_install(void* alloc, void* del, void* free, void* record, void* reset,
+                                     void* fraction) {
+  g_alloc = (alloc_fn)alloc;
+  g_delete = (c10::DeleterFnPtr)del;
+  auto a = std::make_shared<Direct>(g_alloc, (free_fn)free);
+  if (record) a->set_record_stream_fn((void (*)(void*, cudaStream_t))record);
+  if (reset) a->set_reset_fn((void (*)())reset);
+  if (fraction) a->set_memory_fraction_fn((void (*)(double, int))fraction);
+  a->init(0);
+  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(a);
+  return 0;
+}
+"""
+
+
+def _direct_helper(torch):
+    """Compiles DIRECT with g++ against the installed PyTorch (once per
+    PyTorch version, kept in the temporary directory)."""
+    import hashlib
+    import subprocess
+    import tempfile
+    from torch.utils.cpp_extension import CUDA_HOME, include_paths, library_paths
+    d = os.path.join(tempfile.gettempdir(), "hipmem-torch-direct")
+    os.makedirs(d, exist_ok=True)
+    tag = hashlib.sha1((DIRECT + torch.__version__).encode()).hexdigest()[:12]
+    so = os.path.join(d, f"direct-{tag}.so")
+    if not os.path.exists(so):
+        src = os.path.join(d, f"direct-{os.getpid()}.cpp")
+        with open(src, "w") as f:
+            f.write(DIRECT)
+        abi = int(torch.compiled_with_cxx11_abi())
+        cmd = ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", src,
+               "-o", so + f".{os.getpid()}", f"-I{CUDA_HOME}/include"]
+        cmd += [f"-I{p}" for p in include_paths()]
+        for p in library_paths():
+            cmd += [f"-L{p}", f"-Wl,-rpath,{p}"]
+        cmd += ["-ltorch_cuda", "-ltorch", "-lc10_cuda", "-lc10", f"-L{CUDA_HOME}/lib64", "-lcudart"]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        os.remove(src)
+        if p.returncode != 0:
+            raise RuntimeError("hipmem_torch: building the direct allocator failed (use_hipmem(lib) "
+                               "without direct=True needs no compiler):\n" + p.stderr[-4000:])
+        os.replace(so + f".{os.getpid()}", so)
+    return ctypes.CDLL(so)
+
+
+def use_hipmem(lib, record_stream=True, direct=False):
     """Makes libhipmem PyTorch's CUDA allocator (call before PyTorch's first
     CUDA allocation; HIPMEM_BACKEND defaults to cuda); returns its Pool.
 
@@ -80,16 +172,35 @@ def use_hipmem(lib, record_stream=True):
     through a function registered with `set_record_stream_fn`; without it the
     call is silently dropped, and memory still read on another stream can be
     reused by the stream that allocated it. `record_stream=False` leaves it
-    unregistered (for comparison only)."""
+    unregistered (for comparison only).
+
+    `direct=True` installs a small C++ subclass of PyTorch's pluggable
+    allocator (compiled with g++ against the installed PyTorch on first use)
+    whose allocations go straight to hipmem (`hipmem_torch_alloc`) and whose
+    tensors carry only their data pointer to the deleter
+    (`hipmem_torch_delete` frees by address, on the allocation's stream):
+    the pluggable allocator's own path locks a map of every live block on
+    each allocation and free. The same pool, statistics and record_stream,
+    empty_cache and memory-fraction functions."""
     import torch
 
     lib = os.path.abspath(lib)
     os.environ.setdefault("HIPMEM_BACKEND", "cuda")
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
-    native, dll = alloc.allocator(), ctypes.CDLL(lib)
+    dll = ctypes.CDLL(lib)
 
     def address(name):
         return ctypes.cast(getattr(dll, name), ctypes.c_void_p).value
+
+    if direct:
+        h = _direct_helper(torch)
+        h.hipmem_direct_install.argtypes = [ctypes.c_void_p] * 6
+        h.hipmem_direct_install(address("hipmem_torch_alloc"), address("hipmem_torch_delete"),
+                                address("hipmem_torch_free"),
+                                address("hipmem_torch_record_stream") if record_stream else None,
+                                address("hipmem_torch_reset"), address("hipmem_torch_set_memory_fraction"))
+        return Pool(lib)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
+    native = alloc.allocator()
 
     if record_stream:
         if not hasattr(native, "set_record_stream_fn"):

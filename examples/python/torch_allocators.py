@@ -34,6 +34,11 @@ where an allocator learns):
   hipmem-keep  hipmem keeping memory it no longer needs, as PyTorch's
                allocators do (no idle release: HIPMEM_TORCH_IDLE_RELEASE_MS=0;
                not in the default set)
+  hipmem-direct  hipmem with tensors' allocations going to it straight from
+               PyTorch's allocator interface, past the pluggable allocator's
+               locked map of live blocks (hipmem_torch.use_hipmem(lib,
+               direct=True): a small C++ subclass compiled with g++ on first
+               use; not in the default set)
   hipmem-b     hipmem from a second library (--lib-b): two builds compared
                in the same run, alternating as every allocator does (not in
                the default set)
@@ -124,7 +129,7 @@ def setup_allocator(name, lib):
 
     import hipmem_torch
 
-    pool = hipmem_torch.use_hipmem(lib)
+    pool = hipmem_torch.use_hipmem(lib, direct=name == "hipmem-direct")
 
     def stats():
         dev = torch.cuda.current_device()

@@ -295,19 +295,94 @@ fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
     }
 }
 
+/// Where each block that `hipmem_torch_alloc` handed out was allocated (the
+/// stream as the caller named it, and the device), by address, until
+/// `hipmem_torch_delete` frees it: a lock per shard of addresses, so that
+/// threads allocating and freeing at once rarely meet.
+type Origins = hipmem_rs::pool::AddrMap<(usize, c_int)>;
+const ORIGIN_SHARDS: usize = 64;
+static ORIGINS: [Mutex<Option<Origins>>; ORIGIN_SHARDS] = [const { Mutex::new(None) }; ORIGIN_SHARDS];
+/// Set by the first `hipmem_torch_alloc`: a block freed with
+/// `hipmem_torch_free` then drops its origin too (one load otherwise).
+static ORIGINS_USED: AtomicBool = AtomicBool::new(false);
+
+fn origins_of(ptr: usize) -> std::sync::MutexGuard<'static, Option<Origins>> {
+    let shard = ((ptr as u64 >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % ORIGIN_SHARDS;
+    ORIGINS[shard].lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes and returns where the block at `ptr` was allocated.
+fn forget_origin(ptr: usize) -> Option<(usize, c_int)> {
+    origins_of(ptr).as_mut().and_then(|m| m.remove(&(ptr as u64)))
+}
+
+/// `hipmem_torch_malloc` that also remembers the block's stream and device,
+/// so that [`hipmem_torch_delete`] frees it by its address alone, in the
+/// order of the stream it was allocated on: a PyTorch `CUDAAllocator` whose
+/// tensors carry only their data pointer to the deleter (see
+/// `examples/python/hipmem_torch.py`, `direct=True`) calls these, where
+/// PyTorch's pluggable allocator keeps its own locked map of every live
+/// block. The same arguments, results and failures as `hipmem_torch_malloc`.
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn hipmem_torch_alloc(size: isize, device: c_int, stream: hipStream_t) -> *mut c_void {
+    let p = hipmem_torch_malloc(size, device, stream);
+    if !p.is_null() {
+        if !ORIGINS_USED.load(Ordering::Relaxed) {
+            ORIGINS_USED.store(true, Ordering::Relaxed);
+        }
+        origins_of(p as usize)
+            .get_or_insert_with(Origins::default)
+            .insert(p as usize as u64, (stream as usize, device));
+    }
+    p
+}
+
+/// Frees a block from [`hipmem_torch_alloc`] in the order of the stream it
+/// was allocated on (after the streams it was recorded on, as
+/// `hipmem_torch_free` does). A null `ptr` is ignored. A pointer that is not
+/// a live block of `hipmem_torch_alloc` (never allocated there, freed
+/// already) is logged and recorded as hipErrorInvalidValue; nothing is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipmem_torch_delete(ptr: *mut c_void) {
+    if ptr.is_null() {
+        return;
+    }
+    match forget_origin(ptr as usize) {
+        Some((stream, device)) => {
+            free_block("hipmem_torch_delete", ptr, device, stream as hipStream_t, false)
+        }
+        None => failed(
+            "hipmem_torch_delete",
+            &Error::InvalidValue(format!(
+                "{ptr:p} is not a live block of hipmem_torch_alloc (never allocated there, or freed already)"
+            )),
+        ),
+    }
+}
+
 /// `free` of PyTorch's pluggable allocator: gives `ptr` back in the order of
 /// `stream` (`size` and `device` are PyTorch's record of the allocation; the
 /// pool knows both). Errors are logged, never raised into PyTorch.
 #[unsafe(no_mangle)]
 pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: hipStream_t) {
     let _ = size;
-    void_call("hipmem_torch_free", || {
+    free_block("hipmem_torch_free", ptr, device, stream, true);
+}
+
+/// Frees `ptr` on `device` in the order of `stream` (after the streams it
+/// was recorded on); failures are logged as `what`'s. With `drop_origin`, a
+/// block of `hipmem_torch_alloc` also loses its record there.
+fn free_block(what: &str, ptr: *mut c_void, device: c_int, stream: hipStream_t, drop_origin: bool) {
+    void_call(what, || {
         if ptr.is_null() {
             return Ok(());
         }
         let rt = rt()?;
         let device = device_ordinal(rt, device)?;
         let p = DevicePtr(ptr as usize as u64);
+        if drop_origin && ORIGINS_USED.load(Ordering::Relaxed) {
+            forget_origin(ptr as usize);
+        }
         if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
             let others = forget_record(ptr as usize);
             if others.iter().any(|&o| o != stream as usize) {

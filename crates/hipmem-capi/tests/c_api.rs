@@ -1278,6 +1278,83 @@ fn pytorch_allocator_interface() {
     }
 }
 
+/// The direct PyTorch interface: hipmem_torch_alloc remembers each block's
+/// stream, so that hipmem_torch_delete frees it by its address alone in that
+/// stream's order (the block is the stream's to reuse at once); bad input is
+/// null and the code recorded, a pointer that is no live block of
+/// hipmem_torch_alloc (freed already, or freed with hipmem_torch_free) is
+/// hipErrorInvalidValue, never a crash or a second free.
+#[test]
+fn pytorch_direct_allocator_interface() {
+    let _serial = serial();
+    init();
+    const MIB: isize = 1 << 20;
+    unsafe {
+        assert_eq!(hipmem_torch_raise_on_failure(0), hipSuccess, "failures as null");
+        let _ = hipGetLastError();
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        let mut before = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut before), hipSuccess);
+
+        // Freed by address on the stream it was allocated on: that stream's
+        // next allocation of the size gets the same block back.
+        let a = hipmem_torch_alloc(3 * MIB, 0, s);
+        assert!(!a.is_null());
+        assert_eq!(hipMemsetAsync(a, 1, 3 << 20, s), hipSuccess);
+        let mut st = hipmemPoolStats::default();
+        assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+        assert_eq!(st.used_current, before.used_current + (3 << 20), "{st:?} {before:?}");
+        hipmem_torch_delete(a);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+        assert_eq!(st.used_current, before.used_current, "{st:?} {before:?}");
+        let b = hipmem_torch_alloc(3 * MIB, 0, s);
+        assert_eq!(b, a, "the block went back to its own stream");
+        // The null stream too.
+        let n = hipmem_torch_alloc(MIB, 0, null_mut());
+        assert!(!n.is_null());
+        hipmem_torch_delete(n);
+        assert_eq!(hipGetLastError(), hipSuccess);
+
+        // A second delete, a null, and a pointer never handed out.
+        hipmem_torch_delete(b);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        hipmem_torch_delete(b);
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue, "freed already");
+        hipmem_torch_delete(null_mut());
+        assert_eq!(hipGetLastError(), hipSuccess, "null is nothing");
+        let mut plain: *mut c_void = null_mut();
+        assert_eq!(hipMalloc(&mut plain, 4096), hipSuccess);
+        hipmem_torch_delete(plain);
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue, "not hipmem_torch_alloc's");
+        assert_eq!(hipMemset(plain, 0, 4096), hipSuccess, "left as it was");
+        assert_eq!(hipFree(plain), hipSuccess);
+
+        // Freed through the pluggable interface instead: its record goes
+        // with it, so a later delete of the address is refused.
+        let c = hipmem_torch_alloc(MIB, 0, s);
+        assert!(!c.is_null());
+        hipmem_torch_free(c, 1 << 20, 0, s);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        hipmem_torch_delete(c);
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue, "freed with hipmem_torch_free");
+
+        // Bad input as hipmem_torch_malloc's.
+        assert!(hipmem_torch_alloc(0, 0, s).is_null(), "size 0");
+        assert_eq!(hipGetLastError(), hipSuccess);
+        assert!(hipmem_torch_alloc(-1, 0, s).is_null());
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue);
+        assert!(hipmem_torch_alloc(64, 99, s).is_null());
+        assert_eq!(hipGetLastError(), hipErrorInvalidDevice);
+
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipmem_torch_stats(0, &mut st), hipSuccess);
+        assert_eq!(st.used_current, before.used_current, "{st:?} {before:?}");
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+    }
+}
+
 /// `torch.cuda.set_per_process_memory_fraction` (PyTorch's memory-fraction
 /// function, `hipmem_torch_set_memory_fraction`): the device's current pool
 /// holds at most that fraction of the device's memory; memory it holds still

@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 mod addr_hash;
+pub use addr_hash::{AddrHasher, AddrMap};
 mod backing;
 mod buffer;
 pub(crate) mod core;

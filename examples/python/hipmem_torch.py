@@ -79,6 +79,8 @@ DIRECT = r"""
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <sys/types.h>
+#include <cstdio>
+#include <exception>
 #include <memory>
 
 namespace {
@@ -119,16 +121,25 @@ struct Direct final : Base {
 }  // namespace
 
 extern "C" int hipmem_direct_install(void* alloc, void* del, void* free, void* record, void* reset,
-                                     void* fraction) {
-  g_alloc = (alloc_fn)alloc;
-  g_delete = (c10::DeleterFnPtr)del;
-  auto a = std::make_shared<Direct>(g_alloc, (free_fn)free);
-  if (record) a->set_record_stream_fn((void (*)(void*, cudaStream_t))record);
-  if (reset) a->set_reset_fn((void (*)())reset);
-  if (fraction) a->set_memory_fraction_fn((void (*)(double, int))fraction);
-  a->init(0);
-  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(a);
-  return 0;
+                                     void* fraction, char* why, size_t why_len) {
+  // (PyTorch refuses to swap an allocator it has used already: the reason
+  // goes back to Python, never as an exception through ctypes.)
+  try {
+    g_alloc = (alloc_fn)alloc;
+    g_delete = (c10::DeleterFnPtr)del;
+    auto a = std::make_shared<Direct>(g_alloc, (free_fn)free);
+    if (record) a->set_record_stream_fn((void (*)(void*, cudaStream_t))record);
+    if (reset) a->set_reset_fn((void (*)())reset);
+    if (fraction) a->set_memory_fraction_fn((void (*)(double, int))fraction);
+    a->init(0);
+    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(a);
+    return 0;
+  } catch (const std::exception& e) {
+    snprintf(why, why_len, "%s", e.what());
+  } catch (...) {
+    snprintf(why, why_len, "an unknown C++ exception");
+  }
+  return -1;
 }
 """
 
@@ -193,11 +204,16 @@ def use_hipmem(lib, record_stream=True, direct=False):
 
     if direct:
         h = _direct_helper(torch)
-        h.hipmem_direct_install.argtypes = [ctypes.c_void_p] * 6
-        h.hipmem_direct_install(address("hipmem_torch_alloc"), address("hipmem_torch_delete"),
-                                address("hipmem_torch_free"),
-                                address("hipmem_torch_record_stream") if record_stream else None,
-                                address("hipmem_torch_reset"), address("hipmem_torch_set_memory_fraction"))
+        h.hipmem_direct_install.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_char_p, ctypes.c_size_t]
+        why = ctypes.create_string_buffer(4096)
+        rc = h.hipmem_direct_install(address("hipmem_torch_alloc"), address("hipmem_torch_delete"),
+                                     address("hipmem_torch_free"),
+                                     address("hipmem_torch_record_stream") if record_stream else None,
+                                     address("hipmem_torch_reset"), address("hipmem_torch_set_memory_fraction"),
+                                     why, len(why))
+        if rc != 0:
+            raise RuntimeError("hipmem_torch: PyTorch refused the direct allocator: "
+                               + why.value.decode(errors="replace").strip())
         return Pool(lib)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "hipmem_torch_malloc", "hipmem_torch_free")
     native = alloc.allocator()

@@ -10,13 +10,15 @@ once and fills it. If the allocator reused the first tensor's memory there,
 the main stream, still busy, reads the second tensor's values: the trial is
 corrupted.
 
-    python3 torch_record_stream.py --lib path/to/libhipmem.so     # native, hipmem, hipmem-norecord
+    python3 torch_record_stream.py --lib path/to/libhipmem.so
+        # native, hipmem, hipmem-direct, hipmem-norecord
 
 `hipmem` registers `hipmem_torch_record_stream` with the pluggable allocator
-(`hipmem_torch.use_hipmem`); `hipmem-norecord` does not, as hipmem's PyTorch
+(`hipmem_torch.use_hipmem`), `hipmem-direct` with the direct one
+(`use_hipmem(lib, direct=True)`); `hipmem-norecord` does not, as hipmem's PyTorch
 interface did before, and is expected to corrupt trials: it shows that the
 check can fail. Each allocator runs in a fresh process; the exit status is
-non-zero if native or hipmem corrupts a trial, or if hipmem-norecord never does.
+non-zero if native, hipmem or hipmem-direct corrupts a trial, or if hipmem-norecord never does.
 """
 
 import argparse
@@ -31,7 +33,8 @@ def child(args):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import hipmem_torch
 
-        hipmem_torch.use_hipmem(args.lib, record_stream=args.allocator == "hipmem")
+        hipmem_torch.use_hipmem(args.lib, record_stream=args.allocator != "hipmem-norecord",
+                                direct=args.allocator == "hipmem-direct")
     import torch
 
     dev = torch.device("cuda")
@@ -60,7 +63,7 @@ def child(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", help="libhipmem.so (for the hipmem allocators)")
-    ap.add_argument("--allocators", default="native,hipmem,hipmem-norecord")
+    ap.add_argument("--allocators", default="native,hipmem,hipmem-direct,hipmem-norecord")
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--sleep-cycles", type=int, default=20_000_000)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -14,7 +14,8 @@
 //!   fragmentation = peak reserved / peak requested;
 //! - `c_abi_pair_latency`: the pair through libhipmem's exported functions
 //!   (`hipMallocAsync` + `hipFreeAsync`) on the null stream, a stream made by
-//!   `hipStreamCreate` and (cuda) a stream made by the driver, next to the
+//!   `hipStreamCreate` and (cuda) a stream made by the driver, and through
+//!   PyTorch's pluggable and direct interfaces on the null stream, next to the
 //!   same pair through the Rust API on the same kinds of stream, the median
 //!   of several repetitions, with ratios (see `c_abi.rs`);
 //! - `threads`: 1, 4 and 16 threads, each on its own stream, aggregate pairs/s.

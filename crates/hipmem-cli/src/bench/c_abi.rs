@@ -2,7 +2,10 @@
 //! pair through the exported functions of libhipmem (its rlib, so the calls
 //! are the same code a C program reaches), on the null stream, on a stream
 //! made by `hipStreamCreate`, and (cuda) on a stream made outside hipmem by
-//! the driver (`cuStreamCreate`, as PyTorch's or the CUDA runtime's). Next
+//! the driver (`cuStreamCreate`, as PyTorch's or the CUDA runtime's), and
+//! PyTorch's two interfaces on the null stream (`hipmem_torch_malloc` /
+//! `hipmem_torch_free`, which PyTorch's pluggable allocator calls, and
+//! `hipmem_torch_alloc` / `hipmem_torch_delete`, the direct one's). Next
 //! to each, the same pair through the Rust API on the same runtime and the
 //! same kind of stream (`Runtime::malloc_async` / `free_async`, what the
 //! exports call), so the ratio is the C ABI's own cost.
@@ -38,6 +41,11 @@ enum Path {
     Rust(Stream),
     /// `hipMallocAsync` / `hipFreeAsync` on the handle.
     CAbi(hipStream_t),
+    /// PyTorch's interface on the handle: `hipmem_torch_malloc` /
+    /// `hipmem_torch_free` (the pluggable allocator's pair), or with
+    /// `direct` `hipmem_torch_alloc` / `hipmem_torch_delete` (the direct
+    /// interface's, which keeps each block's stream to free by address).
+    Torch { stream: hipStream_t, direct: bool },
 }
 
 /// One case: its name, its path, and the name of the Rust case on the same
@@ -73,14 +81,34 @@ impl Path {
                 // SAFETY: `p` came from hipMallocAsync just above and is freed once.
                 check(unsafe { hipFreeAsync(p, *stream) }, "hipFreeAsync")
             }
+            Path::Torch { stream, direct } => {
+                let p = if *direct {
+                    hipmem_capi::hipmem_torch_alloc(size as isize, 0, *stream)
+                } else {
+                    hipmem_capi::hipmem_torch_malloc(size as isize, 0, *stream)
+                };
+                if p.is_null() {
+                    return Err(Error::OutOfMemory(format!(
+                        "the PyTorch interface's allocation of {size} bytes failed in the C ABI bench"
+                    )));
+                }
+                if *direct {
+                    hipmem_capi::hipmem_torch_delete(p);
+                } else {
+                    hipmem_capi::hipmem_torch_free(p, size as usize, 0, *stream);
+                }
+                Ok(())
+            }
         }
     }
 
     fn synchronize(&self) -> Result<()> {
         match self {
             Path::Rust(stream) => stream.synchronize(),
-            // SAFETY: a live handle (see `pair`).
-            Path::CAbi(stream) => check(unsafe { hipStreamSynchronize(*stream) }, "hipStreamSynchronize"),
+            Path::CAbi(stream) | Path::Torch { stream, .. } => {
+                // SAFETY: a live handle (see `pair`).
+                check(unsafe { hipStreamSynchronize(*stream) }, "hipStreamSynchronize")
+            }
         }
     }
 }
@@ -130,6 +158,9 @@ pub fn run(
         return Ok(());
     }
     let device = rt.device(0)?;
+    // The PyTorch interface's failures as null here (raising would throw a
+    // C++ exception into this Rust loop).
+    check(hipmem_capi::hipmem_torch_raise_on_failure(0), "hipmem_torch_raise_on_failure")?;
     let mut created: hipStream_t = null_mut();
     // SAFETY: a valid out-pointer.
     check(unsafe { hipStreamCreate(&mut created) }, "hipStreamCreate")?;
@@ -141,6 +172,16 @@ pub fn run(
             name: "c-abi hipmem stream",
             path: Path::CAbi(created),
             rust_twin: Some("rust hipmem stream"),
+        },
+        Case {
+            name: "torch malloc/free",
+            path: Path::Torch { stream: null_mut(), direct: false },
+            rust_twin: Some("rust null stream"),
+        },
+        Case {
+            name: "torch alloc/delete",
+            path: Path::Torch { stream: null_mut(), direct: true },
+            rust_twin: Some("rust null stream"),
         },
     ];
     let foreign = match rt.backend_kind() {

@@ -221,17 +221,7 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     if pieces.is_empty() {
         return layout_with(lives, period, pieces, u64::MAX);
     }
-    // A limit that sends no more blocks to the new piece than the one
-    // before it gives the same layout: laid out once.
-    let mut limits: Vec<u64> = Vec::with_capacity(5);
-    let mut forced_before = None;
-    for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
-        let forced = lives.iter().filter(|l| l.size.next_multiple_of(ALIGN) > limit).count();
-        if forced_before != Some(forced) {
-            limits.push(limit);
-            forced_before = Some(forced);
-        }
-    }
+    let limits = limits_to_lay_out(lives, pieces);
     // Laying out is quadratic in the blocks: many blocks, one thread per limit.
     let layouts: Vec<Layout> = if lives.len() < 256 {
         limits.iter().map(|&limit| layout_with(lives, period, pieces, limit)).collect()
@@ -254,6 +244,34 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
         }
     }
     best.expect("one layout at least")
+}
+
+/// The limits [`layout`] lays out with (of `u64::MAX`, 256, 64, 16 and
+/// 4 MiB, in that order), leaving out each whose layout is the same as the
+/// last one kept. Lowering the limit from the last one kept sends the
+/// blocks of sizes between the two to the new piece: nothing changes if
+/// there are none, or if each of them is larger than every free piece (it
+/// could not have gone in a piece anyway; every gap it is offered is the
+/// same, in the same order). (Laying out is the slow part of starting a
+/// plan: a training step's arena, laid out in free pieces, often has a few
+/// blocks larger than any piece and no block between 64 and 256 MiB.)
+fn limits_to_lay_out(lives: &[Life], pieces: &[u64]) -> Vec<u64> {
+    let largest_piece = pieces.iter().copied().max().unwrap_or(0);
+    let mut limits: Vec<u64> = Vec::with_capacity(5);
+    for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
+        let Some(&kept) = limits.last() else {
+            limits.push(limit);
+            continue;
+        };
+        let changes = lives
+            .iter()
+            .map(|l| l.size.next_multiple_of(ALIGN))
+            .any(|size| size > limit && size <= kept && size <= largest_piece);
+        if changes {
+            limits.push(limit);
+        }
+    }
+    limits
 }
 
 /// [`layout`] where only blocks of at most `limit` bytes go in free runs.
@@ -1622,6 +1640,53 @@ mod tests {
             .max()
             .unwrap();
         assert!(one.extra >= peak && one.extra <= lives.iter().map(|b| b.size).sum::<u64>());
+    }
+
+    #[test]
+    fn limits_whose_new_blocks_fit_no_piece_are_not_laid_out_again() {
+        // Blocks of 1-8 MiB, a few of 300-600 MiB and of 100-200 MiB; free
+        // pieces of at most 96 MiB: lowering the limit to 256 or to 64 MiB
+        // sends only blocks that no piece could hold to the new piece.
+        let (m, period) = (1u64 << 20, 400u64);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let lives: Vec<Life> = (0..300)
+            .map(|k| {
+                let size = match k % 50 {
+                    0 => (300 + next() % 300) * m,
+                    1 => (100 + next() % 100) * m,
+                    _ => (1 + next() % 8) * m,
+                };
+                Life { size, start: k, len: 1 + next() % 120 }
+            })
+            .collect();
+        let pieces = [96 * m, 40 * m, 8 * m];
+        // u64::MAX, then 4 MiB (blocks of 5-8 MiB may go in a piece; 16 MiB
+        // sends no block anywhere new).
+        assert_eq!(limits_to_lay_out(&lives, &pieces), vec![u64::MAX, 4 << 20]);
+        // The same layout as laying out every limit.
+        let l = layout(&lives, period, &pieces);
+        assert_valid(&lives, period, &pieces, &l);
+        let mut best: Option<Layout> = None;
+        for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
+            let one = layout_with(&lives, period, &pieces, limit);
+            if best.as_ref().is_none_or(|b| one.extra < b.extra) {
+                best = Some(one);
+            }
+        }
+        assert_eq!(Some(l), best);
+        // With a piece that can hold the 100-200 MiB blocks, 64 MiB is laid
+        // out too (256 MiB still not: its new blocks exceed every piece).
+        let larger = [250 * m, 40 * m];
+        assert_eq!(limits_to_lay_out(&lives, &larger), vec![u64::MAX, 64 << 20, 4 << 20]);
+        // And no limit but the first where nothing is smaller than 4 MiB.
+        let big: Vec<Life> = lives.iter().map(|l| Life { size: l.size.max(300 * m), ..*l }).collect();
+        assert_eq!(limits_to_lay_out(&big, &pieces), vec![u64::MAX]);
     }
 
     /// A step: allocate `n` blocks of growing sizes, free them in reverse.

@@ -148,8 +148,9 @@ struct Entry {
 pub struct Plan {
     entries: Vec<Entry>,
     lives: Vec<Life>,
-    /// Bytes the plan needs in one piece of memory (a provisional plan's:
-    /// the most its blocks have live at once, a lower bound).
+    /// The most its blocks have live at once: a lower bound of the bytes
+    /// it needs in one piece of memory (1.000-1.001 of what it needs on
+    /// recorded PyTorch steps).
     arena: u64,
     /// The position where the plan starts running (its quiet point).
     quiet: usize,
@@ -164,7 +165,7 @@ impl Plan {
         self.entries.len()
     }
 
-    /// The bytes the plan needs in one piece.
+    /// The most its blocks have live at once.
     #[cfg(test)]
     pub fn arena(&self) -> u64 {
         self.arena
@@ -411,8 +412,11 @@ pub fn build(sigs: &[Sig], lens: &[Option<u64>]) -> Result<Plan, Rejected> {
     if left > (most / 20).max(2 << 20) {
         return Err(Rejected::NoQuietPoint);
     }
-    let arena = layout(&lives, period, &[]).extra;
-    Ok(Plan { entries, lives, arena, quiet, circle: period })
+    // The arena is laid out when the plan starts, in the free memory the
+    // pool has then; until then the peak stands for its size (laid out in
+    // one piece, a period needs 1.000-1.001 of it on recorded PyTorch
+    // steps, and laying out costs as much as a start's).
+    Ok(Plan { entries, lives, arena: most, quiet, circle: period })
 }
 
 /// What a request gets from the planner.
@@ -1075,7 +1079,7 @@ impl Planner {
                 }
                 self.counts.plans += 1;
                 self.learner.fruitless = 0;
-                tracing::debug!(target: "hipmem::pool", "planned a period of {p} allocations: {} placed, {} bytes in one piece, starting at {}", plan.planned(), plan.arena, plan.quiet);
+                tracing::debug!(target: "hipmem::pool", "planned a period of {p} allocations: {} placed, {} bytes live at most, starting at {}", plan.planned(), plan.arena, plan.quiet);
                 // The next allocation is position 0 of the period (the
                 // period planned starts 2p before the next one).
                 self.provisional_misses = 0;

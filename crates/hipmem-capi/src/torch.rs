@@ -301,13 +301,15 @@ fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
 /// threads allocating and freeing at once rarely meet.
 type Origins = hipmem_rs::pool::AddrMap<(usize, c_int)>;
 const ORIGIN_SHARDS: usize = 64;
+const _: () = assert!(ORIGIN_SHARDS == 1 << (64 - 58), "origins_of takes the hash's top 6 bits");
 static ORIGINS: [Mutex<Option<Origins>>; ORIGIN_SHARDS] = [const { Mutex::new(None) }; ORIGIN_SHARDS];
 /// Set by the first `hipmem_torch_alloc`: a block freed with
 /// `hipmem_torch_free` then drops its origin too (one load otherwise).
 static ORIGINS_USED: AtomicBool = AtomicBool::new(false);
 
 fn origins_of(ptr: usize) -> std::sync::MutexGuard<'static, Option<Origins>> {
-    let shard = ((ptr as u64 >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % ORIGIN_SHARDS;
+    // (The top 6 bits of a multiplicative hash: one of the 64 shards.)
+    let shard = ((ptr as u64 >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
     ORIGINS[shard].lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -584,12 +584,11 @@ impl Learner {
     }
 
     fn freed(&mut self, addr: u64) {
-        if let Some(o) = self.live.remove(&addr) {
-            self.live_bytes -= self.sig(o).map_or(0, |s| s.size).min(self.live_bytes);
-            let now = self.next();
-            if let Some(l) = o.checked_sub(self.base).and_then(|i| self.log.get_mut(i as usize)) {
-                l.freed_at = now;
-            }
+        let Some(o) = self.live.remove(&addr) else { return };
+        let now = self.next();
+        if let Some(l) = o.checked_sub(self.base).and_then(|i| self.log.get_mut(i as usize)) {
+            l.freed_at = now;
+            self.live_bytes -= l.sig.size.min(self.live_bytes);
         }
     }
 

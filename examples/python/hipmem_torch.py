@@ -144,34 +144,38 @@ extern "C" int hipmem_direct_install(void* alloc, void* del, void* free, void* r
 """
 
 
-def _direct_helper(torch):
-    """Compiles DIRECT with g++ against the installed PyTorch (once per
-    PyTorch version, kept in the temporary directory)."""
+def build_against_torch(torch, source, name, libs):
+    """Compiles C++ `source` with g++ against the installed PyTorch and CUDA
+    into a shared library and loads it (ctypes). Built once per source and
+    PyTorch version, kept in the temporary directory (`hipmem-torch-NAME`);
+    `libs` are the PyTorch libraries it links (e.g. ["c10", "c10_cuda"]).
+    A failed build raises RuntimeError with the compiler's message."""
     import hashlib
     import subprocess
     import tempfile
     from torch.utils.cpp_extension import CUDA_HOME, include_paths, library_paths
-    d = os.path.join(tempfile.gettempdir(), "hipmem-torch-direct")
+    d = os.path.join(tempfile.gettempdir(), f"hipmem-torch-{name}")
     os.makedirs(d, exist_ok=True)
-    tag = hashlib.sha1((DIRECT + torch.__version__).encode()).hexdigest()[:12]
-    so = os.path.join(d, f"direct-{tag}.so")
+    tag = hashlib.sha1((source + torch.__version__).encode()).hexdigest()[:12]
+    so = os.path.join(d, f"{name}-{tag}.so")
     if not os.path.exists(so):
-        src = os.path.join(d, f"direct-{os.getpid()}.cpp")
+        # (Per-process names, then an atomic rename: processes building at
+        # once do not meet.)
+        src, tmp = os.path.join(d, f"{name}-{os.getpid()}.cpp"), so + f".{os.getpid()}"
         with open(src, "w") as f:
-            f.write(DIRECT)
+            f.write(source)
         abi = int(torch.compiled_with_cxx11_abi())
         cmd = ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", src,
-               "-o", so + f".{os.getpid()}", f"-I{CUDA_HOME}/include"]
+               "-o", tmp, f"-I{CUDA_HOME}/include"]
         cmd += [f"-I{p}" for p in include_paths()]
         for p in library_paths():
             cmd += [f"-L{p}", f"-Wl,-rpath,{p}"]
-        cmd += ["-ltorch_cuda", "-ltorch", "-lc10_cuda", "-lc10", f"-L{CUDA_HOME}/lib64", "-lcudart"]
+        cmd += [f"-l{lib}" for lib in libs] + [f"-L{CUDA_HOME}/lib64", "-lcudart"]
         p = subprocess.run(cmd, capture_output=True, text=True)
         os.remove(src)
         if p.returncode != 0:
-            raise RuntimeError("hipmem_torch: building the direct allocator failed (use_hipmem(lib) "
-                               "without direct=True needs no compiler):\n" + p.stderr[-4000:])
-        os.replace(so + f".{os.getpid()}", so)
+            raise RuntimeError(f"hipmem_torch: building {name} with g++ failed:\n" + p.stderr[-4000:])
+        os.replace(tmp, so)
     return ctypes.CDLL(so)
 
 
@@ -203,7 +207,8 @@ def use_hipmem(lib, record_stream=True, direct=False):
         return ctypes.cast(getattr(dll, name), ctypes.c_void_p).value
 
     if direct:
-        h = _direct_helper(torch)
+        # (use_hipmem(lib) without direct=True needs no compiler.)
+        h = build_against_torch(torch, DIRECT, "direct", ["torch_cuda", "torch", "c10_cuda", "c10"])
         h.hipmem_direct_install.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_char_p, ctypes.c_size_t]
         why = ctypes.create_string_buffer(4096)
         rc = h.hipmem_direct_install(address("hipmem_torch_alloc"), address("hipmem_torch_delete"),

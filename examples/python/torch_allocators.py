@@ -83,8 +83,9 @@ ALLOCATORS = ["native", "expandable", "cudamallocasync", "hipmem"]
 WORKLOADS = ["gpt_train", "varlen_infer", "cnn_train", "ckpt_train", "side_stream"]
 # Not in the default set: the allocator's cost per call through PyTorch.
 EXTRA_WORKLOADS = ["alloc_calls"]
-# Allocations per step of alloc_calls.
+# Allocations per step of alloc_calls, and their sizes.
 ALLOC_CALLS = 4096
+ALLOC_CALL_SIZES = [8, 256, 2048, 6144, 8192, 2 << 20, 6 << 20, 8 << 20]
 
 
 # ---- the child: one workload under one allocator ------------------------------------------
@@ -172,17 +173,10 @@ int shim_pool(int device, int attr, uint64_t* value, int set) {
 def pluggable_async(torch):
     """cudaMallocAsync through CUDAPluggableAllocator (see "pluggable-async")."""
     import ctypes
-    import tempfile
-    from torch.utils.cpp_extension import CUDA_HOME
-    d = tempfile.mkdtemp(prefix="shim-")
-    src, lib = os.path.join(d, "shim.cpp"), os.path.join(d, "shim.so")
-    with open(src, "w") as f:
-        f.write(SHIM)
-    subprocess.run(["g++", "-O2", "-shared", "-fPIC", src, "-o", lib, f"-I{CUDA_HOME}/include",
-                    f"-L{CUDA_HOME}/lib64", "-lcudart"], check=True)
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "shim_malloc", "shim_free")
+    import hipmem_torch
+    so = hipmem_torch.build_against_torch(torch, SHIM, "pluggable-async", [])
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(so._name, "shim_malloc", "shim_free")
     torch.cuda.memory.change_current_allocator(alloc)
-    so = ctypes.CDLL(lib)
     # cudaMemPoolAttrReleaseThreshold, ReservedMemCurrent, ReservedMemHigh, UsedMemCurrent, UsedMemHigh
     THRESHOLD, RES, RES_HIGH, USED, USED_HIGH = 4, 5, 6, 7, 8
 
@@ -378,14 +372,13 @@ def make_workload(torch, name, steps, varlen_seed=7):
         # differs every step (nothing repeats, as with varying shapes), and
         # frees each 16 tensors later. The step time divided by 4096 is one
         # allocation and one free through PyTorch, Python included.
-        sizes = [8, 256, 2048, 6144, 8192, 2 << 20, 6 << 20, 8 << 20]
         made = []
 
         def step(i):
             rng = random.Random(i)
             live = []
             for _ in range(ALLOC_CALLS):
-                live.append(torch.empty(rng.choice(sizes), dtype=torch.uint8, device=dev))
+                live.append(torch.empty(rng.choice(ALLOC_CALL_SIZES), dtype=torch.uint8, device=dev))
                 if len(live) > 16:
                     live.pop(0)
             made.append(len(live))

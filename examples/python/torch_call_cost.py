@@ -60,7 +60,6 @@ pass, as after any change of phase.
 import argparse
 import ctypes
 import gzip
-import hashlib
 import json
 import os
 import pickle
@@ -68,14 +67,17 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+# (This directory's helpers: the g++ build, and alloc_calls' definition.)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hipmem_torch  # noqa: E402
+from torch_allocators import ALLOC_CALL_SIZES, ALLOC_CALLS, cpu_list  # noqa: E402
 
 ALLOCATORS = ["native", "hipmem", "hipmem-pluggable", "hipmem-direct"]
 KNOWN = ["native", "expandable", "cudamallocasync", "hipmem", "hipmem-pluggable", "hipmem-direct",
          "hipmem-noplan", "hipmem-keep"]
 SEQUENCES = ["alloc_calls"]
-ALLOC_CALLS = 4096
 
 HELPER = r"""
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -163,14 +165,13 @@ extern "C" int64_t cost_run(int direct, void* mfn, void* ffn, int device, const 
 
 def alloc_calls_sequence(steps=8):
     """torch_allocators.py's alloc_calls, `steps` steps: (kinds, slots, sizes, stream of each slot)."""
-    sizes = [8, 256, 2048, 6144, 8192, 2 << 20, 6 << 20, 8 << 20]
     kinds, slots, slot_size, slot_stream = [], [], [], []
     for i in range(steps):
         rng = random.Random(i)
         live = []
         for _ in range(ALLOC_CALLS):
             s = len(slot_size)
-            slot_size.append(rng.choice(sizes))
+            slot_size.append(rng.choice(ALLOC_CALL_SIZES))
             slot_stream.append(0)
             kinds.append(0)
             slots.append(s)
@@ -219,28 +220,6 @@ def sequence(name):
 
 # ---- the child: one sequence under one allocator ---------------------------------------------
 
-def build_helper(torch):
-    from torch.utils.cpp_extension import CUDA_HOME, include_paths, library_paths
-    d = os.environ.get("HIPMEM_CALL_COST_DIR") or os.path.join(tempfile.gettempdir(), "hipmem-call-cost")
-    os.makedirs(d, exist_ok=True)
-    tag = hashlib.sha1((HELPER + torch.__version__).encode()).hexdigest()[:12]
-    src, lib = os.path.join(d, f"helper-{tag}.cpp"), os.path.join(d, f"helper-{tag}.so")
-    if not os.path.exists(lib):
-        with open(src, "w") as f:
-            f.write(HELPER)
-        tmp = lib + f".{os.getpid()}"
-        abi = int(torch.compiled_with_cxx11_abi())
-        cmd = ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", src, "-o", tmp,
-               f"-I{CUDA_HOME}/include"]
-        cmd += [f"-I{p}" for p in include_paths()]
-        for p in library_paths():
-            cmd += [f"-L{p}", f"-Wl,-rpath,{p}"]
-        cmd += ["-lc10", "-lc10_cuda", f"-L{CUDA_HOME}/lib64", "-lcudart"]
-        subprocess.run(cmd, check=True)
-        os.replace(tmp, lib)
-    return ctypes.CDLL(lib)
-
-
 def child(args):
     if args.cpus:
         os.sched_setaffinity(0, cpu_list(args.cpus))
@@ -259,8 +238,6 @@ def child(args):
 
     direct, mfn, ffn = 0, None, None
     if a in ("hipmem-pluggable", "hipmem-direct"):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import hipmem_torch
         hipmem_torch.use_hipmem(args.lib, direct=a == "hipmem-direct")
     elif a in ("hipmem", "hipmem-noplan", "hipmem-keep"):
         os.environ.setdefault("HIPMEM_BACKEND", "cuda")
@@ -270,7 +247,7 @@ def child(args):
         ffn = ctypes.cast(hip.hipmem_torch_free, ctypes.c_void_p).value
     elif a not in ("native", "expandable", "cudamallocasync"):
         raise SystemExit(f"unknown allocator {a}")
-    helper = build_helper(torch)
+    helper = hipmem_torch.build_against_torch(torch, HELPER, "call-cost", ["c10", "c10_cuda"])
     torch.cuda.init()
     dev = torch.cuda.current_device()
     kinds, slots, slot_size, slot_stream = sequence(args.sequence)
@@ -301,15 +278,6 @@ def child(args):
 
 
 # ---- the parent: fresh processes, alternating order ------------------------------------------
-
-def cpu_list(text):
-    """"0-3,8" -> {0, 1, 2, 3, 8}."""
-    cpus = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
 
 def run_child(seq, allocator, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--sequence", seq, "--allocator", allocator,

@@ -155,7 +155,7 @@ pub struct Heap {
     frees: u64,
     /// Where the last blocks of each size went (most recent last), when the
     /// heap keeps them ([`Heap::keep_places`]).
-    places: Option<AddrMap<Vec<u64>>>,
+    places: Option<AddrMap<Places>>,
     /// Global memory absorbed by a stream's pending block (see `merge`):
     /// start → (end, the stream).
     lent: BTreeMap<u64, (u64, u64)>,
@@ -191,6 +191,37 @@ pub fn smaller_run<T>(global: Option<(T, u64)>, own: Option<(T, u64)>) -> Option
 /// Places kept per size, and sizes at most.
 const PLACES_PER_SIZE: usize = 4;
 const PLACE_SIZES: usize = 4096;
+
+/// Where the last blocks of one size went, oldest first (held in the map's
+/// entry itself: the slow path reads it on every allocation).
+#[derive(Debug, Default, Clone, Copy)]
+struct Places {
+    at: [u64; PLACES_PER_SIZE],
+    len: u8,
+}
+
+impl Places {
+    fn as_slice(&self) -> &[u64] {
+        &self.at[..usize::from(self.len)]
+    }
+
+    /// Notes `addr` as the newest (moved there if it is held already; the
+    /// oldest goes when all are in use).
+    fn note(&mut self, addr: u64) {
+        let n = usize::from(self.len);
+        let from = match self.at[..n].iter().position(|&a| a == addr) {
+            Some(i) => i,
+            None if n == PLACES_PER_SIZE => 0,
+            None => {
+                self.at[n] = addr;
+                self.len += 1;
+                return;
+            }
+        };
+        self.at.copy_within(from + 1..n, from);
+        self.at[n - 1] = addr;
+    }
+}
 
 /// Rounds a request up to the block granule (at least one granule).
 pub fn block_size(request: u64) -> Option<u64> {
@@ -887,7 +918,7 @@ impl Heap {
     /// [`Heap::place_fit`]: the place and the free block holding it.
     fn find_place(&self, class: usize, size: u64, stream: u64, edge_only: bool) -> Option<(u64, u32)> {
         let places = self.places.as_ref()?.get(&size)?;
-        places.iter().rev().find_map(|&at| {
+        places.as_slice().iter().rev().find_map(|&at| {
             // A block that starts there (a hash lookup) is the one; else the
             // run holding it, if one does.
             let i = self.block_at(at).or_else(|| self.run_holding(at))?;
@@ -904,17 +935,12 @@ impl Heap {
         if all.len() >= PLACE_SIZES && !all.contains_key(&size) {
             all.clear();
         }
-        let places = all.entry(size).or_default();
-        places.retain(|&a| a != addr);
-        if places.len() == PLACES_PER_SIZE {
-            places.remove(0);
-        }
-        places.push(addr);
+        all.entry(size).or_default().note(addr);
     }
 
     /// Where the last blocks of `size` bytes went (most recent last).
     pub fn places_of(&self, size: u64) -> Vec<u64> {
-        self.places.as_ref().and_then(|p| p.get(&size).cloned()).unwrap_or_default()
+        self.places.as_ref().and_then(|p| p.get(&size)).map_or_else(Vec::new, |p| p.as_slice().to_vec())
     }
 
     /// The size of the allocated block at `addr`, if there is one.
@@ -1651,6 +1677,24 @@ mod tests {
                 panic!("step {step}: {e}; last operations: {:#?}", &log[tail..]);
             }
         }
+    }
+
+    #[test]
+    fn places_keep_the_newest_four_of_a_size_each_once() {
+        let mut p = Places::default();
+        for a in [1, 2, 3] {
+            p.note(a);
+        }
+        assert_eq!(p.as_slice(), [1, 2, 3]);
+        p.note(2);
+        assert_eq!(p.as_slice(), [1, 3, 2], "a place noted again becomes the newest");
+        p.note(4);
+        p.note(5);
+        assert_eq!(p.as_slice(), [3, 2, 4, 5], "the oldest goes");
+        p.note(3);
+        assert_eq!(p.as_slice(), [2, 4, 5, 3]);
+        p.note(3);
+        assert_eq!(p.as_slice(), [2, 4, 5, 3]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::backing::Unmapped;
 use super::core::{ORPHAN_STREAM, PoolCore, lock};
@@ -23,8 +23,6 @@ const STEPS: u32 = 4;
 /// the steps before it, over one window of time.
 #[derive(Debug)]
 pub(crate) struct IdleWindows {
-    /// The wall clock's origin (its time is the nanoseconds since).
-    origin: Instant,
     /// When the current step started, in nanoseconds on the pool's idle
     /// clock (the wall clock's, or the caller's: [`PoolCore::set_idle_clock`]).
     started: u64,
@@ -47,7 +45,6 @@ pub(crate) struct IdleWindows {
 impl IdleWindows {
     pub(super) fn new() -> IdleWindows {
         IdleWindows {
-            origin: Instant::now(),
             started: 0,
             current: 0,
             earlier: [0; EARLIER],
@@ -99,7 +96,7 @@ impl PoolCore {
     pub(crate) fn set_idle_release(&self, window: Option<Duration>) {
         let ms = window.map_or(0, |w| (w.as_millis() as u64).max(1));
         let mut fresh = IdleWindows::new();
-        fresh.started = self.idle_now(&fresh);
+        fresh.started = self.idle_now_for(ms);
         *lock(&self.idle) = fresh;
         self.idle_window_ms.store(ms, Ordering::Relaxed);
     }
@@ -122,14 +119,25 @@ impl PoolCore {
         };
         if (before == WALL_CLOCK) != (ns == WALL_CLOCK) {
             let mut w = lock(&self.idle);
-            w.started = self.idle_now(&w);
+            w.started = self.idle_now();
         }
     }
 
     /// Now on the pool's idle clock, in nanoseconds.
-    fn idle_now(&self, w: &IdleWindows) -> u64 {
+    fn idle_now(&self) -> u64 {
+        self.idle_now_for(self.idle_window_ms.load(Ordering::Relaxed))
+    }
+
+    /// Now on the idle clock of a window of `ms` milliseconds: the caller's
+    /// clock, or a monotonic one read to within a quarter of a step (the
+    /// kernel's coarse clock where its tick is that fine: the slow path
+    /// reads it on every call).
+    fn idle_now_for(&self, ms: u64) -> u64 {
         match self.idle_clock_ns.load(Ordering::Relaxed) {
-            WALL_CLOCK => w.origin.elapsed().as_nanos() as u64,
+            WALL_CLOCK => {
+                let step = ms.saturating_mul(1_000_000) / u64::from(STEPS);
+                crate::runtime::clock::monotonic_ns(step / 4)
+            }
             ns => ns,
         }
     }
@@ -173,7 +181,7 @@ impl PoolCore {
         let (keep, reserved) = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
-            let now = self.idle_now(&w);
+            let now = self.idle_now();
             let step = (ms.saturating_mul(1_000_000) / u64::from(STEPS)).max(1);
             let steps = now.saturating_sub(w.started) / step;
             if steps == 0 {

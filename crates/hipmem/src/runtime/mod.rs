@@ -19,6 +19,7 @@
 //! every function while each lives in its layer.
 #![forbid(unsafe_code)]
 
+pub mod clock;
 mod copies2d;
 mod device;
 mod device_info;

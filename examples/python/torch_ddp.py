@@ -3,6 +3,8 @@
 per GPU) with hipmem as PyTorch's allocator in every process, and its checks.
 
     python3 torch_ddp.py --lib path/to/libhipmem.so              # hipmem in both processes
+    python3 torch_ddp.py --lib path/to/libhipmem.so --allocator hipmem-direct
+                                  # hipmem past the pluggable allocator's map (needs g++)
     python3 torch_ddp.py --allocator native                      # PyTorch's own, for comparison
 
 Each process trains the same small transformer block stack under
@@ -35,10 +37,10 @@ def worker(rank, args, world):
 
     stats = None
     plan = None
-    if args.allocator == "hipmem":
+    if args.allocator.startswith("hipmem"):
         import hipmem_torch
 
-        pool = hipmem_torch.use_hipmem(args.lib)
+        pool = hipmem_torch.use_hipmem(args.lib, direct=args.allocator == "hipmem-direct")
 
         def stats():
             s = pool.stats(rank)
@@ -123,14 +125,14 @@ def worker(rank, args, world):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--allocator", choices=["hipmem", "native"], default="hipmem")
+    ap.add_argument("--allocator", choices=["hipmem", "hipmem-direct", "native"], default="hipmem")
     ap.add_argument("--lib", default=os.environ.get("HIPMEM_LIB", ""), help="path of libhipmem.so")
     ap.add_argument("--gpus", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--port", type=int, default=29531)
     args = ap.parse_args()
-    if args.allocator == "hipmem":
+    if args.allocator.startswith("hipmem"):
         if not args.lib:
             raise SystemExit("--lib path/to/libhipmem.so (or HIPMEM_LIB) is needed for the hipmem allocator")
         args.lib = os.path.abspath(args.lib)

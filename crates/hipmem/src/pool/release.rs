@@ -86,6 +86,11 @@ const MOST_QUIET_STEPS: u32 = 64 * STEPS;
 /// groups a growth maps, so that what goes back is worth its driver calls.
 pub(super) const LARGE_REQUEST: u64 = 256 << 20;
 
+/// The length of a step of a window of `ms` milliseconds, in nanoseconds.
+fn step_ns(ms: u64) -> u64 {
+    (ms.saturating_mul(1_000_000) / u64::from(STEPS)).max(1)
+}
+
 /// `PoolCore::idle_clock_ns` when idle release runs on the wall clock.
 pub(super) const WALL_CLOCK: u64 = u64::MAX;
 
@@ -134,10 +139,7 @@ impl PoolCore {
     /// reads it on every call).
     fn idle_now_for(&self, ms: u64) -> u64 {
         match self.idle_clock_ns.load(Ordering::Relaxed) {
-            WALL_CLOCK => {
-                let step = ms.saturating_mul(1_000_000) / u64::from(STEPS);
-                crate::runtime::clock::monotonic_ns(step / 4)
-            }
+            WALL_CLOCK => crate::runtime::clock::monotonic_ns(step_ns(ms) / 4),
             ns => ns,
         }
     }
@@ -181,8 +183,9 @@ impl PoolCore {
         let (keep, reserved) = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
-            let now = self.idle_now();
-            let step = (ms.saturating_mul(1_000_000) / u64::from(STEPS)).max(1);
+            // (The window read above: one step length for the clock and the count.)
+            let now = self.idle_now_for(ms);
+            let step = step_ns(ms);
             let steps = now.saturating_sub(w.started) / step;
             if steps == 0 {
                 return;

@@ -257,6 +257,22 @@ def gpt(torch, n_layer, n_head, n_embd, vocab, block, checkpoint=False):
     return GPT()
 
 
+def varlen_model(torch, dev):
+    """Variable-length inference's model: a 24-layer GPT-2 shaped decoder, for inference."""
+    return gpt(torch, 24, 16, 1024, 50304, 2048).to(dev).eval()
+
+
+def infer_batch(torch, model, gen, b, t):
+    """One batch of variable-length inference: `b` sequences of `t` random
+    tokens, bf16 autocast; returns the sum of the next tokens (synchronizes)."""
+    x = torch.randint(0, 50304, (b, t), device="cuda", generator=gen)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(x)
+        # Only the last position's logits leave the step (generation).
+        nxt = logits[:, -1, :].float().softmax(-1).argmax(-1)
+    return int(nxt.sum().item())
+
+
 def make_workload(torch, name, steps, varlen_seed=7):
     """Returns (step function, check function). Every step synchronizes.
     `varlen_seed` chooses variable-length inference's batch shapes."""
@@ -287,19 +303,14 @@ def make_workload(torch, name, steps, varlen_seed=7):
         return step, check
 
     if name == "varlen_infer":
-        model = gpt(torch, 24, 16, 1024, 50304, 2048).to(dev).eval()
+        model = varlen_model(torch, dev)
         rng = random.Random(varlen_seed)
         shapes = [(rng.randint(1, 32), rng.randint(16, 2048)) for _ in range(1000)]
         sums = []
 
         def step(i):
             b, t = shapes[i % len(shapes)]
-            x = torch.randint(0, 50304, (b, t), device=dev, generator=gen)
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(x)
-                # Only the last position's logits leave the step (generation).
-                nxt = logits[:, -1, :].float().softmax(-1).argmax(-1)
-            sums.append(int(nxt.sum().item()))
+            sums.append(infer_batch(torch, model, gen, b, t))
 
         def check():
             return len(sums) > 0, f"{len(sums)} batches"

@@ -31,17 +31,13 @@ alloc, lib = sys.argv[1], sys.argv[2]
 os.sched_setaffinity(0, ta.cpu_list(os.environ.get("PROBE_CPUS", "0-7")))
 torch, stats, reset = ta.setup_allocator(alloc, lib)
 dev = torch.device("cuda")
-model = ta.gpt(torch, 24, 16, 1024, 50304, 2048).to(dev).eval()
+model = ta.varlen_model(torch, dev)
 gen = torch.Generator(device=dev)
 gen.manual_seed(1)
 
 
 def batch(b, t):
-    x = torch.randint(0, 50304, (b, t), device=dev, generator=gen)
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-        logits = model(x)
-        nxt = logits[:, -1, :].float().softmax(-1).argmax(-1)
-    return int(nxt.sum().item())
+    return ta.infer_batch(torch, model, gen, b, t)
 
 
 out = {"alloc": alloc}

@@ -23,8 +23,8 @@ In a step, PyTorch's own work runs between two allocator calls and evicts
 the allocator's state from the CPU's caches: these are the costs a step
 pays, which a loop of calls back to back (torch_call_cost.py) understates.
 Step times move by 5-15% between processes on a shared machine, under every
-allocator alike; the time inside the allocator is the part of the step an
-allocator decides, and it moves far less.
+allocator alike, which hides differences of a few per cent; the time inside
+the allocator is the part of the step the allocator decides.
 
 Each (workload, allocator) pair runs in fresh processes, the allocators
 alternating over --reps repetitions. A process runs the workload's warm-up

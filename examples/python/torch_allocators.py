@@ -90,14 +90,22 @@ ALLOC_CALL_SIZES = [8, 256, 2048, 6144, 8192, 2 << 20, 6 << 20, 8 << 20]
 
 # ---- the child: one workload under one allocator ------------------------------------------
 
-def setup_allocator(name, lib):
-    """Chooses the allocator before torch touches the GPU; returns a stats reader."""
-    if name == "expandable":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    elif name == "cudamallocasync":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+# PyTorch's own allocators other than native, by the setting that chooses them.
+TORCH_ALLOC_CONF = {"expandable": "expandable_segments:True", "cudamallocasync": "backend:cudaMallocAsync"}
+
+
+def choose_torch_allocator(name):
+    """Sets PYTORCH_CUDA_ALLOC_CONF for allocator `name` (expandable,
+    cudamallocasync; unset for any other), before torch is imported."""
+    if name in TORCH_ALLOC_CONF:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = TORCH_ALLOC_CONF[name]
     else:
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+
+
+def setup_allocator(name, lib):
+    """Chooses the allocator before torch touches the GPU; returns a stats reader."""
+    choose_torch_allocator(name)
     import torch
 
     if name == "hipmem-lowmem":

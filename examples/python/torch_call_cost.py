@@ -72,7 +72,7 @@ import time
 # (This directory's helpers: the g++ build, and alloc_calls' definition.)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hipmem_torch  # noqa: E402
-from torch_allocators import ALLOC_CALL_SIZES, ALLOC_CALLS, cpu_list  # noqa: E402
+from torch_allocators import ALLOC_CALL_SIZES, ALLOC_CALLS, choose_torch_allocator, cpu_list  # noqa: E402
 
 ALLOCATORS = ["native", "hipmem", "hipmem-pluggable", "hipmem-direct"]
 KNOWN = ["native", "expandable", "cudamallocasync", "hipmem", "hipmem-pluggable", "hipmem-direct",
@@ -224,12 +224,7 @@ def child(args):
     if args.cpus:
         os.sched_setaffinity(0, cpu_list(args.cpus))
     a = args.allocator
-    if a == "expandable":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    elif a == "cudamallocasync":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
-    else:
-        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    choose_torch_allocator(a)
     if a == "hipmem-noplan":
         os.environ["HIPMEM_POOL_PLAN"] = "0"
     if a == "hipmem-keep":

@@ -208,12 +208,7 @@ def install(torch, alloc, lib):
 
 def child(workload, alloc, lib):
     """One process: `workload` under `alloc`; prints one JSON line."""
-    if alloc == "expandable":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    elif alloc == "cudamallocasync":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
-    else:
-        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    ta.choose_torch_allocator(alloc)
     if alloc.startswith("hipmem"):
         os.environ.setdefault("HIPMEM_BACKEND", "cuda")
     import torch

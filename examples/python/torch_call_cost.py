@@ -54,7 +54,26 @@ before each operation and times each alone (set HIPMEM_TORCH_IDLE_RELEASE_MS=0
 then: the slower loop has far more 100 ms windows than a real step, and hipmem
 gives idle memory back on its allocation path). A pass ends with every block
 freed: a sequence that repeats a step (training) is learned again in each
-pass, as after any change of phase.
+pass, as after any change of phase. (Before 2026-11-26 the eviction wrote
+every word of the other memory, not one per 64-byte line: the same lines
+and eight times the stores, too slow under valgrind; earlier cold figures
+come from that loop.)
+
+Without PyTorch or a GPU, --without-torch runs hipmem's own allocators
+(hipmem, hipmem-noplan, hipmem-keep) through the same loop built with g++
+alone, on the CPU backend unless HIPMEM_BACKEND says otherwise, streams
+other than the first made with hipStreamCreate. Under valgrind's cache
+simulator it shows which of hipmem's calls touch which memory, e.g.
+
+    HIPMEM_POOL_BACKING=segments HIPMEM_HOST_MEMORY=12884901888 HIPMEM_TORCH_IDLE_RELEASE_MS=0 \
+    valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=524288,8,64 \
+        python3 torch_call_cost.py --child --without-torch --allocator hipmem --lib libhipmem.so \
+        --sequence varlen_infer.pickle.gz --passes 2 --evict-kib 1024
+
+(the interpreter itself, not a launcher script that starts it; separate
+device allocations, since valgrind refuses the pool's large address
+reservation; the cache simulated small enough that 1 MiB written between
+calls empties it).
 """
 
 import argparse
@@ -79,9 +98,15 @@ KNOWN = ["native", "expandable", "cudamallocasync", "hipmem", "hipmem-pluggable"
          "hipmem-noplan", "hipmem-keep"]
 SEQUENCES = ["alloc_calls"]
 
+# Built with PyTorch (WITH_TORCH defined: every allocator) or, for
+# --without-torch, alone (hipmem's entry points only).
 HELPER = r"""
+#ifdef WITH_TORCH
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
+#else
+typedef void* cudaStream_t;
+#endif
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -105,8 +130,9 @@ extern "C" int64_t cost_run(int direct, void* mfn, void* ffn, int device, const 
                             int64_t evict) {
   malloc_fn m = (malloc_fn)mfn;
   free_fn f = (free_fn)ffn;
-  c10::Allocator* a = c10::cuda::CUDACachingAllocator::get();
   std::vector<void*> ptr(n_slots, nullptr);
+#ifdef WITH_TORCH
+  c10::Allocator* a = c10::cuda::CUDACachingAllocator::get();
   std::vector<c10::DataPtr> data(n_slots);
   uint64_t current = (uint64_t)(uintptr_t)c10::cuda::getCurrentCUDAStream(device).stream();
   auto use = [&](uint64_t s) {
@@ -115,6 +141,9 @@ extern "C" int64_t cost_run(int direct, void* mfn, void* ffn, int device, const 
       current = s;
     }
   };
+#else
+  if (!direct) return -1;
+#endif
   std::vector<uint64_t> other(evict / 8 + 1);
   uint64_t stamp = 0;
   for (int p = 0; p < passes; p++) {
@@ -124,7 +153,8 @@ extern "C" int64_t cost_run(int direct, void* mfn, void* ffn, int device, const 
     for (int64_t i = 0; i < n_ops; i++) {
       if (evict > 0) {
         stamp++;
-        for (auto& w : other) w = stamp;
+        // One word per 64-byte line: every line written, 8x fewer stores.
+        for (size_t w = 0; w < other.size(); w += 8) other[w] = stamp;
         asm volatile("" : : "r"(other.data()) : "memory");  // the writes happen
         op_start = std::chrono::steady_clock::now();
       }
@@ -137,13 +167,16 @@ extern "C" int64_t cost_run(int direct, void* mfn, void* ffn, int device, const 
           f(ptr[s], (size_t)sizes[s], device, st);
           ptr[s] = nullptr;
         }
-      } else if (kinds[i] == 0) {
+      }
+#ifdef WITH_TORCH
+      else if (kinds[i] == 0) {
         use(streams[s]);
         data[s] = a->allocate((size_t)sizes[s]);
         if (!data[s].get()) return -(1 + i);
       } else {
         data[s].clear();
       }
+#endif
       if (evict > 0) in_ops += std::chrono::steady_clock::now() - op_start;
     }
     auto t1 = std::chrono::steady_clock::now();
@@ -152,10 +185,14 @@ extern "C" int64_t cost_run(int direct, void* mfn, void* ffn, int device, const 
     for (int64_t s = 0; s < n_slots; s++) {
       if (ptr[s]) f(ptr[s], (size_t)sizes[s], device, (cudaStream_t)streams[s]);
       ptr[s] = nullptr;
+#ifdef WITH_TORCH
       data[s].clear();
+#endif
     }
   }
+#ifdef WITH_TORCH
   use((uint64_t)(uintptr_t)streams[0]);
+#endif
   return 0;
 }
 """
@@ -220,6 +257,27 @@ def sequence(name):
 
 # ---- the child: one sequence under one allocator ---------------------------------------------
 
+def build_without_torch(source, name):
+    """Compiles C++ `source` with g++ alone into a shared library and loads it
+    (built once per source, kept in the temporary directory)."""
+    import hashlib
+    import tempfile
+    d = os.path.join(tempfile.gettempdir(), f"hipmem-{name}")
+    os.makedirs(d, exist_ok=True)
+    so = os.path.join(d, f"{name}-{hashlib.sha1(source.encode()).hexdigest()[:12]}.so")
+    if not os.path.exists(so):
+        src, tmp = os.path.join(d, f"{name}-{os.getpid()}.cpp"), so + f".{os.getpid()}"
+        with open(src, "w") as f:
+            f.write(source)
+        p = subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", src, "-o", tmp],
+                           capture_output=True, text=True)
+        os.remove(src)
+        if p.returncode != 0:
+            raise RuntimeError(f"building {name} with g++ failed:\n" + p.stderr[-4000:])
+        os.replace(tmp, so)
+    return ctypes.CDLL(so)
+
+
 def child(args):
     if args.cpus:
         os.sched_setaffinity(0, cpu_list(args.cpus))
@@ -229,27 +287,43 @@ def child(args):
         os.environ["HIPMEM_POOL_PLAN"] = "0"
     if a == "hipmem-keep":
         os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
-    import torch
-
-    direct, mfn, ffn = 0, None, None
-    if a in ("hipmem-pluggable", "hipmem-direct"):
-        hipmem_torch.use_hipmem(args.lib, direct=a == "hipmem-direct")
-    elif a in ("hipmem", "hipmem-noplan", "hipmem-keep"):
-        os.environ.setdefault("HIPMEM_BACKEND", "cuda")
+    kinds, slots, slot_size, slot_stream = sequence(args.sequence)
+    n_streams = max(slot_stream) + 1 if slot_stream else 1
+    direct, mfn, ffn, torch = 0, None, None, None
+    if a in ("hipmem", "hipmem-noplan", "hipmem-keep"):
+        os.environ.setdefault("HIPMEM_BACKEND", "host" if args.without_torch else "cuda")
         hip = ctypes.CDLL(args.lib)
         direct = 1
         mfn = ctypes.cast(hip.hipmem_torch_malloc, ctypes.c_void_p).value
         ffn = ctypes.cast(hip.hipmem_torch_free, ctypes.c_void_p).value
-    elif a not in ("native", "expandable", "cudamallocasync"):
-        raise SystemExit(f"unknown allocator {a}")
-    helper = hipmem_torch.build_against_torch(torch, HELPER, "call-cost", ["c10", "c10_cuda"])
-    torch.cuda.init()
-    dev = torch.cuda.current_device()
-    kinds, slots, slot_size, slot_stream = sequence(args.sequence)
-    n_streams = max(slot_stream) + 1 if slot_stream else 1
-    # The first stream is PyTorch's current one, the others its pool's.
-    handles = [torch.cuda.current_stream().cuda_stream] + [
-        torch.cuda.Stream().cuda_stream for _ in range(n_streams - 1)]
+    elif args.without_torch:
+        raise SystemExit(f"{a} needs PyTorch (without it: hipmem, hipmem-noplan, hipmem-keep)")
+    else:
+        import torch
+        if a in ("hipmem-pluggable", "hipmem-direct"):
+            hipmem_torch.use_hipmem(args.lib, direct=a == "hipmem-direct")
+        elif a not in ("native", "expandable", "cudamallocasync"):
+            raise SystemExit(f"unknown allocator {a}")
+    if args.without_torch:
+        helper = build_without_torch(HELPER, "call-cost")
+        dev = 0
+        # The first stream is the null stream, the others hipmem's own.
+        handles = [0]
+        for _ in range(n_streams - 1):
+            h = ctypes.c_void_p()
+            if hip.hipStreamCreate(ctypes.byref(h)) != 0:
+                raise SystemExit("hipStreamCreate failed")
+            handles.append(h.value)
+    else:
+        if torch is None:
+            import torch
+        helper = hipmem_torch.build_against_torch(torch, "#define WITH_TORCH 1\n" + HELPER, "call-cost",
+                                                  ["c10", "c10_cuda"])
+        torch.cuda.init()
+        dev = torch.cuda.current_device()
+        # The first stream is PyTorch's current one, the others its pool's.
+        handles = [torch.cuda.current_stream().cuda_stream] + [
+            torch.cuda.Stream().cuda_stream for _ in range(n_streams - 1)]
     n_ops, n_slots = len(kinds), len(slot_size)
     K = (ctypes.c_uint8 * n_ops)(*kinds)
     S = (ctypes.c_int32 * n_ops)(*slots)
@@ -257,11 +331,13 @@ def child(args):
     T = (ctypes.c_uint64 * n_slots)(*[handles[s] for s in slot_stream])
     out = (ctypes.c_double * args.passes)()
     helper.cost_run.restype = ctypes.c_int64
-    torch.cuda.synchronize()
+    if torch is not None:
+        torch.cuda.synchronize()
     rc = helper.cost_run(direct, ctypes.c_void_p(mfn), ctypes.c_void_p(ffn), dev, K, S,
                          ctypes.c_int64(n_ops), Z, T, ctypes.c_int64(n_slots), args.passes, out,
                          ctypes.c_int64(args.evict_kib << 10))
-    torch.cuda.synchronize()
+    if torch is not None:
+        torch.cuda.synchronize()
     ok = rc == 0
     ns = list(out)
     print("RESULT " + json.dumps({
@@ -281,6 +357,8 @@ def run_child(seq, allocator, args):
         cmd += ["--lib", args.lib]
     if args.cpus:
         cmd += ["--cpus", args.cpus]
+    if args.without_torch:
+        cmd += ["--without-torch"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -328,6 +406,9 @@ def main():
                     help="write this many KiB of other memory before each operation and time each alone "
                          "(the allocator's state is then cold, as between a framework's calls; the times "
                          "include two clock reads per operation)")
+    ap.add_argument("--without-torch", action="store_true",
+                    help="hipmem's allocators only (hipmem, hipmem-noplan, hipmem-keep), through a helper "
+                         "built with g++ alone: no PyTorch and no GPU needed (HIPMEM_BACKEND defaults to host)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--json", help="write every process's result to this file")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -348,6 +429,8 @@ def main():
             raise SystemExit(f"unknown sequence {s} (alloc_calls, or a snapshot file)")
     if any(a.startswith("hipmem") for a in allocators) and not args.lib:
         raise SystemExit("--lib path/to/libhipmem.so is needed for the hipmem allocators")
+    if args.without_torch and "native" in allocators:
+        allocators = [a for a in allocators if a != "native"]
     results = []
     for rep in range(args.reps):
         order = allocators if rep % 2 == 0 else allocators[::-1]

@@ -32,7 +32,9 @@ alternating over --reps repetitions. A process runs the workload's warm-up
 torch_allocators.py does, and reports the second pass: the median over its
 steps of the time inside the allocator per step, the calls (allocations and
 frees) per step, the time per call (the pass's time inside over its calls)
-and the step's wall time, and the workload's own check. The table gives
+and the step's wall time, and the workload's own check; and the calls that
+took 10 us or more (where the allocator asked the driver for memory or
+gave some back, or waited), their time, and the time per call without them. The table gives
 medians over the processes and the ratio to native's. The clock reads are in
 every allocator's figure alike (about 20-40 ns a call).
 
@@ -83,16 +85,27 @@ std::shared_ptr<Pluggable> g_pluggable;  // kind 2's, kept alive
 malloc_fn g_alloc = nullptr;             // hipmem_torch_alloc
 c10::DeleterFnPtr g_delete = nullptr;    // hipmem_torch_delete
 record_fn g_record = nullptr;            // hipmem_torch_record_stream
-// ns in allocations, allocations, ns in frees, frees.
-std::atomic<uint64_t> g_times[4];
+// ns in allocations, allocations, ns in frees, frees, then ns in the calls
+// of them that took 10 us or more (the allocator asked the driver for
+// something, or waited), and how many.
+std::atomic<uint64_t> g_times[6];
+constexpr uint64_t LONG_NS = 10000;
 
 inline uint64_t now() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+
+inline void count(int which, uint64_t ns) {
+  g_times[which] += ns;
+  g_times[which + 1] += 1;
+  if (ns >= LONG_NS) {
+    g_times[4] += ns;
+    g_times[5] += 1;
+  }
+}
 
 void timed_delete(void* p) {
   uint64_t t0 = now();
   if (g_delete) g_delete(p); else g_inner->raw_delete(p);
-  g_times[2] += now() - t0;
-  g_times[3] += 1;
+  count(2, now() - t0);
 }
 
 void* no_malloc(ssize_t, int, cudaStream_t) { return nullptr; }
@@ -112,8 +125,7 @@ struct Timed final : Pluggable {
   void* timed_alloc(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
     uint64_t t0 = now();
     void* r = g_alloc ? g_alloc((ssize_t)size, device, stream) : g_inner->raw_alloc_with_stream(size, stream);
-    g_times[0] += now() - t0;
-    g_times[1] += 1;
+    count(0, now() - t0);
     return r;
   }
   c10::DataPtr allocate(size_t size) override {
@@ -176,9 +188,9 @@ extern "C" int timed_install(int kind, void* a, void* b, void* record, char* why
   return -1;
 }
 
-// Reads and resets the times: ns in allocations, allocations, ns in frees, frees.
+// Reads and resets the six counts (see g_times).
 extern "C" void timed_read(uint64_t* out) {
-  for (int i = 0; i < 4; i++) out[i] = g_times[i].exchange(0);
+  for (int i = 0; i < 6; i++) out[i] = g_times[i].exchange(0);
 }
 """
 
@@ -219,13 +231,13 @@ def child(workload, alloc, lib):
         # the setting again later against its current allocator (the timing
         # one) and would stop.
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF")
-    times = (ctypes.c_uint64 * 4)()
+    times = (ctypes.c_uint64 * 6)()
     step, check = ta.make_workload(torch, workload, WARMUP + STEPS)
     for i in range(WARMUP):
         step(i)
     torch.cuda.synchronize()
     for _ in range(PASSES):
-        inside, calls, wall = [], [], []
+        inside, calls, wall, long_us, long_calls = [], [], [], [], []
         for i in range(WARMUP, WARMUP + STEPS):
             read(times)
             t0 = time.perf_counter()
@@ -235,12 +247,17 @@ def child(workload, alloc, lib):
             read(times)
             inside.append((times[0] + times[2]) / 1e3)
             calls.append(times[1] + times[3])
+            long_us.append(times[4] / 1e3)
+            long_calls.append(times[5])
     ok, detail = check()
     print(json.dumps({
         "ok": ok, "detail": detail,
         "us_inside_per_step": statistics.median(inside),
         "calls_per_step": statistics.median(calls),
         "ns_per_call": sum(inside) * 1e3 / max(sum(calls), 1),
+        "us_in_long_calls_per_step": statistics.median(long_us),
+        "long_calls_per_step": sum(long_calls) / len(long_calls),
+        "ns_per_call_without_long": (sum(inside) - sum(long_us)) * 1e3 / max(sum(calls) - sum(long_calls), 1),
         "step_ms": statistics.median(wall),
     }))
 
@@ -280,7 +297,9 @@ def main():
                 if not r["ok"]:
                     failed.append((workload, alloc, rep))
                 print(f"rep {rep} {workload:13s} {alloc:17s} {r['us_inside_per_step']:8.0f} us inside per step, "
-                      f"{r['calls_per_step']:5.0f} calls, {r['ns_per_call']:5.0f} ns a call, "
+                      f"{r['calls_per_step']:5.0f} calls, {r['ns_per_call']:5.0f} ns a call "
+                      f"({r['long_calls_per_step']:.1f} calls of 10 us or more, {r['us_in_long_calls_per_step']:.0f} us; "
+                      f"{r['ns_per_call_without_long']:.0f} ns a call without them), "
                       f"step {r['step_ms']:6.2f} ms; {'ok' if r['ok'] else 'CHECK FAILED'}: {r['detail']}",
                       flush=True)
     if args.json:
@@ -294,14 +313,16 @@ def main():
     print("\nInside the allocator per step, us (vs native), per call, ns, and the step, ms: "
           "medians over the processes")
     print(f"{'workload':13s} {'allocator':17s} {'us/step':>8s} {'vs native':>9s} {'calls':>6s} "
-          f"{'ns/call':>7s} {'vs native':>9s} {'step ms':>8s}")
+          f"{'ns/call':>7s} {'vs native':>9s} {'step ms':>8s} {'long/step':>9s} {'us long':>7s} {'ns/call short':>13s}")
     for workload in workloads:
         for alloc in allocs:
             us, ns = med(workload, alloc, "us_inside_per_step"), med(workload, alloc, "ns_per_call")
             nat_us, nat_ns = med(workload, "native", "us_inside_per_step"), med(workload, "native", "ns_per_call")
             print(f"{workload:13s} {alloc:17s} {us:8.0f} {us / nat_us:8.2f}x "
                   f"{med(workload, alloc, 'calls_per_step'):6.0f} {ns:7.0f} {ns / nat_ns:8.2f}x "
-                  f"{med(workload, alloc, 'step_ms'):8.2f}")
+                  f"{med(workload, alloc, 'step_ms'):8.2f} {med(workload, alloc, 'long_calls_per_step'):9.1f} "
+                  f"{med(workload, alloc, 'us_in_long_calls_per_step'):7.0f} "
+                  f"{med(workload, alloc, 'ns_per_call_without_long'):13.0f}")
     if failed:
         raise SystemExit(f"failed or checks failed: {failed}")
 

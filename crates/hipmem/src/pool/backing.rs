@@ -709,9 +709,11 @@ impl PoolCore {
             return;
         }
         let Some((clock, raw)) = self.stream_of(stream) else { return };
+        let t0 = std::time::Instant::now();
         if self.learn_completed(rt, &clock, raw, true) {
             lock(&self.heap).promote(stream, clock.completed_tag());
         }
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: waited {:?} for stream {stream}'s frees", self.id, t0.elapsed());
     }
 
     /// [`PoolCore::grow_virtual`] with memory moved where it helps: revisit

@@ -144,39 +144,45 @@ extern "C" int hipmem_direct_install(void* alloc, void* del, void* free, void* r
 """
 
 
-def build_against_torch(torch, source, name, libs):
-    """Compiles C++ `source` with g++ against the installed PyTorch and CUDA
-    into a shared library and loads it (ctypes). Built once per source and
-    PyTorch version, kept in the temporary directory (`hipmem-torch-NAME`);
-    `libs` are the PyTorch libraries it links (e.g. ["c10", "c10_cuda"]).
-    A failed build raises RuntimeError with the compiler's message."""
+def build_cpp(source, name, flags=(), tag=""):
+    """Compiles C++ `source` with g++ (and `flags`) into a shared library and
+    loads it (ctypes). Built once per source and `tag`, kept in the temporary
+    directory (`hipmem-torch-NAME`). A failed build raises RuntimeError with
+    the compiler's message."""
     import hashlib
     import subprocess
     import tempfile
-    from torch.utils.cpp_extension import CUDA_HOME, include_paths, library_paths
     d = os.path.join(tempfile.gettempdir(), f"hipmem-torch-{name}")
     os.makedirs(d, exist_ok=True)
-    tag = hashlib.sha1((source + torch.__version__).encode()).hexdigest()[:12]
-    so = os.path.join(d, f"{name}-{tag}.so")
+    digest = hashlib.sha1((source + tag).encode()).hexdigest()[:12]
+    so = os.path.join(d, f"{name}-{digest}.so")
     if not os.path.exists(so):
         # (Per-process names, then an atomic rename: processes building at
         # once do not meet.)
         src, tmp = os.path.join(d, f"{name}-{os.getpid()}.cpp"), so + f".{os.getpid()}"
         with open(src, "w") as f:
             f.write(source)
-        abi = int(torch.compiled_with_cxx11_abi())
-        cmd = ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", src,
-               "-o", tmp, f"-I{CUDA_HOME}/include"]
-        cmd += [f"-I{p}" for p in include_paths()]
-        for p in library_paths():
-            cmd += [f"-L{p}", f"-Wl,-rpath,{p}"]
-        cmd += [f"-l{lib}" for lib in libs] + [f"-L{CUDA_HOME}/lib64", "-lcudart"]
+        cmd = ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", src, "-o", tmp, *flags]
         p = subprocess.run(cmd, capture_output=True, text=True)
         os.remove(src)
         if p.returncode != 0:
             raise RuntimeError(f"hipmem_torch: building {name} with g++ failed:\n" + p.stderr[-4000:])
         os.replace(tmp, so)
     return ctypes.CDLL(so)
+
+
+def build_against_torch(torch, source, name, libs):
+    """[`build_cpp`] against the installed PyTorch and CUDA, once per source
+    and PyTorch version; `libs` are the PyTorch libraries it links (e.g.
+    ["c10", "c10_cuda"])."""
+    from torch.utils.cpp_extension import CUDA_HOME, include_paths, library_paths
+    abi = int(torch.compiled_with_cxx11_abi())
+    flags = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{CUDA_HOME}/include"]
+    flags += [f"-I{p}" for p in include_paths()]
+    for p in library_paths():
+        flags += [f"-L{p}", f"-Wl,-rpath,{p}"]
+    flags += [f"-l{lib}" for lib in libs] + [f"-L{CUDA_HOME}/lib64", "-lcudart"]
+    return build_cpp(source, name, flags, tag=torch.__version__)
 
 
 def use_hipmem(lib, record_stream=True, direct=False):

@@ -60,7 +60,7 @@ and eight times the stores, too slow under valgrind; earlier cold figures
 come from that loop.)
 
 Without PyTorch or a GPU, --without-torch runs hipmem's own allocators
-(hipmem, hipmem-noplan, hipmem-keep) through the same loop built with g++
+(hipmem, hipmem-noplan, hipmem-keep; hipmem unless --allocators says) through the same loop built with g++
 alone, on the CPU backend unless HIPMEM_BACKEND says otherwise, streams
 other than the first made with hipStreamCreate. Under valgrind's cache
 simulator it shows which of hipmem's calls touch which memory, e.g.
@@ -97,6 +97,8 @@ ALLOCATORS = ["native", "hipmem", "hipmem-pluggable", "hipmem-direct"]
 KNOWN = ["native", "expandable", "cudamallocasync", "hipmem", "hipmem-pluggable", "hipmem-direct",
          "hipmem-noplan", "hipmem-keep"]
 SEQUENCES = ["alloc_calls"]
+# hipmem's entry points called directly: what --without-torch can run.
+WITHOUT_TORCH = ["hipmem", "hipmem-noplan", "hipmem-keep"]
 
 # Built with PyTorch (WITH_TORCH defined: every allocator) or, for
 # --without-torch, alone (hipmem's entry points only).
@@ -257,27 +259,6 @@ def sequence(name):
 
 # ---- the child: one sequence under one allocator ---------------------------------------------
 
-def build_without_torch(source, name):
-    """Compiles C++ `source` with g++ alone into a shared library and loads it
-    (built once per source, kept in the temporary directory)."""
-    import hashlib
-    import tempfile
-    d = os.path.join(tempfile.gettempdir(), f"hipmem-{name}")
-    os.makedirs(d, exist_ok=True)
-    so = os.path.join(d, f"{name}-{hashlib.sha1(source.encode()).hexdigest()[:12]}.so")
-    if not os.path.exists(so):
-        src, tmp = os.path.join(d, f"{name}-{os.getpid()}.cpp"), so + f".{os.getpid()}"
-        with open(src, "w") as f:
-            f.write(source)
-        p = subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", src, "-o", tmp],
-                           capture_output=True, text=True)
-        os.remove(src)
-        if p.returncode != 0:
-            raise RuntimeError(f"building {name} with g++ failed:\n" + p.stderr[-4000:])
-        os.replace(tmp, so)
-    return ctypes.CDLL(so)
-
-
 def child(args):
     if args.cpus:
         os.sched_setaffinity(0, cpu_list(args.cpus))
@@ -289,23 +270,24 @@ def child(args):
         os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
     kinds, slots, slot_size, slot_stream = sequence(args.sequence)
     n_streams = max(slot_stream) + 1 if slot_stream else 1
-    direct, mfn, ffn, torch = 0, None, None, None
-    if a in ("hipmem", "hipmem-noplan", "hipmem-keep"):
+    torch = None
+    if not args.without_torch:
+        import torch
+    direct, mfn, ffn = 0, None, None
+    if a in WITHOUT_TORCH:
         os.environ.setdefault("HIPMEM_BACKEND", "host" if args.without_torch else "cuda")
         hip = ctypes.CDLL(args.lib)
         direct = 1
         mfn = ctypes.cast(hip.hipmem_torch_malloc, ctypes.c_void_p).value
         ffn = ctypes.cast(hip.hipmem_torch_free, ctypes.c_void_p).value
     elif args.without_torch:
-        raise SystemExit(f"{a} needs PyTorch (without it: hipmem, hipmem-noplan, hipmem-keep)")
-    else:
-        import torch
-        if a in ("hipmem-pluggable", "hipmem-direct"):
-            hipmem_torch.use_hipmem(args.lib, direct=a == "hipmem-direct")
-        elif a not in ("native", "expandable", "cudamallocasync"):
-            raise SystemExit(f"unknown allocator {a}")
+        raise SystemExit(f"{a} needs PyTorch (without it: {', '.join(WITHOUT_TORCH)})")
+    elif a in ("hipmem-pluggable", "hipmem-direct"):
+        hipmem_torch.use_hipmem(args.lib, direct=a == "hipmem-direct")
+    elif a not in ("native", "expandable", "cudamallocasync"):
+        raise SystemExit(f"unknown allocator {a}")
     if args.without_torch:
-        helper = build_without_torch(HELPER, "call-cost")
+        helper = hipmem_torch.build_cpp(HELPER, "call-cost")
         dev = 0
         # The first stream is the null stream, the others hipmem's own.
         handles = [0]
@@ -315,8 +297,6 @@ def child(args):
                 raise SystemExit("hipStreamCreate failed")
             handles.append(h.value)
     else:
-        if torch is None:
-            import torch
         helper = hipmem_torch.build_against_torch(torch, "#define WITH_TORCH 1\n" + HELPER, "call-cost",
                                                   ["c10", "c10_cuda"])
         torch.cuda.init()
@@ -429,8 +409,12 @@ def main():
             raise SystemExit(f"unknown sequence {s} (alloc_calls, or a snapshot file)")
     if any(a.startswith("hipmem") for a in allocators) and not args.lib:
         raise SystemExit("--lib path/to/libhipmem.so is needed for the hipmem allocators")
-    if args.without_torch and "native" in allocators:
-        allocators = [a for a in allocators if a != "native"]
+    if args.without_torch:
+        if args.allocators == ap.get_default("allocators"):
+            allocators = ["hipmem"]
+        needs_torch = [a for a in allocators if a not in WITHOUT_TORCH]
+        if needs_torch:
+            raise SystemExit(f"--without-torch runs {', '.join(WITHOUT_TORCH)} only, not {', '.join(needs_torch)}")
     results = []
     for rep in range(args.reps):
         order = allocators if rep % 2 == 0 else allocators[::-1]

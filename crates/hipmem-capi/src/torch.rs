@@ -36,7 +36,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use hipmem_rs::{DevicePtr, Error, PoolAttribute, Result, Stream, StreamFlags};
@@ -244,6 +244,7 @@ fn free_after_uses(
     ptr: DevicePtr,
     stream: hipStream_t,
     others: &[usize],
+    release: Release,
 ) -> Result<()> {
     let waited = unifying_stream(rt, device).and_then(|unify| {
         handles::with_stream_on(rt, device, stream, |s| unify.wait_for(s))?;
@@ -259,10 +260,10 @@ fn free_after_uses(
             for d in 0..rt.device_count() {
                 rt.device_synchronize(d)?;
             }
-            return free_on(rt, device, ptr, stream);
+            return free_on(rt, device, ptr, stream, release);
         }
     };
-    rt.free_async(ptr, unify)?;
+    release.free(rt, ptr, unify)?;
     // A marker behind the free: the pools learn that it completed (and the
     // block is free for every stream) as soon as the device gets there.
     // (Without it they learn it on a later slow path: nothing is lost.)
@@ -295,17 +296,36 @@ fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
     }
 }
 
-/// Where each block that `hipmem_torch_alloc` handed out was allocated (the
-/// stream as the caller named it, and the device), by address, until
-/// `hipmem_torch_delete` frees it: a lock per shard of addresses, so that
-/// threads allocating and freeing at once rarely meet.
+/// Where each block that `hipmem_torch_alloc` handed out off the primary
+/// stream was allocated (the stream as the caller named it, and the device),
+/// by address, until `hipmem_torch_delete` frees it: a lock per shard of
+/// addresses, so that threads allocating and freeing at once rarely meet.
 type Origins = hipmem_rs::pool::AddrMap<(usize, c_int)>;
 const ORIGIN_SHARDS: usize = 64;
 const _: () = assert!(ORIGIN_SHARDS == 1 << (64 - 58), "origins_of takes the hash's top 6 bits");
 static ORIGINS: [Mutex<Option<Origins>>; ORIGIN_SHARDS] = [const { Mutex::new(None) }; ORIGIN_SHARDS];
-/// Set by the first `hipmem_torch_alloc`: a block freed with
-/// `hipmem_torch_free` then drops its origin too (one load otherwise).
-static ORIGINS_USED: AtomicBool = AtomicBool::new(false);
+/// How many blocks have a record in `ORIGINS`: while none has, a delete
+/// looks up nothing (most programs allocate on one stream of one device).
+static ORIGINS_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The primary stream: the (device, stream) of the process's first
+/// `hipmem_torch_alloc`, packed by [`primary_key`] (0: none yet). Its blocks
+/// have no record: a block without one was allocated there.
+static PRIMARY: AtomicU64 = AtomicU64::new(0);
+
+/// `device` and `stream` in one word, never 0: the stream's handle with the
+/// device in its low byte (handles are pointers, aligned to 256 bytes or
+/// more, or 0 for the legacy default stream). None for a handle that is not
+/// (the caller keeps a record then).
+fn primary_key(device: c_int, stream: hipStream_t) -> Option<u64> {
+    let handle = stream as usize as u64;
+    let device = u64::try_from(device).ok().filter(|&d| d < 255)?;
+    (handle & 0xff == 0).then_some(handle | (device + 1))
+}
+
+/// The device and stream packed by [`primary_key`].
+fn unpack_primary(key: u64) -> (c_int, hipStream_t) {
+    ((key & 0xff) as c_int - 1, (key & !0xff) as usize as hipStream_t)
+}
 
 fn origins_of(ptr: usize) -> std::sync::MutexGuard<'static, Option<Origins>> {
     // (The top 6 bits of a multiplicative hash: one of the 64 shards.)
@@ -313,28 +333,51 @@ fn origins_of(ptr: usize) -> std::sync::MutexGuard<'static, Option<Origins>> {
     ORIGINS[shard].lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Removes and returns where the block at `ptr` was allocated.
+/// Removes and returns where the block at `ptr` was allocated, if it has a
+/// record (it was allocated off the primary stream).
 fn forget_origin(ptr: usize) -> Option<(usize, c_int)> {
-    origins_of(ptr).as_mut().and_then(|m| m.remove(&(ptr as u64)))
+    if ORIGINS_COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let origin = origins_of(ptr).as_mut().and_then(|m| m.remove(&(ptr as u64)));
+    if origin.is_some() {
+        ORIGINS_COUNT.fetch_sub(1, Ordering::AcqRel);
+    }
+    origin
 }
 
-/// `hipmem_torch_malloc` that also remembers the block's stream and device,
-/// so that [`hipmem_torch_delete`] frees it by its address alone, in the
-/// order of the stream it was allocated on: a PyTorch `CUDAAllocator` whose
-/// tensors carry only their data pointer to the deleter (see
-/// `examples/python/hipmem_torch.py`, `direct=True`) calls these, where
-/// PyTorch's pluggable allocator keeps its own locked map of every live
-/// block. The same arguments, results and failures as `hipmem_torch_malloc`.
+/// `hipmem_torch_malloc` that also lets [`hipmem_torch_delete`] free the
+/// block by its address alone, in the order of the stream it was allocated
+/// on: a PyTorch `CUDAAllocator` whose tensors carry only their data pointer
+/// to the deleter (see `examples/python/hipmem_torch.py`, `direct=True`)
+/// calls these, where PyTorch's pluggable allocator keeps its own locked map
+/// of every live block. The stream and device of the process's first call
+/// are the primary stream, whose blocks need no record; a block allocated
+/// anywhere else is recorded (a table of 64 locked shards) until it is
+/// freed. The same arguments, results and failures as `hipmem_torch_malloc`.
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn hipmem_torch_alloc(size: isize, device: c_int, stream: hipStream_t) -> *mut c_void {
     let p = hipmem_torch_malloc(size, device, stream);
     if !p.is_null() {
-        if !ORIGINS_USED.load(Ordering::Relaxed) {
-            ORIGINS_USED.store(true, Ordering::Relaxed);
+        let key = primary_key(device, stream);
+        let primary = match PRIMARY.load(Ordering::Acquire) {
+            0 => match key {
+                Some(k) => match PRIMARY.compare_exchange(0, k, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => k,
+                    Err(set) => set,
+                },
+                None => 0,
+            },
+            set => set,
+        };
+        if key != Some(primary) {
+            origins_of(p as usize)
+                .get_or_insert_with(Origins::default)
+                .insert(p as usize as u64, (stream as usize, device));
+            // (Counted after the record exists: a delete that reads the count
+            // got the pointer after this call returned, and sees both.)
+            ORIGINS_COUNT.fetch_add(1, Ordering::AcqRel);
         }
-        origins_of(p as usize)
-            .get_or_insert_with(Origins::default)
-            .insert(p as usize as u64, (stream as usize, device));
     }
     p
 }
@@ -342,24 +385,35 @@ pub extern "C-unwind" fn hipmem_torch_alloc(size: isize, device: c_int, stream: 
 /// Frees a block from [`hipmem_torch_alloc`] in the order of the stream it
 /// was allocated on (after the streams it was recorded on, as
 /// `hipmem_torch_free` does). A null `ptr` is ignored. A pointer that is not
-/// a live block of `hipmem_torch_alloc` (never allocated there, freed
-/// already) is logged and recorded as hipErrorInvalidValue; nothing is freed.
+/// a live block of a memory pool (freed already, from `hipMalloc`, never
+/// allocated) is logged and recorded as hipErrorInvalidValue; nothing is
+/// freed. A live pool block that `hipmem_torch_alloc` did not hand out (from
+/// `hipmem_torch_malloc`) is freed on the primary stream, which is its
+/// stream's order only if it was allocated there: do not mix the two
+/// interfaces' blocks.
 #[unsafe(no_mangle)]
 pub extern "C" fn hipmem_torch_delete(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    match forget_origin(ptr as usize) {
-        Some((stream, device)) => {
-            free_block("hipmem_torch_delete", ptr, device, stream as hipStream_t, false)
-        }
-        None => failed(
-            "hipmem_torch_delete",
-            &Error::InvalidValue(format!(
-                "{ptr:p} is not a live block of hipmem_torch_alloc (never allocated there, or freed already)"
-            )),
-        ),
-    }
+    let (stream, device) = match forget_origin(ptr as usize) {
+        Some((stream, device)) => (stream as hipStream_t, device),
+        None => match PRIMARY.load(Ordering::Acquire) {
+            0 => {
+                return failed(
+                    "hipmem_torch_delete",
+                    &Error::InvalidValue(format!(
+                        "{ptr:p} is not a live block of hipmem_torch_alloc (nothing was allocated there)"
+                    )),
+                );
+            }
+            key => {
+                let (device, stream) = unpack_primary(key);
+                (stream, device)
+            }
+        },
+    };
+    free_block("hipmem_torch_delete", ptr, device, stream, Release::PoolBlock);
 }
 
 /// `free` of PyTorch's pluggable allocator: gives `ptr` back in the order of
@@ -368,13 +422,32 @@ pub extern "C" fn hipmem_torch_delete(ptr: *mut c_void) {
 #[unsafe(no_mangle)]
 pub extern "C" fn hipmem_torch_free(ptr: *mut c_void, size: usize, device: c_int, stream: hipStream_t) {
     let _ = size;
-    free_block("hipmem_torch_free", ptr, device, stream, true);
+    free_block("hipmem_torch_free", ptr, device, stream, Release::AnyDropOrigin);
+}
+
+/// What [`free_block`] frees.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Release {
+    /// What `hipFreeAsync` frees; a block of `hipmem_torch_alloc` also loses
+    /// its record (`hipmem_torch_free`).
+    AnyDropOrigin,
+    /// Pool blocks only (`hipmem_torch_delete`, whose record is gone).
+    PoolBlock,
+}
+
+impl Release {
+    /// Frees `ptr` in `stream`'s order.
+    fn free(self, rt: &hipmem_rs::Runtime, ptr: DevicePtr, stream: &Stream) -> Result<()> {
+        match self {
+            Release::AnyDropOrigin => rt.free_async(ptr, stream),
+            Release::PoolBlock => rt.free_pool_block_async(ptr, stream),
+        }
+    }
 }
 
 /// Frees `ptr` on `device` in the order of `stream` (after the streams it
-/// was recorded on); failures are logged as `what`'s. With `drop_origin`, a
-/// block of `hipmem_torch_alloc` also loses its record there.
-fn free_block(what: &str, ptr: *mut c_void, device: c_int, stream: hipStream_t, drop_origin: bool) {
+/// was recorded on); failures are logged as `what`'s.
+fn free_block(what: &str, ptr: *mut c_void, device: c_int, stream: hipStream_t, release: Release) {
     void_call(what, || {
         if ptr.is_null() {
             return Ok(());
@@ -382,16 +455,16 @@ fn free_block(what: &str, ptr: *mut c_void, device: c_int, stream: hipStream_t, 
         let rt = rt()?;
         let device = device_ordinal(rt, device)?;
         let p = DevicePtr(ptr as usize as u64);
-        if drop_origin && ORIGINS_USED.load(Ordering::Relaxed) {
+        if release == Release::AnyDropOrigin {
             forget_origin(ptr as usize);
         }
         if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
             let others = forget_record(ptr as usize);
             if others.iter().any(|&o| o != stream as usize) {
-                return free_after_uses(rt, device, p, stream, &others);
+                return free_after_uses(rt, device, p, stream, &others, release);
             }
         }
-        free_on(rt, device, p, stream)
+        free_on(rt, device, p, stream, release)
     })
 }
 
@@ -401,8 +474,9 @@ fn free_on(
     device: usize,
     ptr: DevicePtr,
     stream: hipStream_t,
+    release: Release,
 ) -> Result<()> {
-    handles::with_stream_on(rt, device, stream, |s| rt.free_async(ptr, s))
+    handles::with_stream_on(rt, device, stream, |s| release.free(rt, ptr, s))
 }
 
 /// `torch.cuda.empty_cache()` for hipmem: waits for `device`, then releases

@@ -1279,8 +1279,8 @@ fn pytorch_allocator_interface() {
 }
 
 /// The direct PyTorch interface: hipmem_torch_alloc remembers each block's
-/// stream, so that hipmem_torch_delete frees it by its address alone in that
-/// stream's order (the block is the stream's to reuse at once); bad input is
+/// stream (blocks of the first call's stream need no record), so that
+/// hipmem_torch_delete frees it by its address alone in that stream's order (the block is the stream's to reuse at once); bad input is
 /// null and the code recorded, a pointer that is no live block of
 /// hipmem_torch_alloc (freed already, or freed with hipmem_torch_free) is
 /// hipErrorInvalidValue, never a crash or a second free.
@@ -1316,6 +1316,27 @@ fn pytorch_direct_allocator_interface() {
         assert!(!n.is_null());
         hipmem_torch_delete(n);
         assert_eq!(hipGetLastError(), hipSuccess);
+        // Blocks of two streams, freed in the other order: each goes back to
+        // the stream it was allocated on (the first call's stream, `s`, needs
+        // no record; `s2`'s blocks have one).
+        let mut s2: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s2), hipSuccess);
+        let x = hipmem_torch_alloc(5 * MIB, 0, s2);
+        let y = hipmem_torch_alloc(5 * MIB, 0, s);
+        assert!(!x.is_null() && !y.is_null());
+        hipmem_torch_delete(x);
+        hipmem_torch_delete(y);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        let x2 = hipmem_torch_alloc(5 * MIB, 0, s2);
+        let y2 = hipmem_torch_alloc(5 * MIB, 0, s);
+        assert_eq!((x2, y2), (x, y), "each block went back to its own stream");
+        hipmem_torch_delete(y2);
+        hipmem_torch_delete(x2);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        hipmem_torch_delete(x2);
+        assert_eq!(hipGetLastError(), hipErrorInvalidValue, "a recorded block freed already");
+        assert_eq!(hipStreamSynchronize(s2), hipSuccess);
+        assert_eq!(hipStreamDestroy(s2), hipSuccess);
 
         // A second delete, a null, and a pointer never handed out.
         hipmem_torch_delete(b);

@@ -34,6 +34,21 @@ impl Runtime {
         self.free_device_memory(ptr)
     }
 
+    /// Frees a live block of a memory pool (hipmem's or the driver's) in
+    /// `stream`'s order, as `hipFreeAsync` does, and nothing else: a pointer
+    /// that is not pool memory (from `hipMalloc`, managed, host, never
+    /// allocated) is InvalidValue and left as it was, as is a block freed
+    /// already.
+    pub fn free_pool_block_async(&self, ptr: DevicePtr, stream: &CoreStream) -> Result<()> {
+        if ptr.is_null() {
+            return Err(Error::InvalidValue("a pool free of a null pointer".into()));
+        }
+        check_own_stream(self, stream)?;
+        self.free_pool_memory_async(ptr, stream).unwrap_or_else(|| {
+            Err(Error::InvalidValue(format!("{ptr} is not a block of a memory pool (nothing was freed)")))
+        })
+    }
+
     /// `hipFreeAsync`: frees pool memory in `stream`'s order. A pointer from
     /// `hipMalloc` is accepted and freed at once (synchronously); null, an
     /// unknown pointer or a double free is InvalidValue.

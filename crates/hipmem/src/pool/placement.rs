@@ -4,7 +4,9 @@
 //! (each block links to its neighbours), so a freed block finds the blocks
 //! it coalesces with without a search. A hash map finds a block by its
 //! start; the blocks that are not allocated (free, unbacked, shadowed) are
-//! also in an address-ordered tree, which finds the run holding an address.
+//! also in a tree ordered by their ends, which finds the run holding an
+//! address (keyed by the end, a take from the front of a free run and a
+//! free that merges with the run after it leave the run's key as it was).
 //! Free blocks are indexed by `(size, address)` in size-ordered trees, so a
 //! request finds the smallest free block that fits (best fit, lowest address
 //! on ties) in O(log n); the chosen block is split and the remainder stays
@@ -29,6 +31,7 @@
 
 use super::addr_hash::{AddrMap, NumMap};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound::{Excluded, Unbounded};
 
 /// Alignment and size granule of every block.
 pub const BLOCK_ALIGN: u64 = 256;
@@ -141,7 +144,7 @@ pub struct Heap {
     /// Where each block starts → its slot.
     at: AddrMap<u32>,
     /// Every block that is not allocated (free, unbacked or shadowed), by
-    /// start: what finds the run that holds an address.
+    /// its end: what finds the run that holds an address.
     runs: BTreeMap<u64, u32>,
     segments: BTreeMap<u64, Segment>,
     global_free: [BTreeSet<(u64, u64)>; CLASSES],
@@ -249,11 +252,11 @@ impl Heap {
         self.at.get(&addr).copied()
     }
 
-    /// The block that is not allocated and holds `addr`.
+    /// The block that is not allocated and holds `addr` (the first run that
+    /// ends after it, if it starts at or before it).
     fn run_holding(&self, addr: u64) -> Option<u32> {
-        let (_, &i) = self.runs.range(..=addr).next_back()?;
-        let b = self.node(i);
-        (addr < b.addr + b.size).then_some(i)
+        let (_, &i) = self.runs.range((Excluded(addr), Unbounded)).next()?;
+        (self.node(i).addr <= addr).then_some(i)
     }
 
     /// The block that holds `addr`, whatever it is (inside an allocated
@@ -262,12 +265,12 @@ impl Heap {
         if let Some(i) = self.block_at(addr) {
             return Some(i);
         }
-        // The nearest run at or before `addr` holds it, or starts the walk
-        // if it is in the same segment (one tree lookup for both).
-        let nearest = self.runs.range(..=addr).next_back().map(|(_, &i)| i);
-        if let Some(i) = nearest.filter(|&i| addr < self.node(i).addr + self.node(i).size) {
+        if let Some(i) = self.run_holding(addr) {
             return Some(i);
         }
+        // The nearest run that ends at or before `addr` starts the walk if
+        // it is in the same segment.
+        let nearest = self.runs.range(..=addr).next_back().map(|(_, &i)| i);
         let seg = self.segment_of(addr)?;
         let mut i = match nearest.filter(|&i| self.node(i).addr >= seg.base) {
             Some(i) => i,
@@ -310,7 +313,7 @@ impl Heap {
         let i = self.new_node(Block { prev: NIL, next: NIL, ..b });
         self.at.insert(b.addr, i);
         if b.state != State::Allocated {
-            self.runs.insert(b.addr, i);
+            self.runs.insert(b.addr + b.size, i);
         }
         i
     }
@@ -319,12 +322,20 @@ impl Heap {
     /// same state, placed (by address, and among the runs if it is not
     /// allocated) but not indexed. Returns the back's slot.
     fn split(&mut self, i: u32, offset: u64) -> u32 {
-        let state = self.node(i).state;
-        self.split_as(i, offset, state)
+        let b = *self.node(i);
+        let j = self.split_raw(i, offset, b.state);
+        if b.state != State::Allocated {
+            // The front ends earlier; the back takes the run's key (its end).
+            self.runs.insert(b.addr + offset, i);
+            self.runs.insert(b.addr + b.size, j);
+        }
+        j
     }
 
-    /// [`Heap::split`], the back in `state`.
-    fn split_as(&mut self, i: u32, offset: u64, state: State) -> u32 {
+    /// Splits block `i` at `offset` bytes, the back a new block in `state`
+    /// placed by address; the runs are the caller's to change. Returns the
+    /// back's slot.
+    fn split_raw(&mut self, i: u32, offset: u64, state: State) -> u32 {
         let b = *self.node(i);
         debug_assert!(offset > 0 && offset < b.size);
         let addr = b.addr + offset;
@@ -335,9 +346,6 @@ impl Heap {
             self.node_mut(b.next).prev = j;
         }
         self.at.insert(addr, j);
-        if state != State::Allocated {
-            self.runs.insert(addr, j);
-        }
         j
     }
 
@@ -359,26 +367,28 @@ impl Heap {
     /// Sets the state of block `i`, keeping the runs (not the free indexes).
     fn set_state(&mut self, i: u32, state: State) {
         let b = self.node_mut(i);
-        let (was, addr) = (b.state, b.addr);
+        let (was, end) = (b.state, b.addr + b.size);
         b.state = state;
         match (was == State::Allocated, state == State::Allocated) {
             (true, false) => {
-                self.runs.insert(addr, i);
+                self.runs.insert(end, i);
             }
             (false, true) => {
-                self.runs.remove(&addr);
+                self.runs.remove(&end);
             }
             _ => {}
         }
     }
 
-    /// Merges unbacked block `i` with unbacked neighbours.
+    /// Merges unbacked block `i` (among the runs) with unbacked neighbours.
     fn merge_unbacked(&mut self, i: u32) {
         let mut i = i;
         let p = self.node(i).prev;
         if p != NIL && self.node(p).state == State::Unbacked {
+            // `p` takes `i`'s bytes and its key (the end).
             let b = *self.node(i);
             self.runs.remove(&b.addr);
+            self.runs.insert(b.addr + b.size, p);
             self.unlink(i);
             self.node_mut(p).size += b.size;
             i = p;
@@ -387,6 +397,7 @@ impl Heap {
         if n != NIL && self.node(n).state == State::Unbacked {
             let nb = *self.node(n);
             self.runs.remove(&nb.addr);
+            self.runs.insert(nb.addr + nb.size, i);
             self.unlink(n);
             self.node_mut(i).size += nb.size;
         }
@@ -534,8 +545,8 @@ impl Heap {
     /// The free block that ends exactly at `addr` and that stream `stream`
     /// may use at once (global, or pending on that stream), if any: its size.
     pub fn usable_free_ending_at(&self, addr: u64, stream: u64) -> u64 {
-        match self.runs.range(..addr).next_back().map(|(_, &i)| self.node(i)) {
-            Some(b) if b.addr + b.size == addr && usable_by(b.state, stream) => b.size,
+        match self.runs.get(&addr).map(|&i| self.node(i)) {
+            Some(b) if usable_by(b.state, stream) => b.size,
             _ => 0,
         }
     }
@@ -702,23 +713,8 @@ impl Heap {
         if addr < b.addr || addr + size > b.addr + b.size || size == 0 || size % BLOCK_ALIGN != 0 {
             return None;
         }
-        let class = usize::from(b.class);
-        self.unindex(class, b.addr, b.size, owner);
-        // The block at `addr`: the front stays free (it keeps its start and
-        // its place among the runs), or the whole block is taken.
-        let m = if addr > b.addr {
-            self.index(class, b.addr, addr - b.addr, owner);
-            self.split_as(i, addr - b.addr, State::Allocated)
-        } else {
-            self.set_state(i, State::Allocated);
-            i
-        };
         let end = addr + size;
-        if end < b.addr + b.size {
-            // The rest: free with the same owner.
-            self.split_as(m, size, State::Free(owner));
-            self.index(class, end, b.addr + b.size - end, owner);
-        }
+        let m = self.carve(i, addr, end, owner);
         self.node_mut(m).freed = 0;
         self.allocated += size;
         self.note_place(addr, size);
@@ -726,6 +722,36 @@ impl Heap {
             self.end_lending(addr, end);
         }
         Some(owner)
+    }
+
+    /// Marks `[from, to)` of free run `i` (owned by `owner`, which holds it)
+    /// allocated; what is before and after it stays free with the same
+    /// owner, indexed. Returns the allocated block's slot (not counted in
+    /// the allocated bytes).
+    fn carve(&mut self, i: u32, from: u64, to: u64, owner: Owner) -> u32 {
+        let b = *self.node(i);
+        let class = usize::from(b.class);
+        self.unindex(class, b.addr, b.size, owner);
+        // The front stays free (it keeps its start and ends earlier), or the
+        // run starts with the block. The run's key (its end) goes to the rest
+        // below, or away if nothing is left after the block.
+        let m = if from > b.addr {
+            self.index(class, b.addr, from - b.addr, owner);
+            let m = self.split_raw(i, from - b.addr, State::Allocated);
+            self.runs.insert(from, i);
+            m
+        } else {
+            self.node_mut(i).state = State::Allocated;
+            i
+        };
+        if to < b.addr + b.size {
+            let rest = self.split_raw(m, to - from, State::Free(owner));
+            self.runs.insert(b.addr + b.size, rest);
+            self.index(class, to, b.addr + b.size - to, owner);
+        } else {
+            self.runs.remove(&to);
+        }
+        m
     }
 
     /// Splits the global free block holding `[addr, addr + size)` so that the
@@ -747,7 +773,7 @@ impl Heap {
         let Some(seg) = self.segments.get(&base).copied() else { return false };
         match self.block_at(base) {
             Some(i) if self.node(i).state == State::Unbacked && self.node(i).size == seg.size => {
-                self.runs.remove(&base);
+                self.runs.remove(&(base + seg.size));
                 self.unlink(i);
                 self.segments.remove(&base);
                 true
@@ -976,9 +1002,10 @@ impl Heap {
         // Every block merged is of the same segment (the list's), so of the
         // same class.
         let class = usize::from(block.class);
-        // The block that ends up holding the run, its bytes, its owner, and
-        // whether it is among the runs already.
-        let (mut m, mut size, mut owner, mut listed) = (i, block.size, owner, false);
+        // The block that ends up holding the run, its bytes and its owner.
+        // The runs merged lose their keys, except the last after it, whose
+        // key (the end) the merged run keeps.
+        let (mut m, mut size, mut owner) = (i, block.size, owner);
         // Merge with the previous blocks (absorbing a global block can bring
         // a pending block of the same stream next to this one: a promotion
         // leaves them apart).
@@ -993,15 +1020,14 @@ impl Heap {
             let start = self.node(m).addr;
             self.note_lent((start, size, owner), (p.addr, p.size, p_owner), merged);
             self.unindex(class, p.addr, p.size, p_owner);
-            if listed {
-                self.runs.remove(&start);
-            }
+            self.runs.remove(&start);
             self.unlink(m);
-            (m, listed) = (p_i, true);
+            m = p_i;
             size += p.size;
             owner = merged;
         }
         // Merge with the next blocks.
+        let mut kept_key = None;
         loop {
             let n_i = self.node(m).next;
             if n_i == NIL {
@@ -1013,7 +1039,9 @@ impl Heap {
             let start = self.node(m).addr;
             self.note_lent((start, size, owner), (n.addr, n.size, n_owner), merged);
             self.unindex(class, n.addr, n.size, n_owner);
-            self.runs.remove(&n.addr);
+            if let Some(key) = kept_key.replace(n.addr + n.size) {
+                self.runs.remove(&key);
+            }
             self.unlink(n_i);
             size += n.size;
             owner = merged;
@@ -1025,9 +1053,8 @@ impl Heap {
         b.state = State::Free(owner);
         b.freed = frees;
         let start = b.addr;
-        if !listed {
-            self.runs.insert(start, m);
-        }
+        // (In place of the key of the last run merged after it, if any.)
+        self.runs.insert(start + size, m);
         self.index(class, start, size, owner);
         true
     }
@@ -1093,19 +1120,7 @@ impl Heap {
             if to > b.addr + b.size {
                 continue;
             }
-            let class = usize::from(b.class);
-            self.unindex(class, b.addr, b.size, owner);
-            let mut m = i;
-            if from > b.addr {
-                self.index(class, b.addr, from - b.addr, owner);
-                m = self.split_as(i, from - b.addr, State::Allocated);
-            } else {
-                self.set_state(i, State::Allocated);
-            }
-            if to < b.addr + b.size {
-                self.split_as(m, to - from, State::Free(owner));
-                self.index(class, to, b.addr + b.size - to, owner);
-            }
+            self.carve(i, from, to, owner);
             // Freed as global memory, merging with global neighbours.
             self.allocated += to - from;
             self.release_block_as(from, Owner::Global, false);
@@ -1167,7 +1182,7 @@ impl Heap {
             return None;
         }
         self.unindex(usize::from(block.class), base, block.size, Owner::Global);
-        self.runs.remove(&base);
+        self.runs.remove(&(base + block.size));
         self.unlink(i);
         self.segments.remove(&base);
         self.reserved -= seg.size;
@@ -1269,7 +1284,7 @@ impl Heap {
                 }
                 if b.state != State::Allocated {
                     runs += 1;
-                    if self.runs.get(&a) != Some(&i) {
+                    if self.runs.get(&(a + b.size)) != Some(&i) {
                         return Err(format!("block {a:#x} ({:?}) is not among the runs", b.state));
                     }
                 }

@@ -36,7 +36,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use hipmem_rs::{DevicePtr, Error, PoolAttribute, Result, Stream, StreamFlags};
@@ -307,25 +307,10 @@ static ORIGINS: [Mutex<Option<Origins>>; ORIGIN_SHARDS] = [const { Mutex::new(No
 /// How many blocks have a record in `ORIGINS`: while none has, a delete
 /// looks up nothing (most programs allocate on one stream of one device).
 static ORIGINS_COUNT: AtomicUsize = AtomicUsize::new(0);
-/// The primary stream: the (device, stream) of the process's first
-/// `hipmem_torch_alloc`, packed by [`primary_key`] (0: none yet). Its blocks
-/// have no record: a block without one was allocated there.
-static PRIMARY: AtomicU64 = AtomicU64::new(0);
-
-/// `device` and `stream` in one word, never 0: the stream's handle with the
-/// device in its low byte (handles are pointers, aligned to 256 bytes or
-/// more, or 0 for the legacy default stream). None for a handle that is not
-/// (the caller keeps a record then).
-fn primary_key(device: c_int, stream: hipStream_t) -> Option<u64> {
-    let handle = stream as usize as u64;
-    let device = u64::try_from(device).ok().filter(|&d| d < 255)?;
-    (handle & 0xff == 0).then_some(handle | (device + 1))
-}
-
-/// The device and stream packed by [`primary_key`].
-fn unpack_primary(key: u64) -> (c_int, hipStream_t) {
-    ((key & 0xff) as c_int - 1, (key & !0xff) as usize as hipStream_t)
-}
+/// The primary stream: the device and stream (handle) of the process's
+/// first `hipmem_torch_alloc` that succeeded. Its blocks have no record: a
+/// block without one was allocated there.
+static PRIMARY: OnceLock<(c_int, usize)> = OnceLock::new();
 
 fn origins_of(ptr: usize) -> std::sync::MutexGuard<'static, Option<Origins>> {
     // (The top 6 bits of a multiplicative hash: one of the 64 shards.)
@@ -359,24 +344,22 @@ fn forget_origin(ptr: usize) -> Option<(usize, c_int)> {
 pub extern "C-unwind" fn hipmem_torch_alloc(size: isize, device: c_int, stream: hipStream_t) -> *mut c_void {
     let p = hipmem_torch_malloc(size, device, stream);
     if !p.is_null() {
-        let key = primary_key(device, stream);
-        let primary = match PRIMARY.load(Ordering::Acquire) {
-            0 => match key {
-                Some(k) => match PRIMARY.compare_exchange(0, k, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => k,
-                    Err(set) => set,
-                },
-                None => 0,
-            },
-            set => set,
-        };
-        if key != Some(primary) {
-            origins_of(p as usize)
+        let here = (device, stream as usize);
+        if *PRIMARY.get_or_init(|| here) == here {
+            // A record left at this address by a block freed outside
+            // hipmem_torch_delete and hipmem_torch_free must not send this
+            // block to that block's stream.
+            forget_origin(p as usize);
+        } else {
+            let stale = origins_of(p as usize)
                 .get_or_insert_with(Origins::default)
                 .insert(p as usize as u64, (stream as usize, device));
             // (Counted after the record exists: a delete that reads the count
-            // got the pointer after this call returned, and sees both.)
-            ORIGINS_COUNT.fetch_add(1, Ordering::AcqRel);
+            // got the pointer after this call returned, and sees both. A
+            // stale record replaced was counted already.)
+            if stale.is_none() {
+                ORIGINS_COUNT.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
     p
@@ -398,18 +381,15 @@ pub extern "C" fn hipmem_torch_delete(ptr: *mut c_void) {
     }
     let (stream, device) = match forget_origin(ptr as usize) {
         Some((stream, device)) => (stream as hipStream_t, device),
-        None => match PRIMARY.load(Ordering::Acquire) {
-            0 => {
+        None => match PRIMARY.get() {
+            Some(&(device, stream)) => (stream as hipStream_t, device),
+            None => {
                 return failed(
                     "hipmem_torch_delete",
                     &Error::InvalidValue(format!(
                         "{ptr:p} is not a live block of hipmem_torch_alloc (nothing was allocated there)"
                     )),
                 );
-            }
-            key => {
-                let (device, stream) = unpack_primary(key);
-                (stream, device)
             }
         },
     };

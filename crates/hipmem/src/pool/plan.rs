@@ -83,17 +83,19 @@ const ALIGN: u64 = 256;
 /// Allocations learned before learning pauses if the pool never had
 /// [`MIN_ARENA`] bytes live meanwhile (a small loop).
 pub const QUICK_PATIENCE: u64 = 4096;
-/// Allocations learned without confirming a period (planned or rejected)
-/// or making a provisional plan before learning pauses. A sequence that
+/// Allocations learned without making a plan (of a confirmed period, or a
+/// provisional one) before learning pauses; a period confirmed and then
+/// rejected (too small, never quiet) does not restart the count. A sequence that
 /// can be planned repeats a period of at most about [`MOST_LAID_OUT`]
 /// allocations (each period frees what it allocates, and a plan lays out at
 /// most that many), confirmed over its second and third occurrences at the
 /// latest (over the second where the first is like the rest). One that has
-/// confirmed nothing for longer (inference on shapes that vary, past the
-/// repetitions inside a pass that were looked at and rejected) is not
-/// learning anything, and learning costs every allocation and free a lock
-/// and a few maps (replayed on the CPU backend, a tenth of the slow path's
-/// time on variable-length inference). (A period of more than
+/// planned nothing for longer (inference on shapes that vary, whose short
+/// repetitions inside a batch are confirmed and rejected without end) is
+/// not learning anything, and learning costs every allocation and free a
+/// lock and a few maps (replayed on the CPU backend, a tenth of the slow
+/// path's time on variable-length inference; live on an H100, about 100 ns
+/// of its 720-850 ns a call). (A period of more than
 /// about 2700 allocations whose first occurrence differs from the rest is
 /// then confirmed after the pause, over two later occurrences.)
 pub const CANDIDATE_PATIENCE: u64 = 8192;
@@ -731,8 +733,73 @@ pub struct PlanState {
     pub arena: std::sync::atomic::AtomicBool,
     /// Whether a plan runs or waits to start (allocations ask it first).
     pub running: std::sync::atomic::AtomicBool,
-    /// When learning paused, and for how long.
-    pub paused: std::sync::Mutex<(Option<std::time::Instant>, std::time::Duration)>,
+    /// Learning's pause, if it found nothing.
+    pub paused: std::sync::Mutex<Pause>,
+}
+
+/// The first pause of a learner that found nothing lasts a second and
+/// [`FIRST_PAUSE_FREES`] of the heap's frees; each pause after it lasts
+/// twice as long, up to a minute and [`MOST_PAUSE_FREES`].
+pub const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Frees the heap makes during a first pause at least: four times the
+/// allocations a learner that plans nothing learns before it pauses, so
+/// that learning takes at most about a fifth of the allocations of a
+/// workload that never repeats (a run of a few seconds would otherwise
+/// learn again after every second).
+pub const FIRST_PAUSE_FREES: u64 = 4 * CANDIDATE_PATIENCE;
+/// The most frees a pause waits for.
+pub const MOST_PAUSE_FREES: u64 = 1 << 24;
+
+/// Learning's pause: learning resumes on the slow path once both its time
+/// and its count of the heap's frees have passed.
+#[derive(Debug, Clone, Copy)]
+pub struct Pause {
+    /// When it began (None: learning is not paused).
+    pub since: Option<std::time::Instant>,
+    /// How long it lasts at least.
+    pub length: std::time::Duration,
+    /// The heap's count of frees when the slow path first saw the pause.
+    pub frees_at: Option<u64>,
+    /// Frees it lasts at least.
+    pub frees: u64,
+}
+
+impl Default for Pause {
+    fn default() -> Pause {
+        Pause { since: None, length: FIRST_PAUSE, frees_at: None, frees: FIRST_PAUSE_FREES }
+    }
+}
+
+impl Pause {
+    /// Starts a pause now.
+    pub fn begin(&mut self) {
+        self.since = Some(std::time::Instant::now());
+        self.frees_at = None;
+    }
+
+    /// Whether learning is paused.
+    pub fn is_paused(&self) -> bool {
+        self.since.is_some()
+    }
+
+    /// Whether the pause is over with the heap at `frees` frees (the count
+    /// the first call sees is where the pause's frees start).
+    pub fn is_over(&mut self, frees: u64) -> bool {
+        let Some(since) = self.since else { return false };
+        let at = *self.frees_at.get_or_insert(frees);
+        since.elapsed() >= self.length && frees.saturating_sub(at) >= self.frees
+    }
+
+    /// Ends the pause: the next one lasts twice as long (time up to
+    /// `longest`, frees up to [`MOST_PAUSE_FREES`]).
+    pub fn end(&mut self, longest: std::time::Duration) {
+        *self = Pause {
+            since: None,
+            length: (self.length * 2).min(longest),
+            frees_at: None,
+            frees: (self.frees * 2).min(MOST_PAUSE_FREES),
+        };
+    }
 }
 
 impl PlanState {
@@ -743,7 +810,7 @@ impl PlanState {
             planner: std::sync::Mutex::new(Planner::new()),
             arena: Default::default(),
             running: Default::default(),
-            paused: std::sync::Mutex::new((None, std::time::Duration::from_secs(1))),
+            paused: std::sync::Mutex::new(Pause::default()),
         }
     }
 
@@ -1064,7 +1131,6 @@ impl Planner {
 
     /// Builds a plan for a confirmed period.
     fn try_plan(&mut self, p: u64) {
-        self.learner.since_candidate = 0;
         let Some((sigs, lens)) = self.learner.period_before(p) else { return };
         match build(&sigs, &lens) {
             Ok(mut plan) => {
@@ -1078,6 +1144,7 @@ impl Planner {
                 }
                 self.counts.plans += 1;
                 self.learner.fruitless = 0;
+                self.learner.since_candidate = 0;
                 tracing::debug!(target: "hipmem::pool", "planned a period of {p} allocations: {} placed, {} bytes live at most, starting at {}", plan.planned(), plan.arena, plan.quiet);
                 // The next allocation is position 0 of the period (the
                 // period planned starts 2p before the next one).
@@ -1876,6 +1943,32 @@ mod tests {
         }
         assert_eq!(p.counts.plans, 0);
         assert!(p.counts.rejected >= 1);
+    }
+
+    /// A pause ends when both its time and its frees have passed, not when
+    /// one has; the next one is twice as long.
+    #[test]
+    fn a_pause_lasts_its_time_and_its_frees() {
+        let mut p = Pause { length: std::time::Duration::ZERO, ..Pause::default() };
+        assert!(!p.is_paused() && !p.is_over(u64::MAX), "not paused");
+        p.begin();
+        assert!(p.is_paused());
+        assert!(!p.is_over(1000), "the count starts at the first look");
+        assert!(!p.is_over(1000 + FIRST_PAUSE_FREES - 1), "too few frees");
+        assert!(p.is_over(1000 + FIRST_PAUSE_FREES), "time and frees passed");
+        p.end(std::time::Duration::from_secs(60));
+        assert!(!p.is_paused());
+        assert_eq!((p.length, p.frees), (std::time::Duration::ZERO, 2 * FIRST_PAUSE_FREES));
+        // Frees alone are not enough.
+        let mut p = Pause::default();
+        p.begin();
+        assert!(!p.is_over(0) && !p.is_over(u64::MAX), "a second has not passed");
+        p.end(std::time::Duration::from_secs(60));
+        assert_eq!(p.length, 2 * FIRST_PAUSE);
+        for _ in 0..40 {
+            p.end(std::time::Duration::from_secs(60));
+        }
+        assert_eq!((p.length, p.frees), (std::time::Duration::from_secs(60), MOST_PAUSE_FREES));
     }
 
     #[test]

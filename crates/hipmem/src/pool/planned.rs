@@ -125,24 +125,29 @@ impl PoolCore {
         if planner.fruitless() {
             self.plan.on.store(false, Ordering::Relaxed);
             let mut paused = lock(&self.plan.paused);
-            paused.0 = Some(Instant::now());
-            tracing::debug!(target: "hipmem::pool", "pool {:#x}: no repeating sequence found; learning pauses for {:?}", self.id, paused.1);
+            paused.begin();
+            tracing::debug!(target: "hipmem::pool", "pool {:#x}: no repeating sequence found; learning pauses for {:?} and {} frees", self.id, paused.length, paused.frees);
         }
     }
 
-    /// Learning resumes once its pause is over (asked on the slow path).
+    /// Learning resumes once its pause is over, its time and its count of
+    /// the heap's frees (asked on the slow path, before the pool grows).
     pub(super) fn resume_planning(&self) {
-        if self.plan.on.load(Ordering::Relaxed) {
+        if self.plan.on.load(Ordering::Relaxed) || !lock(&self.plan.paused).is_paused() {
             return;
         }
-        let mut paused = lock(&self.plan.paused);
-        if let Some(since) = paused.0 {
-            if since.elapsed() >= paused.1 {
-                paused.0 = None;
-                paused.1 = (paused.1 * 2).min(MAX_PAUSE);
-                self.plan.lock().forget();
-                self.plan.on.store(true, Ordering::Relaxed);
+        let frees = lock(&self.heap).frees();
+        let over = {
+            let mut paused = lock(&self.plan.paused);
+            let over = paused.is_over(frees);
+            if over {
+                paused.end(MAX_PAUSE);
             }
+            over
+        };
+        if over {
+            self.plan.lock().forget();
+            self.plan.on.store(true, Ordering::Relaxed);
         }
     }
 
@@ -158,7 +163,7 @@ impl PoolCore {
                 self.plan.running.store(false, Ordering::Release);
             }
         }
-        *lock(&self.plan.paused) = (None, Duration::from_secs(1));
+        *lock(&self.plan.paused) = super::plan::Pause::default();
         self.plan.on.store(on && matches!(self.backing, Backing::Virtual(_)), Ordering::Relaxed);
         if !on {
             if let Ok(rt) = self.runtime() {

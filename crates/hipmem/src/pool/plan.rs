@@ -739,8 +739,10 @@ pub struct PlanState {
 
 /// The first pause of a learner that found nothing lasts a second and
 /// [`FIRST_PAUSE_FREES`] of the heap's frees; each pause after it lasts
-/// twice as long, up to a minute and [`MOST_PAUSE_FREES`].
+/// twice as long, up to [`LONGEST_PAUSE`] and [`MOST_PAUSE_FREES`].
 pub const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest pause.
+pub const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Frees the heap makes during a first pause at least: four times the
 /// allocations a learner that plans nothing learns before it pauses, so
 /// that learning takes at most about a fifth of the allocations of a
@@ -791,11 +793,11 @@ impl Pause {
     }
 
     /// Ends the pause: the next one lasts twice as long (time up to
-    /// `longest`, frees up to [`MOST_PAUSE_FREES`]).
-    pub fn end(&mut self, longest: std::time::Duration) {
+    /// [`LONGEST_PAUSE`], frees up to [`MOST_PAUSE_FREES`]).
+    pub fn end(&mut self) {
         *self = Pause {
             since: None,
-            length: (self.length * 2).min(longest),
+            length: (self.length * 2).min(LONGEST_PAUSE),
             frees_at: None,
             frees: (self.frees * 2).min(MOST_PAUSE_FREES),
         };
@@ -1956,17 +1958,17 @@ mod tests {
         assert!(!p.is_over(1000), "the count starts at the first look");
         assert!(!p.is_over(1000 + FIRST_PAUSE_FREES - 1), "too few frees");
         assert!(p.is_over(1000 + FIRST_PAUSE_FREES), "time and frees passed");
-        p.end(std::time::Duration::from_secs(60));
+        p.end();
         assert!(!p.is_paused());
         assert_eq!((p.length, p.frees), (std::time::Duration::ZERO, 2 * FIRST_PAUSE_FREES));
         // Frees alone are not enough.
         let mut p = Pause::default();
         p.begin();
         assert!(!p.is_over(0) && !p.is_over(u64::MAX), "a second has not passed");
-        p.end(std::time::Duration::from_secs(60));
+        p.end();
         assert_eq!(p.length, 2 * FIRST_PAUSE);
         for _ in 0..40 {
-            p.end(std::time::Duration::from_secs(60));
+            p.end();
         }
         assert_eq!((p.length, p.frees), (std::time::Duration::from_secs(60), MOST_PAUSE_FREES));
     }

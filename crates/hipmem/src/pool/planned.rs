@@ -30,7 +30,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::backing::Backing;
 use super::core::{ORPHAN_STREAM, PoolCore, StreamRef, lock};
@@ -45,8 +45,6 @@ use crate::runtime::ordering::StreamClock;
 const MIN_PIECE: u64 = 64 << 10;
 /// The most free runs a plan is laid out in.
 const MAX_PIECES: usize = 4096;
-/// Longest pause of a learner that found nothing.
-const MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// Whether a new pool learns layouts.
 pub(super) fn plans_by_default(backing: &Backing, props: &super::PoolProps) -> bool {
@@ -141,7 +139,7 @@ impl PoolCore {
             let mut paused = lock(&self.plan.paused);
             let over = paused.is_over(frees);
             if over {
-                paused.end(MAX_PAUSE);
+                paused.end();
             }
             over
         };

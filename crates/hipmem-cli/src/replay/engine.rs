@@ -202,6 +202,10 @@ pub struct PoolResult {
     /// most (sampled between operations): with `first_planned_op`, whether
     /// the peak fell in the steps a pool learned from or while a plan ran.
     pub peak_reserved_op: Option<u64>,
+    /// The operation after which the reserved bytes first reached their
+    /// most in the second half (from `--late-from`): where to look with
+    /// `--map-at` when the second half's peak is the one that matters.
+    pub peak_reserved_op_second_half: Option<u64>,
     /// hipmem's pools: the first operation a learned layout served.
     pub first_planned_op: Option<u64>,
     /// hipmem's pools: the idle-release window on the trace's clock, in
@@ -323,6 +327,7 @@ struct Pass {
     peak_op: Option<u64>,
     first_planned_op: Option<u64>,
     late_reserved: u64,
+    late_peak_op: Option<u64>,
     late_live: u64,
     plan: Option<hipmem::pool::PlanCounts>,
     used_high: Option<u64>,
@@ -372,6 +377,7 @@ fn pass(
     let mut peak_reserved_op = None;
     let mut first_planned_op = None;
     let (mut late_reserved, mut late_live, mut live) = (0u64, 0u64, 0u64);
+    let mut late_peak_op = None;
     let mut layout = None;
     let peak_op = w.peak_op.unwrap_or(usize::MAX);
     let calls = || match &target {
@@ -454,7 +460,10 @@ fn pass(
                 }
             }
             if i >= half {
-                late_reserved = late_reserved.max(reserved);
+                if reserved > late_reserved || late_peak_op.is_none() {
+                    late_reserved = late_reserved.max(reserved);
+                    late_peak_op = Some(i as u64);
+                }
                 late_live = late_live.max(live);
             }
             if first_planned_op.is_none() && kind.is_hipmem() {
@@ -512,6 +521,7 @@ fn pass(
         peak_op: peak_reserved_op,
         first_planned_op,
         late_reserved,
+        late_peak_op,
         late_live,
         plan,
         used_high,
@@ -628,6 +638,7 @@ pub fn replay(
         },
         plan: timed.plan,
         peak_reserved_op: sampled.peak_op,
+        peak_reserved_op_second_half: sampled.late_peak_op,
         first_planned_op: sampled.first_planned_op,
         idle_release_ms: idle.map(|w| w.as_millis() as u64),
         reserved_series: sampled.series,

@@ -297,6 +297,15 @@ fn print_table(r: &ReplayReport, w: &Workload) {
             "hipmem's pools released memory idle for two windows of {ms} ms on the trace's clock (a peak left behind: one), as hipmem's PyTorch interface does (--idle-release-ms 0: off)"
         );
     }
+    for p in r.pools.iter().filter(|p| p.backend_calls.is_some()) {
+        if let Some(op) = p.peak_reserved_op_second_half {
+            println!(
+                "{}: the second half's most memory was held after op {op} (--map-at {} shows the pool just after it)",
+                p.pool,
+                op + 1
+            );
+        }
+    }
     for p in &r.pools {
         if let Some(c) = p.plan.filter(|c| c.plans > 0) {
             println!(

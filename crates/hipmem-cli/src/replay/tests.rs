@@ -661,6 +661,18 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         let plan = r.plan.expect("hipmem's pool reports its plans");
         let peak_op = r.peak_reserved_op.expect("the sampled pass finds the peak");
         assert!(peak_op < r.ops, "{name}: peak after op {peak_op} of {}", r.ops);
+        // The second half's peak lies in it, and is the whole trace's where
+        // that came in the second half.
+        let late_start = Options { late_from: late_from(name), ..Options::default() }.late_from_op(&w) as u64;
+        let late_op = r.peak_reserved_op_second_half.expect("the sampled pass finds the second half's peak");
+        assert!(
+            (late_start..r.ops).contains(&late_op),
+            "{name}: the second half's peak after op {late_op}, outside {late_start}..{}",
+            r.ops
+        );
+        if peak_op >= late_start {
+            assert_eq!(late_op, peak_op, "{name}: the whole trace's peak came in its second half");
+        }
         if name.ends_with("_train") || name == "side_stream" {
             assert!(plan.plans >= 1 && plan.served > 0, "{name}: the training step is planned: {plan:?}");
             let first = r.first_planned_op.expect("a planned run says where its plan began");

@@ -81,6 +81,9 @@ enum Command {
         /// Start the "second half" (its peaks, time per operation and backend calls) at operation OP (0-based) instead of the trace's midpoint: the first operation after a warm-up.
         #[arg(long, value_name = "OP")]
         late_from: Option<u64>,
+        /// Replay hipmem's pools once per idle-release window instead (milliseconds, comma-separated; 0: off), and show how much the second half's memory moves with the window: a shorter window on the trace's clock plays a slower run.
+        #[arg(long, value_name = "MS,MS,...", value_delimiter = ',', num_args = 1..)]
+        idle_sweep: Vec<u64>,
     },
     /// Memory traces: what a recorded trace says.
     Trace {
@@ -216,6 +219,7 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
             slowest,
             map_at,
             late_from,
+            idle_sweep,
         } => {
             let args = replay::ReplayArgs {
                 trace,
@@ -229,6 +233,7 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
                 slowest,
                 map_at,
                 late_from,
+                idle_sweep,
             };
             replay::run(&rt, &args)
         }
@@ -262,5 +267,35 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
             let scale = if quick { bench::vmm::Scale::quick() } else { bench::vmm::Scale::full() };
             bench::vmm::run(&rt, scale)?.print(json)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    /// `--idle-sweep` takes windows comma-separated or repeated, and one
+    /// replay's `--idle-release-ms` stays as it was.
+    #[test]
+    fn idle_sweep_windows_parse_comma_separated_or_repeated() {
+        let sweep = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Replay { idle_sweep, idle_release_ms, .. }) => Ok((idle_sweep, idle_release_ms)),
+            Ok(other) => panic!("not a replay: {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(sweep(&["hipmem", "replay", "t.jsonl"]), Ok((vec![], 100)));
+        assert_eq!(
+            sweep(&["hipmem", "replay", "t.jsonl", "--idle-sweep", "25,50,0"]),
+            Ok((vec![25, 50, 0], 100))
+        );
+        assert_eq!(
+            sweep(&["hipmem", "replay", "t.jsonl", "--idle-sweep", "25", "--idle-sweep", "200"]),
+            Ok((vec![25, 200], 100))
+        );
+        assert!(
+            sweep(&["hipmem", "replay", "t.jsonl", "--idle-sweep", "25,fast"]).unwrap_err().contains("fast")
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod progress;
 pub mod pytorch;
 pub mod summary;
 pub mod svg;
+pub mod sweep;
 pub mod workload;
 
 #[cfg(test)]
@@ -49,6 +50,9 @@ pub struct ReplayArgs {
     pub map_at: Option<u64>,
     /// The "second half" starts at this operation (None: the midpoint).
     pub late_from: Option<u64>,
+    /// Replay hipmem's pools once per idle-release window of these many
+    /// milliseconds instead (`--idle-sweep`; empty: one replay).
+    pub idle_sweep: Vec<u64>,
 }
 
 /// `--idle-release-ms`'s default: the window hipmem's PyTorch interface uses.
@@ -199,6 +203,9 @@ pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
             )));
         }
     }
+    if !args.idle_sweep.is_empty() {
+        return run_sweep(rt, args, &w, &kinds, &mut progress);
+    }
     let opts = Options {
         idle,
         evict_kib: args.evict_kib,
@@ -224,6 +231,37 @@ pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
         for path in [&args.svg, &args.html].into_iter().flatten() {
             println!("picture: {}", path.display());
         }
+    }
+    Ok(())
+}
+
+/// `hipmem replay --idle-sweep`: the options that draw or time one replay
+/// are refused with it (each names a single replay).
+fn run_sweep(
+    rt: &Runtime,
+    args: &ReplayArgs,
+    w: &Workload,
+    kinds: &[PoolKind],
+    progress: &mut Progress,
+) -> hipmem::Result<()> {
+    let single = [
+        ("--svg", args.svg.is_some()),
+        ("--html", args.html.is_some()),
+        ("--map-at", args.map_at.is_some()),
+        ("--slowest", args.slowest > 0),
+        ("--evict-kib", args.evict_kib > 0),
+    ];
+    if let Some((flag, _)) = single.iter().find(|(_, on)| *on) {
+        return Err(hipmem::Error::InvalidValue(format!(
+            "{flag} describes one replay, and --idle-sweep makes one per window: run it with --idle-release-ms instead"
+        )));
+    }
+    let report = sweep::sweep(rt, w, kinds, args.device, &args.idle_sweep, args.late_from, progress)
+        .map_err(hipmem::Error::InvalidValue)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        sweep::print(&report);
     }
     Ok(())
 }

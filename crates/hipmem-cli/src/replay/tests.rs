@@ -805,3 +805,91 @@ fn compressed_traces_read_like_plain_ones_and_bad_ones_are_errors() {
     let err = Workload::from_bytes(&gz(&gz(TRACE)), "twice.gz").unwrap_err();
     assert!(err.contains("twice.gz") && err.contains("compressed twice"), "{err}");
 }
+
+/// `--idle-sweep` replays hipmem's pools once per window, each replay the
+/// same as one with `--idle-release-ms` at that window, and its spread is
+/// that of the windows' second halves.
+#[test]
+fn an_idle_sweep_replays_once_per_window_and_reports_the_spread() {
+    let (name, bytes) = RECORDED.iter().find(|(n, _)| *n == "varlen_infer_16.hipmem").copied().unwrap();
+    let w = Workload::from_bytes(bytes, name).unwrap();
+    let rt = runtime();
+    let windows = [100, 50, 0];
+    let late = Some(8272);
+    // The driver's pool and malloc are not swept (they release nothing idle).
+    let kinds = [PoolKind::Vmm, PoolKind::Malloc];
+    let r = super::sweep::sweep(&rt, &w, &kinds, 0, &windows, late, &mut Progress::new(false)).unwrap();
+    assert_eq!(r.windows.iter().map(|x| x.idle_release_ms).collect::<Vec<_>>(), windows);
+    assert_eq!((r.ops, r.late_from_op), (w.ops.len() as u64, 8272));
+    let mut figures = Vec::new();
+    for win in &r.windows {
+        let [p] = &win.pools[..] else { panic!("one pool per window: {:?}", win.pools.len()) };
+        assert_eq!(p.pool, "hipmem-vmm");
+        assert!(p.reserved_series.is_empty() && p.layout_at_peak.is_none(), "a sweep keeps figures only");
+        assert_eq!(p.idle_release_ms, (win.idle_release_ms > 0).then_some(win.idle_release_ms));
+        let idle = (win.idle_release_ms > 0).then(|| std::time::Duration::from_millis(win.idle_release_ms));
+        let one = replay(
+            &rt,
+            &w,
+            &[PoolKind::Vmm],
+            0,
+            &Options { idle, late_from: late, ..Options::default() },
+            &mut Progress::new(false),
+        )
+        .unwrap();
+        let q = &one.pools[0];
+        assert_eq!(
+            (q.peak_reserved_bytes, q.peak_reserved_second_half, q.peak_reserved_op_second_half),
+            (p.peak_reserved_bytes, p.peak_reserved_second_half, p.peak_reserved_op_second_half),
+            "window {} ms: the sweep's replay is the single replay's",
+            win.idle_release_ms
+        );
+        figures.push((p.reserved_over_live_second_half, win.idle_release_ms));
+    }
+    let [s] = &r.spread[..] else { panic!("one spread per hipmem pool") };
+    let least = figures.iter().map(|f| f.0).fold(f64::INFINITY, f64::min);
+    let most = figures.iter().copied().fold((f64::NEG_INFINITY, 0), |m, f| if f.0 > m.0 { f } else { m });
+    let mut sorted: Vec<f64> = figures.iter().map(|f| f.0).collect();
+    sorted.sort_by(f64::total_cmp);
+    assert_eq!((s.least, s.most, s.most_at_ms, s.median), (least, most.0, most.1, sorted[1]));
+    assert_eq!(s.over_bound, figures.iter().filter(|f| f.0 > super::sweep::BOUND).count());
+    // Without idle release the warm-up's largest batch stays held through
+    // the timed ones: the sweep's most.
+    assert_eq!(s.most_at_ms, 0, "{figures:?}");
+}
+
+#[test]
+fn an_idle_sweep_refuses_what_it_cannot_do() {
+    let rt = runtime();
+    for (flag, args) in [
+        ("--map-at", super::ReplayArgs { map_at: Some(1), ..Default::default() }),
+        ("--slowest", super::ReplayArgs { slowest: 3, ..Default::default() }),
+        ("--evict-kib", super::ReplayArgs { evict_kib: 64, ..Default::default() }),
+        ("--svg", super::ReplayArgs { svg: Some(PathBuf::from("unused.svg")), ..Default::default() }),
+    ] {
+        let err = refused(&rt, |trace| super::ReplayArgs { trace, idle_sweep: vec![50, 100], ..args });
+        assert!(err.contains(flag) && err.contains("--idle-sweep"), "{flag}: {err}");
+    }
+    let err =
+        refused(&rt, |trace| super::ReplayArgs { trace, idle_sweep: vec![50, 50], ..Default::default() });
+    assert!(err.contains("50 ms twice"), "{err}");
+    let w = Workload::from_bytes(TRACE, "training_loop").unwrap();
+    let only_malloc =
+        super::sweep::sweep(&rt, &w, &[PoolKind::Malloc], 0, &[100], None, &mut Progress::new(false));
+    assert!(only_malloc.unwrap_err().contains("hipmem's pools only"));
+    let none = super::sweep::sweep(&rt, &w, &[PoolKind::Vmm], 0, &[], None, &mut Progress::new(false));
+    assert!(none.unwrap_err().contains("at least one window"));
+    // A trace whose events all carry time 0 has no clock for a window.
+    let header = std::str::from_utf8(TRACE).unwrap().lines().next().unwrap();
+    let mut text = format!("{header}\n");
+    for e in ["alloc", "free_requested"] {
+        text += &format!(
+            "{{\"t\":0,\"e\":\"{e}\",\"pool\":1,\"stream\":5,\"dev\":0,\"addr\":\"0x10000000\",\"size\":4096}}\n"
+        );
+    }
+    let untimed = Workload::from_trace(TraceReader::new(text.as_bytes(), "untimed.jsonl").unwrap()).unwrap();
+    assert!(!untimed.timed);
+    let err =
+        super::sweep::sweep(&rt, &untimed, &[PoolKind::Vmm], 0, &[100], None, &mut Progress::new(false));
+    assert!(err.unwrap_err().contains("no times"));
+}

@@ -39,26 +39,40 @@ impl Runtime {
     /// that is not pool memory (from `hipMalloc`, managed, host, never
     /// allocated) is InvalidValue and left as it was, as is a block freed
     /// already.
+    #[inline]
     pub fn free_pool_block_async(&self, ptr: DevicePtr, stream: &CoreStream) -> Result<()> {
-        if ptr.is_null() {
-            return Err(Error::InvalidValue("a pool free of a null pointer".into()));
-        }
-        check_own_stream(self, stream)?;
-        self.free_pool_memory_async(ptr, stream).unwrap_or_else(|| {
-            Err(Error::InvalidValue(format!("{ptr} is not a block of a memory pool (nothing was freed)")))
-        })
+        self.free_async_of(ptr, stream, Accept::PoolBlocks)
     }
 
     /// `hipFreeAsync`: frees pool memory in `stream`'s order. A pointer from
     /// `hipMalloc` is accepted and freed at once (synchronously); null, an
     /// unknown pointer or a double free is InvalidValue.
+    #[inline]
     pub fn free_async(&self, ptr: DevicePtr, stream: &CoreStream) -> Result<()> {
+        self.free_async_of(ptr, stream, Accept::Any)
+    }
+
+    /// [`Runtime::free_async`] and [`Runtime::free_pool_block_async`] in
+    /// one body, so that the pool's fast free has one call site and is
+    /// inlined into it: with a call site in each, the compiler kept it a
+    /// function of its own, and a `hipMallocAsync`+`hipFreeAsync` pair on
+    /// an H100's host took 53 ns where it had taken 45 (a standalone C loop,
+    /// fastest of six runs).
+    fn free_async_of(&self, ptr: DevicePtr, stream: &CoreStream, accept: Accept) -> Result<()> {
         if ptr.is_null() {
-            return Err(Error::InvalidValue("hipFreeAsync of a null pointer".into()));
+            return Err(Error::InvalidValue(match accept {
+                Accept::Any => "hipFreeAsync of a null pointer".into(),
+                Accept::PoolBlocks => "a pool free of a null pointer".into(),
+            }));
         }
         check_own_stream(self, stream)?;
         if let Some(result) = self.free_pool_memory_async(ptr, stream) {
             return result;
+        }
+        if accept == Accept::PoolBlocks {
+            return Err(Error::InvalidValue(format!(
+                "{ptr} is not a block of a memory pool (nothing was freed)"
+            )));
         }
         match self.allocations().find(ptr.0) {
             Some(a) if a.kind == MemoryKind::VmmMapping => {
@@ -74,4 +88,13 @@ impl Runtime {
             ))),
         }
     }
+}
+
+/// What [`Runtime::free_async_of`] frees besides pool blocks.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Accept {
+    /// Any live allocation (`hipFreeAsync`).
+    Any,
+    /// Pool blocks only.
+    PoolBlocks,
 }

@@ -12,7 +12,40 @@ use hipmem::trace::TraceReader;
 use super::engine::{Options, PoolKind};
 use super::progress::Progress;
 use super::workload::Workload;
-use super::{ReplayReport, parse_pools, replay, summary, svg};
+use super::{ReplayReport, parse_pools, summary, svg};
+
+/// On a GPU the malloc row's reserved bytes are the device's free memory
+/// before and during its replay, which another test's replay moves when it
+/// runs alongside (a pool growing or giving back tens of MiB to GiBs):
+/// replays that read it hold this for writing, every other replay for
+/// reading.
+static DEVICE_MEMORY: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// [`super::replay`] beside other tests' replays (not beside one that reads
+/// the device's free memory).
+fn replay(
+    rt: &Runtime,
+    w: &Workload,
+    kinds: &[PoolKind],
+    device: usize,
+    opts: &Options,
+    progress: &mut Progress,
+) -> Result<ReplayReport, String> {
+    let _shared = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
+    super::replay(rt, w, kinds, device, opts, progress)
+}
+
+/// [`super::sweep::sweep`] beside other tests' replays.
+fn sweep(
+    rt: &Runtime,
+    w: &Workload,
+    kinds: &[PoolKind],
+    windows_ms: &[u64],
+    late_from: Option<u64>,
+) -> Result<super::sweep::SweepReport, String> {
+    let _shared = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
+    super::sweep::sweep(rt, w, kinds, 0, windows_ms, late_from, &mut Progress::new(false))
+}
 
 const TRACE: &[u8] = include_bytes!("../../fixtures/traces/training_loop.jsonl");
 const SNAPSHOT: &[u8] = include_bytes!("../../fixtures/traces/pytorch_snapshot.pickle");
@@ -98,8 +131,10 @@ fn runtime() -> Runtime {
     Runtime::from_env().unwrap()
 }
 
+/// Every allocator, malloc's row included: alone on the device.
 fn replay_all(w: &Workload) -> ReplayReport {
-    replay(&runtime(), w, &PoolKind::ALL, 0, &Options::default(), &mut Progress::new(false)).unwrap()
+    let _alone = DEVICE_MEMORY.write().unwrap_or_else(|e| e.into_inner());
+    super::replay(&runtime(), w, &PoolKind::ALL, 0, &Options::default(), &mut Progress::new(false)).unwrap()
 }
 
 fn check_replay(w: &Workload, report: &ReplayReport, (peak, peak_granules, allocs): (u64, u64, u64)) {
@@ -247,7 +282,10 @@ fn the_second_half_starts_where_late_from_says() {
 fn refused(rt: &Runtime, args: impl FnOnce(PathBuf) -> super::ReplayArgs) -> String {
     let path = temp_file("refused.jsonl", TRACE);
     let args = super::ReplayArgs { pools: vec!["vmm".into()], ..args(path.clone()) };
-    let err = super::run(rt, &args).unwrap_err().to_string();
+    let err = {
+        let _shared = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
+        super::run(rt, &args).unwrap_err().to_string()
+    };
     std::fs::remove_file(&path).unwrap();
     err
 }
@@ -818,7 +856,7 @@ fn an_idle_sweep_replays_once_per_window_and_reports_the_spread() {
     let late = Some(8272);
     // The driver's pool and malloc are not swept (they release nothing idle).
     let kinds = [PoolKind::Vmm, PoolKind::Malloc];
-    let r = super::sweep::sweep(&rt, &w, &kinds, 0, &windows, late, &mut Progress::new(false)).unwrap();
+    let r = sweep(&rt, &w, &kinds, &windows, late).unwrap();
     assert_eq!(r.windows.iter().map(|x| x.idle_release_ms).collect::<Vec<_>>(), windows);
     assert_eq!((r.ops, r.late_from_op), (w.ops.len() as u64, 8272));
     let mut figures = Vec::new();
@@ -874,10 +912,9 @@ fn an_idle_sweep_refuses_what_it_cannot_do() {
         refused(&rt, |trace| super::ReplayArgs { trace, idle_sweep: vec![50, 50], ..Default::default() });
     assert!(err.contains("50 ms twice"), "{err}");
     let w = Workload::from_bytes(TRACE, "training_loop").unwrap();
-    let only_malloc =
-        super::sweep::sweep(&rt, &w, &[PoolKind::Malloc], 0, &[100], None, &mut Progress::new(false));
+    let only_malloc = sweep(&rt, &w, &[PoolKind::Malloc], &[100], None);
     assert!(only_malloc.unwrap_err().contains("hipmem's pools only"));
-    let none = super::sweep::sweep(&rt, &w, &[PoolKind::Vmm], 0, &[], None, &mut Progress::new(false));
+    let none = sweep(&rt, &w, &[PoolKind::Vmm], &[], None);
     assert!(none.unwrap_err().contains("at least one window"));
     // A trace whose events all carry time 0 has no clock for a window.
     let header = std::str::from_utf8(TRACE).unwrap().lines().next().unwrap();
@@ -889,7 +926,6 @@ fn an_idle_sweep_refuses_what_it_cannot_do() {
     }
     let untimed = Workload::from_trace(TraceReader::new(text.as_bytes(), "untimed.jsonl").unwrap()).unwrap();
     assert!(!untimed.timed);
-    let err =
-        super::sweep::sweep(&rt, &untimed, &[PoolKind::Vmm], 0, &[100], None, &mut Progress::new(false));
+    let err = sweep(&rt, &untimed, &[PoolKind::Vmm], &[100], None);
     assert!(err.unwrap_err().contains("no times"));
 }

@@ -56,8 +56,8 @@ impl Runtime {
     /// one body, so that the pool's fast free has one call site and is
     /// inlined into it: with a call site in each, the compiler kept it a
     /// function of its own, and a `hipMallocAsync`+`hipFreeAsync` pair on
-    /// an H100's host took 53 ns where it had taken 45 (a standalone C loop,
-    /// fastest of six runs).
+    /// an H100's host took 52-53 ns where it had taken 43-45 (a standalone
+    /// C loop on one pinned core, fastest of six to eight runs).
     fn free_async_of(&self, ptr: DevicePtr, stream: &CoreStream, accept: Accept) -> Result<()> {
         if ptr.is_null() {
             return Err(Error::InvalidValue(match accept {

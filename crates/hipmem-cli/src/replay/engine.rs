@@ -461,7 +461,7 @@ fn pass(
             }
             if i >= half {
                 if reserved > late_reserved || late_peak_op.is_none() {
-                    late_reserved = late_reserved.max(reserved);
+                    late_reserved = reserved;
                     late_peak_op = Some(i as u64);
                 }
                 late_live = late_live.max(live);

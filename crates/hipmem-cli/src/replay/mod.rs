@@ -266,6 +266,15 @@ fn run_sweep(
     Ok(())
 }
 
+/// A pool's driver calls for a table: all of them, and the second half's
+/// ("-" for an allocator that does not count them).
+pub(crate) fn calls_cell(p: &PoolResult) -> String {
+    match (p.backend_calls, p.backend_calls_second_half) {
+        (Some(all), Some(late)) => format!("{all} ({late} late)"),
+        _ => "-".into(),
+    }
+}
+
 fn print_table(r: &ReplayReport, w: &Workload) {
     println!("trace: {} ({}, {} events, {} streams)", r.trace, r.format, r.events, r.streams);
     println!(
@@ -314,10 +323,7 @@ fn print_table(r: &ReplayReport, w: &Workload) {
             p.reserved_over_live_second_half,
             report::duration(std::time::Duration::from_nanos(p.time_per_op_ns.round() as u64)),
             report::duration(std::time::Duration::from_nanos(p.time_per_op_second_half_ns.round() as u64)),
-            match (p.backend_calls, p.backend_calls_second_half) {
-                (Some(all), Some(late)) => format!("{all} ({late} late)"),
-                _ => "-".into(),
-            }
+            calls_cell(p)
         );
     }
     if r.pools.iter().any(|p| p.backend_calls.is_some()) {

@@ -177,10 +177,7 @@ pub fn print(r: &SweepReport) {
                 p.reserved_over_live,
                 p.reserved_over_live_second_half,
                 p.peak_reserved_op_second_half.map_or_else(|| "-".into(), |op| op.to_string()),
-                match (p.backend_calls, p.backend_calls_second_half) {
-                    (Some(all), Some(late)) => format!("{all} ({late} late)"),
-                    _ => "-".into(),
-                }
+                super::calls_cell(p)
             );
         }
     }

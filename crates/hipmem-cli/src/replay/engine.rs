@@ -206,6 +206,13 @@ pub struct PoolResult {
     /// most in the second half (from `--late-from`): where to look with
     /// `--map-at` when the second half's peak is the one that matters.
     pub peak_reserved_op_second_half: Option<u64>,
+    /// hipmem's pools: where the free memory lay just after that operation:
+    /// in wholly free physical pieces, or beside live blocks (held until
+    /// they are freed). Where no plan runs, what the second half holds
+    /// beyond its live bytes is this free memory; a plan's arena is held
+    /// whole while the plan runs, and its unused bytes count as live.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_at_peak_second_half: Option<FreeSplit>,
     /// hipmem's pools: the first operation a learned layout served.
     pub first_planned_op: Option<u64>,
     /// hipmem's pools: the idle-release window on the trace's clock, in
@@ -328,6 +335,7 @@ struct Pass {
     first_planned_op: Option<u64>,
     late_reserved: u64,
     late_peak_op: Option<u64>,
+    late_free: Option<FreeSplit>,
     late_live: u64,
     plan: Option<hipmem::pool::PlanCounts>,
     used_high: Option<u64>,
@@ -378,6 +386,7 @@ fn pass(
     let mut first_planned_op = None;
     let (mut late_reserved, mut late_live, mut live) = (0u64, 0u64, 0u64);
     let mut late_peak_op = None;
+    let mut late_free = None;
     let mut layout = None;
     let peak_op = w.peak_op.unwrap_or(usize::MAX);
     let calls = || match &target {
@@ -463,6 +472,9 @@ fn pass(
                 if reserved > late_reserved || late_peak_op.is_none() {
                     late_reserved = reserved;
                     late_peak_op = Some(i as u64);
+                    if let Target::Pool(pool) = &target {
+                        late_free = free_split(pool);
+                    }
                 }
                 late_live = late_live.max(live);
             }
@@ -522,6 +534,7 @@ fn pass(
         first_planned_op,
         late_reserved,
         late_peak_op,
+        late_free,
         late_live,
         plan,
         used_high,
@@ -529,6 +542,11 @@ fn pass(
         profile,
         map_at: map,
     })
+}
+
+/// Where a hipmem pool's free memory lies now (None for other pools).
+fn free_split(pool: &MemPool) -> Option<FreeSplit> {
+    Some(FreeSplit::of(&pool.address_runs().ok()?, &pool.physical_pieces().ok()?))
 }
 
 /// A hipmem pool's address map now, taken before operation `op`.
@@ -639,6 +657,7 @@ pub fn replay(
         plan: timed.plan,
         peak_reserved_op: sampled.peak_op,
         peak_reserved_op_second_half: sampled.late_peak_op,
+        free_at_peak_second_half: sampled.late_free,
         first_planned_op: sampled.first_planned_op,
         idle_release_ms: idle.map(|w| w.as_millis() as u64),
         reserved_series: sampled.series,

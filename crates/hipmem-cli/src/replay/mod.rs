@@ -348,6 +348,15 @@ fn print_table(r: &ReplayReport, w: &Workload) {
                 p.pool,
                 op + 1
             );
+            if let Some(f) = &p.free_at_peak_second_half {
+                println!(
+                    "{}: then {} lay free beside live blocks in physical pieces ({:.1}% of the second half's peak live bytes; held until those blocks are freed) and {} in wholly free pieces",
+                    p.pool,
+                    report::bytes(f.beside_live),
+                    percent(f.beside_live, p.peak_live_second_half),
+                    report::bytes(f.in_whole_pieces)
+                );
+            }
         }
     }
     for p in &r.pools {

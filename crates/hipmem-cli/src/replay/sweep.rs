@@ -165,18 +165,20 @@ pub fn print(r: &SweepReport) {
     );
     println!();
     println!(
-        "{:>10} {:<18} {:>15} {:>11} {:>16} {:>20}",
-        "window ms", "pool", "reserved/live", "second half", "late peak op", "backend calls"
+        "{:>10} {:<18} {:>15} {:>11} {:>16} {:>14} {:>20}",
+        "window ms", "pool", "reserved/live", "second half", "late peak op", "beside live", "backend calls"
     );
     for w in &r.windows {
         for p in &w.pools {
             println!(
-                "{:>10} {:<18} {:>15.3} {:>11.3} {:>16} {:>20}",
+                "{:>10} {:<18} {:>15.3} {:>11.3} {:>16} {:>14} {:>20}",
                 w.idle_release_ms,
                 p.pool,
                 p.reserved_over_live,
                 p.reserved_over_live_second_half,
                 p.peak_reserved_op_second_half.map_or_else(|| "-".into(), |op| op.to_string()),
+                p.free_at_peak_second_half
+                    .map_or_else(|| "-".into(), |f| crate::report::bytes(f.beside_live)),
                 super::calls_cell(p)
             );
         }
@@ -197,5 +199,8 @@ pub fn print(r: &SweepReport) {
     }
     println!(
         "a shorter window on the trace's clock plays a slower run of the same steps (hipmem's PyTorch interface measures its window on the wall clock, 100 ms); 0: no idle release"
+    );
+    println!(
+        "beside live: free memory in physical pieces that also held live blocks just after the late peak op (held until those blocks are freed)"
     );
 }

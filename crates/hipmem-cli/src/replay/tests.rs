@@ -711,6 +711,32 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         if peak_op >= late_start {
             assert_eq!(late_op, peak_op, "{name}: the whole trace's peak came in its second half");
         }
+        // Where the free memory lay just after that op: with the live
+        // blocks (at most the pool's UsedMemHigh) it is what the pool held.
+        // (A plan's arena is held whole while the plan runs: its unused
+        // bytes count as live.)
+        let f = r
+            .free_at_peak_second_half
+            .expect("hipmem's pool splits its free memory at the second half's peak");
+        assert_eq!(f.beside_live + f.in_whole_pieces, f.free, "{name}: {f:?}");
+        assert!(
+            f.free <= r.peak_reserved_second_half,
+            "{name}: {f:?} of {} reserved",
+            r.peak_reserved_second_half
+        );
+        if plan.served == 0 {
+            let used = r.pool_used_high_bytes.expect("hipmem's pool counts its used bytes");
+            assert!(
+                r.peak_reserved_second_half - f.free <= used,
+                "{name}: {f:?} free of {} reserved, {used} used at most",
+                r.peak_reserved_second_half
+            );
+            // What the second half holds beyond its live bytes is that
+            // free memory and the live blocks' rounding (to 256 bytes: at
+            // most 1 MiB for the few thousand blocks live).
+            let beyond = r.peak_reserved_second_half.saturating_sub(r.peak_live_second_half);
+            assert!(beyond <= f.free + (1 << 20), "{name}: {beyond} bytes beyond the live ones, {f:?}");
+        }
         if name.ends_with("_train") || name == "side_stream" {
             assert!(plan.plans >= 1 && plan.served > 0, "{name}: the training step is planned: {plan:?}");
             let first = r.first_planned_op.expect("a planned run says where its plan began");

@@ -472,7 +472,9 @@ fn pass(
                 if reserved > late_reserved || late_peak_op.is_none() {
                     late_reserved = reserved;
                     late_peak_op = Some(i as u64);
-                    if let Target::Pool(pool) = &target {
+                    // (Other pools cannot show their layout: no error
+                    // built and dropped at each new peak.)
+                    if let (true, Target::Pool(pool)) = (kind.is_hipmem(), &target) {
                         late_free = free_split(pool);
                     }
                 }

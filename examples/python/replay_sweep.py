@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Replays the committed PyTorch recordings into hipmem's pool at several
+idle-release windows, and counts the cases that hold more than a bound.
+
+This is how a change to the pool's placement or release is judged on the
+variable-length inference tail: over many recordings and windows at once,
+not one run and one window. Where a step's activations lie when its largest
+batch comes depends on when idle release gave memory back, so a change that
+helps one window often hurts another. Every number in README's lists of
+experiments comes from this script (or its earlier ad hoc form).
+
+    python3 examples/python/replay_sweep.py                 # the default set, CPU backend
+    python3 examples/python/replay_sweep.py --windows 50,100,200 --json sweep.json
+    HIPMEM_BACKEND=cuda python3 examples/python/replay_sweep.py --hipmem .gpu/bin/hipmem
+
+For each trace and window it runs `hipmem replay TRACE --pool vmm --idle-sweep
+WINDOWS --json [--late-from OP]` and reads each window's second half: peak
+reserved over peak live, the operation where the most was held, the free
+memory then beside live blocks, and the backend calls. A case counts as a
+*kept warm-up peak* where the second half's most was held at its very first
+operation with more memory in wholly free physical pieces than the bound
+allows: the pool still held the warm-up's memory when the peaks were reset
+(idle release had not yet given it back), which is not placement.
+
+Needs only Python 3 and a built `hipmem` binary (no GPU, no PyTorch). The
+environment passes through, so `HIPMEM_POOL_*` settings reach every replay.
+Exit status: 0, or 1 if a replay failed.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(ROOT, "crates", "hipmem-cli", "fixtures", "traces", "pytorch")
+# The first operation after the 6 warm-up batches of every variable-length
+# recording (the batches have the same operations whatever their shapes).
+VARLEN_LATE_FROM = 8272
+SEEDS = [7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61]
+
+
+def default_traces():
+    """(label, path, late_from or None): the committed recordings."""
+    traces = [(f"varlen seed {n}", f"varlen_infer_seed{n}.pickle.gz", VARLEN_LATE_FROM) for n in SEEDS]
+    traces += [
+        ("varlen 36 batches", "varlen_infer.pickle.gz", VARLEN_LATE_FROM),
+        ("varlen live 16", "varlen_infer_16.hipmem.jsonl.gz", VARLEN_LATE_FROM),
+        ("varlen live 36", "varlen_infer.hipmem.jsonl.gz", VARLEN_LATE_FROM),
+    ]
+    traces += [(name, f"{name}.pickle.gz", None) for name in ("gpt_train", "ckpt_train", "cnn_train", "side_stream")]
+    return [(label, os.path.join(FIXTURES, f), late) for label, f, late in traces]
+
+
+def find_hipmem(given):
+    if given:
+        return given
+    for build in ("release", "debug"):
+        path = os.path.join(ROOT, "target", build, "hipmem")
+        if os.path.exists(path):
+            return path
+    return "hipmem"
+
+
+def replay(hipmem, path, late, windows, bound):
+    """One trace at every window: a list of dicts, one per window."""
+    cmd = [hipmem, "replay", path, "--pool", "vmm", "--idle-sweep", windows, "--json"]
+    if late is not None:
+        cmd += ["--late-from", str(late)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip()[-400:]}")
+    data = json.loads(out.stdout)
+    start = data["late_from_op"]
+    rows = []
+    for w in data["windows"]:
+        p = w["pools"][0]
+        if p["failures"]:
+            raise RuntimeError(f"{path} at {w['idle_release_ms']} ms: {p['first_failure']}")
+        free = p.get("free_at_peak_second_half") or {}
+        # Held at the second half's first operation, with more memory in
+        # wholly free pieces than the bound allows: the warm-up's.
+        kept = (p["peak_reserved_op_second_half"] == start
+                and free.get("in_whole_pieces", 0) > (bound - 1) * p["peak_live_second_half"])
+        rows.append({
+            "window_ms": w["idle_release_ms"],
+            "second_half": p["reserved_over_live_second_half"],
+            "peak_op": p["peak_reserved_op_second_half"],
+            "kept_warmup_peak": kept,
+            "beside_live_mib": free.get("beside_live", 0) / (1 << 20),
+            "calls": p["backend_calls_second_half"],
+        })
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hipmem", default="", help="the hipmem binary (default: target/release/hipmem, else PATH)")
+    ap.add_argument("--windows", default="25,50,100,133,200", help="idle-release windows in ms on the trace's clock")
+    ap.add_argument("--bound", type=float, default=1.03, help="the second half's peak reserved / peak live to stay within")
+    ap.add_argument("--only", default="", help="only traces whose label contains this (e.g. varlen)")
+    ap.add_argument("--json", default="", help="write every case here")
+    args = ap.parse_args()
+    hipmem = find_hipmem(args.hipmem)
+    traces = [t for t in default_traces() if args.only in t[0]]
+    windows = [int(w) for w in args.windows.split(",") if w]
+
+    results = []
+    failed = False
+    width = max(len(t[0]) for t in traces)
+    print(f"{'trace'.ljust(width)}  " + "  ".join(f"{w:>5} ms" for w in windows) + "  calls (second halves)")
+    for label, path, late in traces:
+        try:
+            rows = replay(hipmem, path, late, args.windows, args.bound)
+        except (RuntimeError, OSError, ValueError, KeyError) as e:
+            print(f"{label.ljust(width)}  error: {e}", file=sys.stderr)
+            failed = True
+            continue
+        cells = []
+        for r in rows:
+            mark = "*" if r["kept_warmup_peak"] else ("!" if r["second_half"] > args.bound else " ")
+            cells.append(f"{r['second_half']:7.3f}{mark}")
+        print(f"{label.ljust(width)}  " + "  ".join(cells) + "  " + " ".join(str(r["calls"]) for r in rows))
+        results += [dict(r, trace=label) for r in rows]
+
+    print(f"\n!: above {args.bound}; *: the warm-up's peak still held when the second half began (not placement)")
+    for group, name in (("varlen", "variable-length inference"), ("", "every trace")):
+        cases = [r for r in results if group in r["trace"]]
+        if not cases:
+            continue
+        kept = [r for r in cases if r["kept_warmup_peak"]]
+        placed = [r for r in cases if not r["kept_warmup_peak"]]
+        over = [r for r in placed if r["second_half"] > args.bound]
+        worst = max((r["second_half"] for r in placed), default=0.0)
+        median = statistics.median(r["second_half"] for r in placed) if placed else 0.0
+        calls = sum(r["calls"] for r in cases)
+        print(f"{name}: {len(cases)} cases; {len(over)} above {args.bound} (worst {worst:.3f}, median {median:.3f}), "
+              f"{len(kept)} with the warm-up's peak kept; {calls} backend calls")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"windows": windows, "bound": args.bound, "cases": results}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

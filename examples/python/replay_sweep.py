@@ -63,9 +63,11 @@ def find_hipmem(given):
     return "hipmem"
 
 
-def replay(hipmem, path, late, windows, bound):
+def replay(hipmem, path, late, windows, bound, zone=False):
     """One trace at every window: a list of dicts, one per window."""
     cmd = [hipmem, "replay", path, "--pool", "vmm", "--idle-sweep", windows, "--json"]
+    if zone:
+        cmd.append("--zone")
     if late is not None:
         cmd += ["--late-from", str(late)]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -101,6 +103,7 @@ def main():
     ap.add_argument("--bound", type=float, default=1.03, help="the second half's peak reserved / peak live to stay within")
     ap.add_argument("--only", default="", help="only traces whose label contains this (e.g. varlen)")
     ap.add_argument("--json", default="", help="write every case here")
+    ap.add_argument("--zone", action="store_true", help="replay with zone placement (hipmem replay --zone)")
     args = ap.parse_args()
     hipmem = find_hipmem(args.hipmem)
     traces = [t for t in default_traces() if args.only in t[0]]
@@ -112,7 +115,7 @@ def main():
     print(f"{'trace'.ljust(width)}  " + "  ".join(f"{w:>5} ms" for w in windows) + "  calls (second halves)")
     for label, path, late in traces:
         try:
-            rows = replay(hipmem, path, late, args.windows, args.bound)
+            rows = replay(hipmem, path, late, args.windows, args.bound, args.zone)
         except (RuntimeError, OSError, ValueError, KeyError) as e:
             print(f"{label.ljust(width)}  error: {e}", file=sys.stderr)
             failed = True

@@ -275,7 +275,9 @@ fn free_after_uses(
 /// On the first allocation for `device`: PyTorch synchronizes through its
 /// own runtime, so the device's current pool releases idle memory on its
 /// own clock (`MemPool::set_idle_release`): a window of
-/// `HIPMEM_TORCH_IDLE_RELEASE_MS` (default 100; 0 leaves it off).
+/// `HIPMEM_TORCH_IDLE_RELEASE_MS` (default 100; 0 leaves it off), and
+/// places blocks by zones if `HIPMEM_TORCH_ZONE=1`
+/// (`MemPool::set_zone_placement`).
 fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
     use std::sync::atomic::{AtomicBool, Ordering};
     static DONE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
@@ -293,7 +295,18 @@ fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
     if let Ok(pool) = rt.mem_pool(device) {
         // A pool that is not hipmem's own keeps the driver's behaviour.
         let _ = pool.set_idle_release(Some(std::time::Duration::from_millis(ms)));
+        if zone_placement_wanted() {
+            // (NotSupported where the pool cannot: it keeps its placement.)
+            let _ = pool.set_zone_placement(true);
+        }
     }
+}
+
+/// Whether the PyTorch interface turns zone placement on
+/// (`MemPool::set_zone_placement`): `HIPMEM_TORCH_ZONE=1` (default off).
+fn zone_placement_wanted() -> bool {
+    static ZONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ZONE.get_or_init(|| std::env::var("HIPMEM_TORCH_ZONE").is_ok_and(|v| v == "1"))
 }
 
 /// Where each block that `hipmem_torch_alloc` handed out off the primary

@@ -84,6 +84,9 @@ enum Command {
         /// Replay hipmem's pools once per idle-release window instead (milliseconds, comma-separated; 0: off), and show how much the second half's memory moves with the window: a shorter window on the trace's clock plays a slower run.
         #[arg(long, value_name = "MS,MS,...", value_delimiter = ',', num_args = 1..)]
         idle_sweep: Vec<u64>,
+        /// hipmem's pool on virtual memory places blocks by zones (MemPool::set_zone_placement) where idle release is on, as hipmem's PyTorch interface does with HIPMEM_TORCH_ZONE=1.
+        #[arg(long)]
+        zone: bool,
     },
     /// Memory traces: what a recorded trace says.
     Trace {
@@ -220,6 +223,7 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
             map_at,
             late_from,
             idle_sweep,
+            zone,
         } => {
             let args = replay::ReplayArgs {
                 trace,
@@ -234,6 +238,7 @@ fn run(rt: Runtime, command: Command) -> hipmem::Result<()> {
                 map_at,
                 late_from,
                 idle_sweep,
+                zone,
             };
             replay::run(&rt, &args)
         }

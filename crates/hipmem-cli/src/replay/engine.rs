@@ -103,6 +103,10 @@ pub struct Options {
     /// Where the trace's "second half" starts (its late peaks, times and
     /// backend calls): this operation, or the midpoint (None).
     pub late_from: Option<u64>,
+    /// hipmem's pool on virtual memory places blocks by zones where idle
+    /// release is on (`MemPool::set_zone_placement`), as hipmem's PyTorch
+    /// interface does with `HIPMEM_TORCH_ZONE=1`.
+    pub zone: bool,
 }
 
 impl Options {
@@ -239,7 +243,12 @@ enum Target {
 }
 
 impl Target {
-    fn create(rt: &Runtime, kind: PoolKind, device: usize, idle: Option<Duration>) -> Result<Target, String> {
+    fn create(
+        rt: &Runtime,
+        kind: PoolKind,
+        device: usize,
+        (idle, zone): (Option<Duration>, bool),
+    ) -> Result<Target, String> {
         let props = PoolProps { device, ..Default::default() };
         let pool = match kind {
             PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmUnits | PoolKind::Segments => {
@@ -279,6 +288,12 @@ impl Target {
             Some(window) => {
                 pool.set_idle_release(Some(window)).map_err(|e| e.to_string())?;
                 pool.set_idle_clock(Some(Duration::ZERO)).map_err(|e| e.to_string())?;
+                // As hipmem's PyTorch interface with HIPMEM_TORCH_ZONE=1:
+                // zone placement with idle release, where the pool can have
+                // it (the default pool on virtual memory).
+                if zone && kind == PoolKind::Vmm {
+                    pool.set_zone_placement(true).map_err(|e| e.to_string())?;
+                }
             }
             // Keep what is freed, as a program's caching allocator would:
             // the replay has no synchronizations, and the peak is what is
@@ -360,14 +375,14 @@ fn pass(
     device: usize,
     w: &Workload,
     record: Record,
-    (idle, evict_kib, half): (Option<Duration>, usize, usize),
+    (idle, evict_kib, half, zone): (Option<Duration>, usize, usize, bool),
     progress: &mut Progress,
 ) -> Result<Pass, String> {
     let (sample, want_layout, slowest, map_at) = match record {
         Record::Nothing { slowest } => (false, false, slowest, None),
         Record::Samples { layout, map_at } => (true, layout, 0, map_at),
     };
-    let target = Target::create(rt, kind, device, idle)?;
+    let target = Target::create(rt, kind, device, (idle, zone))?;
     let clocked = idle.is_some();
     let dev = rt.device(device).map_err(|e| e.to_string())?;
     let streams: Vec<Stream> = w
@@ -623,10 +638,12 @@ pub fn replay(
     let idle = opts.idle.filter(|_| w.timed && kind.is_hipmem());
     progress.begin(&format!("{} (timed)", kind.name()), w.ops.len() as u64);
     let record = Record::Nothing { slowest: opts.slowest };
-    let timed = pass(rt, kind, device, w, record, (idle, opts.evict_kib, opts.late_from_op(w)), progress)?;
+    let zone = opts.zone;
+    let timed =
+        pass(rt, kind, device, w, record, (idle, opts.evict_kib, opts.late_from_op(w), zone), progress)?;
     progress.begin(&format!("{} (sampled)", kind.name()), w.ops.len() as u64);
     let record = Record::Samples { layout: want_layout, map_at: opts.map_at.filter(|_| kind.is_hipmem()) };
-    let sampled = pass(rt, kind, device, w, record, (idle, 0, opts.late_from_op(w)), progress)?;
+    let sampled = pass(rt, kind, device, w, record, (idle, 0, opts.late_from_op(w), zone), progress)?;
     progress.done();
     let ops = w.ops.len() as u64;
     Ok(PoolResult {

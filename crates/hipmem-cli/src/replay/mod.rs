@@ -53,6 +53,8 @@ pub struct ReplayArgs {
     /// Replay hipmem's pools once per idle-release window of these many
     /// milliseconds instead (`--idle-sweep`; empty: one replay).
     pub idle_sweep: Vec<u64>,
+    /// With zone placement (`--zone`).
+    pub zone: bool,
 }
 
 /// `--idle-release-ms`'s default: the window hipmem's PyTorch interface uses.
@@ -212,6 +214,7 @@ pub fn run(rt: &Runtime, args: &ReplayArgs) -> hipmem::Result<()> {
         slowest: args.slowest,
         map_at: args.map_at,
         late_from: args.late_from,
+        zone: args.zone,
     };
     let report =
         replay(rt, &w, &kinds, args.device, &opts, &mut progress).map_err(hipmem::Error::InvalidValue)?;
@@ -256,8 +259,9 @@ fn run_sweep(
             "{flag} describes one replay, and --idle-sweep makes one per window: run it with --idle-release-ms instead"
         )));
     }
-    let report = sweep::sweep(rt, w, kinds, args.device, &args.idle_sweep, args.late_from, progress)
-        .map_err(hipmem::Error::InvalidValue)?;
+    let report =
+        sweep::sweep(rt, w, kinds, args.device, &args.idle_sweep, (args.late_from, args.zone), progress)
+            .map_err(hipmem::Error::InvalidValue)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {

@@ -77,7 +77,7 @@ pub fn sweep(
     kinds: &[PoolKind],
     device: usize,
     windows_ms: &[u64],
-    late_from: Option<u64>,
+    (late_from, zone): (Option<u64>, bool),
     progress: &mut Progress,
 ) -> Result<SweepReport, String> {
     let kinds: Vec<PoolKind> = kinds.iter().copied().filter(|k| k.is_hipmem()).collect();
@@ -103,6 +103,7 @@ pub fn sweep(
         let opts = Options {
             idle: (ms > 0).then(|| std::time::Duration::from_millis(ms)),
             late_from,
+            zone,
             ..Options::default()
         };
         let report = super::replay(rt, w, &kinds, device, &opts, progress)?;

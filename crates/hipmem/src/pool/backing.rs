@@ -544,6 +544,10 @@ impl PoolCore {
             return Err(Error::InvalidValue("a pool on segments never moves memory".into()));
         };
         *lock(&self.move_budget) = Some(budget);
+        // A pool that moves memory keeps its size classes apart: no zone.
+        if budget != MoveBudget::GROW_FIRST {
+            self.zone.set_on(false);
+        }
         if let Some(vr) = lock(range).as_mut() {
             vr.tokens = budget.burst_s;
             vr.refilled = std::time::Instant::now();
@@ -558,6 +562,16 @@ impl PoolCore {
         match self.backing {
             Backing::Segments => true,
             Backing::Virtual(_) => self.move_budget() == MoveBudget::GROW_FIRST,
+        }
+    }
+
+    /// The size class a request of `want` bytes is placed in
+    /// ([`PoolCore::class_of`]), or the zone's (`zone.rs`) for a zone block
+    /// on virtual memory.
+    pub(super) fn class_for(&self, want: u64, zone: bool) -> usize {
+        match self.backing {
+            Backing::Virtual(_) if zone => super::zone::ZONE_CLASS,
+            _ => self.class_of(want),
         }
     }
 
@@ -581,7 +595,13 @@ impl PoolCore {
     /// free chunks is moved under the block first and new memory is created
     /// only for the rest (`remap.rs`); with segments, a new segment.
     pub(crate) fn grow(&self, rt: &Runtime, want: u64, stream: u64) -> Result<(u64, u64)> {
-        self.grow_reusing(rt, want, stream, Vec::new())
+        self.grow_in(rt, want, false, stream)
+    }
+
+    /// [`PoolCore::grow`]; `zone`: for a zone block (`zone.rs`), in the
+    /// zone's part of the address range.
+    pub(crate) fn grow_in(&self, rt: &Runtime, want: u64, zone: bool, stream: u64) -> Result<(u64, u64)> {
+        self.grow_reusing(rt, want, zone, stream, Vec::new())
     }
 
     /// [`PoolCore::grow`], mapping the physical allocations in `unmapped`
@@ -591,11 +611,12 @@ impl PoolCore {
         &self,
         rt: &Runtime,
         want: u64,
+        zone: bool,
         stream: u64,
         mut unmapped: Unmapped,
     ) -> Result<(u64, u64)> {
         if let Backing::Virtual(range) = &self.backing {
-            let grown = self.grow_virtual(rt, range, want, stream, &mut unmapped);
+            let grown = self.grow_virtual(rt, range, want, zone, stream, &mut unmapped);
             // What the growth did not map again goes back off this thread.
             self.release_later(unmapped);
             return grown;
@@ -645,6 +666,7 @@ impl PoolCore {
         rt: &Runtime,
         range: &Mutex<Option<VirtualRange>>,
         want: u64,
+        zone: bool,
         stream: u64,
         unmapped: &mut Unmapped,
     ) -> Result<(u64, u64)> {
@@ -655,7 +677,8 @@ impl PoolCore {
         let mut guard = lock(range);
         self.reserve_virtual(rt, vm, &mut guard)?;
         let vr = guard.as_mut().expect("reserved above");
-        let class = self.class_of(want);
+        // (After the reservation: it chooses whether the classes are kept apart.)
+        let class = self.class_for(want, zone);
         // Moving memory costs driver time (on a GPU about 30 µs per MiB:
         // cuMemSetAccess dominates); it is spent only while the pool's
         // budget lasts (a share of wall-clock time). Past it the pool grows
@@ -1204,6 +1227,9 @@ impl PoolCore {
         for class in 0..CLASSES {
             heap.add_reservation_for(class, base.0 + class as u64 * part, part);
         }
+        // Zone blocks (`zone.rs`) use the largest class's part.
+        let zone = super::zone::ZONE_CLASS as u64;
+        self.zone.set_range(base.0 + zone * part, base.0 + (zone + 1) * part);
         drop(heap);
         let mut vr = VirtualRange::new(base.0, size, granularity);
         let budget = self.move_budget();

@@ -110,6 +110,8 @@ pub(crate) struct PoolCore {
     /// Set when the pool first maps memory under a budget that never
     /// moves: every size shares one heap (see `class_of`).
     pub(super) one_class: AtomicBool,
+    /// Zone placement (`zone.rs`): off unless turned on.
+    pub(super) zone: Arc<super::zone::ZoneState>,
     pub(super) used_high: Mutex<u64>,
     /// The most bytes ever live in the pool (never reset): how much new
     /// memory growth may make before it must move free memory instead.
@@ -182,6 +184,7 @@ impl PoolCore {
             group: AtomicU64::new(u64::MAX),
             move_budget: Mutex::new(None),
             one_class: AtomicBool::new(false),
+            zone: Arc::new(super::zone::ZoneState::default()),
             used_high: Mutex::new(0),
             live_high: AtomicU64::new(0),
             access: Mutex::new(access),
@@ -276,7 +279,11 @@ impl PoolCore {
             return s;
         }
         let slot = Arc::clone(lock(&self.slots).entry(clock.stream_id).or_insert_with(|| {
-            Arc::new(Slot::new(self.id, Arc::clone(clock), raw).with_plan(Arc::clone(&self.plan)))
+            Arc::new(
+                Slot::new(self.id, Arc::clone(clock), raw)
+                    .with_plan(Arc::clone(&self.plan))
+                    .with_zone(Arc::clone(&self.zone)),
+            )
         }));
         remember_slot(&slot);
         slot
@@ -320,6 +327,36 @@ impl PoolCore {
     /// the stream's cache, then the slow path.
     #[inline]
     pub(super) fn alloc_unplanned(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
+        if self.zone.is_on() {
+            return self.alloc_zoned(want, size, stream);
+        }
+        self.alloc_cached(want, size, stream)
+    }
+
+    /// [`PoolCore::alloc_unplanned`] with zone placement on (`zone.rs`): a
+    /// zone block takes the slow path into the zone's part of the range,
+    /// any other block the usual path; the learner is told where each went.
+    fn alloc_zoned(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
+        let zone = self.zone.learner().decide(want);
+        let r = if zone {
+            let slot = self.slot_of(stream);
+            self.alloc_slow_in(want, size, &slot, true).map(|(addr, got)| {
+                self.count_allocated(&slot, addr, got, true);
+                DevicePtr(addr)
+            })
+        } else {
+            self.alloc_cached(want, size, stream)
+        };
+        if let Ok(p) = &r {
+            self.zone.learner().placed(p.0);
+        }
+        r
+    }
+
+    /// Allocates a block of `want` bytes (`size` asked) by the reuse rules:
+    /// the stream's cache, then the slow path.
+    #[inline]
+    fn alloc_cached(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
         let (clock, raw) = (stream.clock, stream.raw);
         // 1. The stream's own cache: through the slot the stream carries for
         // its first pool, else this thread's table of slots.

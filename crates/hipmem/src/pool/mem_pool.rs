@@ -459,6 +459,53 @@ impl MemPool {
         Ok(())
     }
 
+    /// Turns zone placement on or off (off by default; hipmem's PyTorch
+    /// interface turns it on with `HIPMEM_TORCH_ZONE=1`). The pool
+    /// learns, by counting allocations from each step's largest block, which
+    /// blocks will be live when the next step's largest block comes, packs
+    /// those together in their own part of its address range (lowest
+    /// address first) with the largest block right after them, and gives
+    /// wholly free memory back before it grows. A workload whose steps have
+    /// the same allocations in the same order but different sizes
+    /// (variable-length inference) then holds its peak with nothing free
+    /// beside the blocks live at it: replayed over the 18 committed
+    /// variable-length recordings at five idle-release windows, at most
+    /// 1.024 of its peak live bytes after the warm-up, against 1.063 with it
+    /// off (`examples/python/replay_sweep.py --zone`). It costs a lock per
+    /// allocation and free, the slow path for the blocks it packs, and
+    /// about 45% more driver calls; and a workload that repeats exactly is
+    /// better left to learned layouts: replayed checkpointed training held
+    /// 1.018-1.033 of its peak with it, 1.019-1.026 without, so it is not
+    /// on by default. Turning it off forgets what was learned.
+    /// NotSupported for a pool that is not hipmem's own, is not on virtual
+    /// memory, may move memory (a move budget) or is made for sharing.
+    pub fn set_zone_placement(&self, on: bool) -> Result<()> {
+        let core = self.own("place blocks by zones")?;
+        if on {
+            if core.backing() != PoolBacking::VirtualMemory {
+                return Err(Error::NotSupported("zone placement needs a pool on virtual memory".into()));
+            }
+            if core.move_budget() != super::MoveBudget::GROW_FIRST {
+                return Err(Error::NotSupported(
+                    "zone placement needs a pool that only grows (no move budget)".into(),
+                ));
+            }
+            if core.props.handle_types != 0 {
+                return Err(Error::NotSupported("zone placement is not for a pool made for sharing".into()));
+            }
+        }
+        core.zone.set_on(on);
+        Ok(())
+    }
+
+    /// Whether zone placement is on (see [`MemPool::set_zone_placement`]).
+    pub fn zone_placement(&self) -> bool {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.zone.is_on(),
+            _ => false,
+        }
+    }
+
     /// Drives idle release (see [`MemPool::set_idle_release`]) by a clock of
     /// the caller's: `Some(now)`, the time since an origin the caller keeps
     /// (a time earlier than the last one given counts as the last), instead

@@ -63,6 +63,7 @@ mod stats;
 pub mod stream_cache;
 pub(crate) mod table;
 pub mod usage;
+pub mod zone;
 
 pub use crate::backend::virtual_memory::AccessFlags;
 pub use backing::MoveBudget;

@@ -866,6 +866,23 @@ impl Heap {
         smaller_run(global, own).map(|(place, _)| place)
     }
 
+    /// The lowest-addressed free block of size class `class` of at least
+    /// `want` bytes that `stream` may take at once (global, or pending on
+    /// `stream`): zone placement packs its blocks from the bottom.
+    pub fn lowest_fit(&self, class: usize, stream: u64, want: u64) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        let mut look = |set: Option<&BTreeSet<(u64, u64)>>| {
+            for &(_, addr) in set.into_iter().flat_map(|s| s.range((want, 0)..)) {
+                if best.is_none_or(|b| addr < b) {
+                    best = Some(addr);
+                }
+            }
+        };
+        look(self.global_free.get(class));
+        look(self.pending.get(&stream).and_then(|p| p.sets.get(class)));
+        best
+    }
+
     /// The smallest global free block of at least `size` bytes (size class 0).
     pub fn best_fit_global(&self, size: u64) -> Option<(u64, u64)> {
         self.best_fit_global_in(0, size)

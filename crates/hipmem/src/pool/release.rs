@@ -263,18 +263,25 @@ impl PoolCore {
     /// ([`PoolCore::grow_reusing`]) and gives back the rest.
     pub(super) fn release_before_large_growth(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) -> Unmapped {
         let mut unmapped = Vec::new();
-        if want < LARGE_REQUEST || !self.gives_back_before_growing() {
+        let zone = self.zone.is_on();
+        if (want < LARGE_REQUEST && !zone) || !self.gives_back_before_growing() {
             return unmapped;
         }
         let reserved = lock(&self.heap).reserved();
-        if want.saturating_mul(8) < reserved {
+        if want.saturating_mul(8) < reserved && !zone {
             return unmapped;
         }
         let threshold = self.release_threshold.load(Ordering::Relaxed);
         if reserved <= threshold {
             return unmapped;
         }
-        self.wait_for_own_frees(rt, slot.stream_id());
+        // (A small growth of a pool with zone placement gives back only what
+        // is known free: waiting costs a synchronization per growth.)
+        if want >= LARGE_REQUEST {
+            self.wait_for_own_frees(rt, slot.stream_id());
+        } else {
+            self.promote_completed(rt, slot);
+        }
         lock(&self.heap).reclaim_lent(None);
         // Unmapped, not given back yet: the growth maps what it can of it.
         let released = self.release_unused_keeping(rt, want, threshold, Some(&mut unmapped));

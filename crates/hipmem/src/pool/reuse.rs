@@ -47,7 +47,22 @@ use crate::runtime::ordering::StreamClock;
 
 impl PoolCore {
     pub(super) fn alloc_slow(&self, want: u64, requested: u64, slot: &Arc<Slot>) -> Result<(u64, u64)> {
+        self.alloc_slow_in(want, requested, slot, false)
+    }
+
+    /// [`PoolCore::alloc_slow`]; `zone`: the block is a zone block
+    /// (`zone.rs`), placed in the zone's part of the address range.
+    pub(super) fn alloc_slow_in(
+        &self,
+        want: u64,
+        requested: u64,
+        slot: &Arc<Slot>,
+        zone: bool,
+    ) -> Result<(u64, u64)> {
         let rt = self.runtime()?;
+        // (Read at each use: a pool on virtual memory chooses whether it
+        // keeps its size classes apart when it first maps memory.)
+        let own = || self.class_for(want, zone);
         self.release_if_idle(&rt, slot, want);
         // The stream's cache serves exact sizes only: on a miss its blocks go
         // back to the heap first, where they merge with their neighbours, so
@@ -57,18 +72,18 @@ impl PoolCore {
         // 2-3. Reuse from the heap (this stream's pending blocks have absorbed
         // the free memory around them: no driver call is needed here to learn
         // which of its frees completed).
-        if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+        if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, own()) {
             return Ok(found);
         }
         if self.flush_other_caches(slot.stream_id()) {
-            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+            if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, own()) {
                 return Ok(found);
             }
         }
         // Before growing: every completed free of this stream turns global
         // (free for the other streams, and for moving memory).
         if self.promote_completed(&rt, slot) {
-            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+            if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, own()) {
                 return Ok(found);
             }
         }
@@ -82,7 +97,7 @@ impl PoolCore {
             0
         };
         if lock(&self.heap).reclaim_lent(Some(slot.stream_id())) + promoted > 0 {
-            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+            if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, own()) {
                 return Ok(found);
             }
         }
@@ -91,7 +106,7 @@ impl PoolCore {
         //    ended plan's arena whose blocks are all freed goes back first.
         self.resume_planning();
         if self.retire_arena(&rt, false, false) {
-            if let Some(found) = self.reuse_from_heap(&rt, want, slot, false) {
+            if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, own()) {
                 return Ok(found);
             }
         }
@@ -99,8 +114,24 @@ impl PoolCore {
         //     for it (`release.rs`): it rarely fits the free runs it finds.
         //     What it unmaps is mapped again where the growth needs memory of
         //     its size, and given back only if it does not.
+        // With zone placement, memory moves between the zone's part and the
+        // rest by going back and being created again: every growth first
+        // gives back wholly free memory (up to its size), and one that would
+        // take the pool past its high watermark first waits for this
+        // stream's frees (a synchronization only where a new peak is at
+        // stake: on a GPU the host runs ahead, and frees not yet known
+        // complete cannot go back).
+        if self.zone.is_on() {
+            let reserved = lock(&self.heap).reserved();
+            if reserved + want > self.reserved_high.load(Ordering::Acquire) {
+                self.wait_for_own_frees(&rt, slot.stream_id());
+                if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, own()) {
+                    return Ok(found);
+                }
+            }
+        }
         let unmapped = self.release_before_large_growth(&rt, slot, want);
-        let grow_err = match self.grow_reusing(&rt, want, slot.stream_id(), unmapped) {
+        let grow_err = match self.grow_reusing(&rt, want, zone, slot.stream_id(), unmapped) {
             Ok(found) => {
                 self.note_growth();
                 return Ok(found);
@@ -110,7 +141,7 @@ impl PoolCore {
         // 4b. The pool cannot grow: free memory of the other size classes
         //     (a pool on virtual memory keeps the classes apart only while
         //     it can grow).
-        let own = self.class_of(want);
+        let own = own();
         for class in (0..CLASSES).filter(|&c| c != own) {
             if let Some(found) = self.reuse_from_heap_in(&rt, want, slot, false, class) {
                 return Ok(found);
@@ -130,7 +161,7 @@ impl PoolCore {
         for pool in super::table::table(&rt).hipmem_pools_of(self.device) {
             pool.release_unused_to(&rt, 0);
         }
-        if let Ok(found) = self.grow(&rt, want, slot.stream_id()) {
+        if let Ok(found) = self.grow_in(&rt, want, zone, slot.stream_id()) {
             self.note_growth();
             return Ok(found);
         }
@@ -151,20 +182,9 @@ impl PoolCore {
         )))
     }
 
-    /// Finds and takes a block under the reuse rules. With `insert_waits`, a
-    /// block pending on another stream may be taken by making this stream
-    /// wait for that one (internal dependencies).
-    pub(super) fn reuse_from_heap(
-        &self,
-        rt: &Runtime,
-        want: u64,
-        slot: &Arc<Slot>,
-        insert_waits: bool,
-    ) -> Option<(u64, u64)> {
-        self.reuse_from_heap_in(rt, want, slot, insert_waits, self.class_of(want))
-    }
-
-    /// [`PoolCore::reuse_from_heap`] in the ranges of size class `class`.
+    /// Finds and takes a block of size class `class` under the reuse rules.
+    /// With `insert_waits`, a block pending on another stream may be taken
+    /// by making this stream wait for that one (internal dependencies).
     pub(super) fn reuse_from_heap_in(
         &self,
         rt: &Runtime,
@@ -189,6 +209,13 @@ impl PoolCore {
     ) -> Option<(u64, u64)> {
         let me = slot.stream_id();
         let mut heap = lock(&self.heap);
+        // Zone blocks pack from the bottom of their part (`zone.rs`): the
+        // lowest free run that fits, global or this stream's own.
+        if class == super::zone::ZONE_CLASS && self.zone.is_on() {
+            let at = heap.lowest_fit(class, me, want)?;
+            heap.take(at, want);
+            return Some((at, want));
+        }
         // Where a block of this size went before, if it is free for this
         // stream (a repeating workload keeps its layout).
         if let Some(at) = heap.take_place(class, want, me, self.one_class.load(Ordering::Relaxed)) {

@@ -140,6 +140,8 @@ pub struct Slot {
     state: SlotMutex<SlotState>,
     /// The pool's planner, told of every free (see `plan.rs`).
     plan: Option<Arc<super::plan::PlanState>>,
+    /// The pool's zone placement, told of every free (see `zone.rs`).
+    zone: Option<Arc<super::zone::ZoneState>>,
 }
 
 /// What a fast free did.
@@ -165,7 +167,14 @@ impl Slot {
             pool_alive: AtomicBool::new(true),
             state: SlotMutex::new(SlotState::default()),
             plan: None,
+            zone: None,
         }
+    }
+
+    /// The same slot, telling `zone` of its frees.
+    pub(crate) fn with_zone(mut self, zone: Arc<super::zone::ZoneState>) -> Slot {
+        self.zone = Some(zone);
+        self
     }
 
     /// The same slot, telling `plan` of its frees.
@@ -191,8 +200,18 @@ impl Slot {
         let mut st = self.lock();
         let Some(size) = st.remove_live(addr) else { return FastFree::NotHere };
         st.used -= size as i64;
-        let evicted = st.cache_block(CachedBlock { addr, size, tag: self.clock.free_tag() });
+        let block = CachedBlock { addr, size, tag: self.clock.free_tag() };
+        // A zone block goes back to the heap at once: the cache would hand
+        // it to a request of its size that is not a zone block.
+        let zone = self.zone.as_deref().filter(|z| z.is_on());
+        let evicted = match zone {
+            Some(z) if z.contains(addr) => Some(block),
+            _ => st.cache_block(block),
+        };
         drop(st);
+        if let Some(z) = zone {
+            z.note_free(addr);
+        }
         if let Some(plan) = &self.plan {
             plan.note_free(addr);
         }

@@ -1067,3 +1067,87 @@ fn idle_release_runs_on_the_callers_clock() {
     s.synchronize().unwrap();
     pool.check_invariants().unwrap();
 }
+
+/// Zone placement (`MemPool::set_zone_placement`): off by default, refused
+/// where the pool cannot have it, and with it on, steps whose sizes vary
+/// keep every block's data while the pool learns which blocks are live at
+/// each step's largest one and packs them; the statistics stay exact and
+/// the largest blocks of the later steps come right after the blocks live
+/// across them.
+#[test]
+fn zone_placement_packs_the_blocks_live_at_each_steps_largest_and_keeps_data() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    assert!(!pool.zone_placement(), "off by default");
+    if pool.backing() != hipmem::PoolBacking::VirtualMemory {
+        expect_err(pool.set_zone_placement(true), 801, &["virtual memory"]);
+        return;
+    }
+    let segments =
+        MemPool::create_with_backing(&rt, PoolProps::default(), hipmem::PoolBacking::Segments).unwrap();
+    expect_err(segments.set_zone_placement(true), 801, &["virtual memory"]);
+    segments.set_zone_placement(false).unwrap();
+    pool.set_zone_placement(true).unwrap();
+    assert!(pool.zone_placement());
+    // Long-lived blocks first (a model's weights).
+    let weights: Vec<DevicePtr> = (0..4).map(|_| pool.alloc_raw(2 * MIB, &s).unwrap()).collect();
+    for (i, &w) in weights.iter().enumerate() {
+        fill_u32(&rt, w, 2 * MIB, 0x3e00_0000 + i as u32, &s);
+    }
+    // Steps of 24 allocations; counts 6 and 15 live across the largest (at
+    // 20), whose size changes from step to step.
+    for step in 0..10u32 {
+        let scale = 1 + u64::from(step % 3);
+        let mut live: Vec<(DevicePtr, u64, u32)> = Vec::new();
+        for i in 0..24u32 {
+            let size = if i == 20 { 16 * MIB * scale } else { MIB * scale / 2 + u64::from(i) * 4096 };
+            let p = pool.alloc_raw(size, &s).unwrap();
+            let tag = (step << 16) | i;
+            fill_u32(&rt, p, size & !3, tag, &s);
+            if i == 6 || i == 15 || i >= 20 {
+                live.push((p, size, tag));
+            } else {
+                s.synchronize().unwrap();
+                assert!(read_u32s(&rt, p, size & !3).iter().all(|&v| v == tag), "step {step} block {i}");
+                rt.free_async(p, &s).unwrap();
+            }
+        }
+        if step >= 6 {
+            // Learned: the largest block lies above the two blocks live
+            // across it, within what those two and their alignment take.
+            let big = live.iter().find(|&&(_, _, t)| t & 0xffff == 20).unwrap().0.0;
+            let kept: Vec<u64> =
+                live.iter().filter(|&&(_, _, t)| t & 0xffff < 20).map(|&(p, _, _)| p.0).collect();
+            assert!(
+                kept.iter().all(|&k| k < big && big - k < 4 * MIB * scale),
+                "step {step}: {kept:x?} then {big:#x}"
+            );
+        }
+        s.synchronize().unwrap();
+        for (p, size, tag) in live {
+            assert!(read_u32s(&rt, p, size & !3).iter().all(|&v| v == tag), "step {step}: tag {tag:#x}");
+            rt.free_async(p, &s).unwrap();
+        }
+        s.synchronize().unwrap();
+        assert_eq!(
+            pool.stats().used_current,
+            granules(2 * MIB) * 4,
+            "step {step}: only the weights are live"
+        );
+    }
+    s.synchronize().unwrap();
+    for (i, &w) in weights.iter().enumerate() {
+        assert!(read_u32s(&rt, w, 2 * MIB).iter().all(|&v| v == 0x3e00_0000 + i as u32), "weights {i}");
+        rt.free_async(w, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+    // Off again: it forgets, and the pool places as before.
+    pool.set_zone_placement(false).unwrap();
+    assert!(!pool.zone_placement());
+    let p = pool.alloc_raw(MIB, &s).unwrap();
+    rt.free_async(p, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}

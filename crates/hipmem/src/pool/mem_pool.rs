@@ -476,9 +476,11 @@ impl MemPool {
     /// about 45% more driver calls; and a workload that repeats exactly is
     /// better left to learned layouts: replayed checkpointed training held
     /// 1.018-1.033 of its peak with it, 1.019-1.026 without, so it is not
-    /// on by default. Turning it off forgets what was learned.
-    /// NotSupported for a pool that is not hipmem's own, is not on virtual
-    /// memory, may move memory (a move budget) or is made for sharing.
+    /// on by default. Turning it off forgets what was learned; a move
+    /// budget set later turns it off. InvalidValue for a pool that is not
+    /// hipmem's own (the driver's, an imported one); NotSupported for one
+    /// that is not on virtual memory, may move memory (a move budget) or is
+    /// made for sharing.
     pub fn set_zone_placement(&self, on: bool) -> Result<()> {
         let core = self.own("place blocks by zones")?;
         if on {

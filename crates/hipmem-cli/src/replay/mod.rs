@@ -259,9 +259,16 @@ fn run_sweep(
             "{flag} describes one replay, and --idle-sweep makes one per window: run it with --idle-release-ms instead"
         )));
     }
-    let report =
-        sweep::sweep(rt, w, kinds, args.device, &args.idle_sweep, (args.late_from, args.zone), progress)
-            .map_err(hipmem::Error::InvalidValue)?;
+    let report = sweep::sweep(
+        rt,
+        w,
+        kinds,
+        args.device,
+        &args.idle_sweep,
+        Options { late_from: args.late_from, zone: args.zone, ..Options::default() },
+        progress,
+    )
+    .map_err(hipmem::Error::InvalidValue)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {

@@ -68,8 +68,8 @@ pub struct SweepReport {
 pub const BOUND: f64 = 1.03;
 
 /// Replays `w` into hipmem's pools among `kinds` once per window of
-/// `windows_ms` (0: no idle release), with the second half from
-/// `late_from`. Err: no hipmem pool named, no window, a window repeated, or
+/// `windows_ms` (0: no idle release), otherwise as `base` says (where the
+/// second half starts, zone placement; its own window is not used). Err: no hipmem pool named, no window, a window repeated, or
 /// a trace without times (a window needs the trace's clock).
 pub fn sweep(
     rt: &Runtime,
@@ -77,7 +77,7 @@ pub fn sweep(
     kinds: &[PoolKind],
     device: usize,
     windows_ms: &[u64],
-    (late_from, zone): (Option<u64>, bool),
+    base: Options,
     progress: &mut Progress,
 ) -> Result<SweepReport, String> {
     let kinds: Vec<PoolKind> = kinds.iter().copied().filter(|k| k.is_hipmem()).collect();
@@ -100,12 +100,7 @@ pub fn sweep(
     let mut windows = Vec::new();
     let mut late_from_op = 0;
     for &ms in windows_ms {
-        let opts = Options {
-            idle: (ms > 0).then(|| std::time::Duration::from_millis(ms)),
-            late_from,
-            zone,
-            ..Options::default()
-        };
+        let opts = Options { idle: (ms > 0).then(|| std::time::Duration::from_millis(ms)), ..base };
         let report = super::replay(rt, w, &kinds, device, &opts, progress)?;
         if let Some(s) = report.skipped.first() {
             return Err(format!("{}: {}", s.pool, s.reason));

@@ -44,7 +44,8 @@ fn sweep(
     late_from: Option<u64>,
 ) -> Result<super::sweep::SweepReport, String> {
     let _shared = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
-    super::sweep::sweep(rt, w, kinds, 0, windows_ms, (late_from, false), &mut Progress::new(false))
+    let base = Options { late_from, ..Options::default() };
+    super::sweep::sweep(rt, w, kinds, 0, windows_ms, base, &mut Progress::new(false))
 }
 
 const TRACE: &[u8] = include_bytes!("../../fixtures/traces/training_loop.jsonl");

@@ -337,8 +337,8 @@ impl PoolCore {
     /// zone block takes the slow path into the zone's part of the range,
     /// any other block the usual path; the learner is told where each went.
     fn alloc_zoned(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
-        let zone = self.zone.learner().decide(want);
-        let r = if zone {
+        let zoning = self.zone.learner().decide(want);
+        let r = if zoning.zone {
             let slot = self.slot_of(stream);
             self.alloc_slow_in(want, size, &slot, true).map(|(addr, got)| {
                 self.count_allocated(&slot, addr, got, true);
@@ -348,7 +348,7 @@ impl PoolCore {
             self.alloc_cached(want, size, stream)
         };
         if let Ok(p) = &r {
-            self.zone.learner().placed(p.0);
+            self.zone.learner().placed(p.0, zoning);
         }
         r
     }

@@ -83,8 +83,18 @@ pub struct ZoneLearner {
     locked: bool,
     /// The anchor's block, while it is live.
     anchor_addr: Option<u64>,
-    /// The allocation asked about last: its count, and whether it is the anchor.
-    pending: Option<(usize, bool)>,
+}
+
+/// What [`ZoneLearner::decide`] says of one allocation; handed back to
+/// [`ZoneLearner::placed`] with its address (so that threads allocating at
+/// once each record their own).
+#[derive(Copy, Clone, Debug)]
+#[must_use]
+pub struct Zoning {
+    /// Whether the block is a zone block.
+    pub zone: bool,
+    ord: usize,
+    anchor: bool,
 }
 
 impl ZoneLearner {
@@ -116,7 +126,7 @@ impl ZoneLearner {
 
     /// Whether the next allocation, of `size` bytes, is a zone block. Tell
     /// [`ZoneLearner::placed`] where it went.
-    pub fn decide(&mut self, size: u64) -> bool {
+    pub fn decide(&mut self, size: u64) -> Zoning {
         self.ops += 1;
         if let Some(c) = &self.cand {
             if self.ops > c.op + CONFIRM_OPS {
@@ -146,19 +156,17 @@ impl ZoneLearner {
         } else if at_step_len {
             zone = false;
         }
-        self.pending = Some((self.ord, is_anchor));
+        let zoning = Zoning { zone, ord: self.ord, anchor: is_anchor };
         self.ord += 1;
-        zone
+        zoning
     }
 
-    /// The allocation [`ZoneLearner::decide`] was last asked about went to
+    /// The allocation [`ZoneLearner::decide`] said `zoning` of went to
     /// `addr` (not called if it failed).
-    pub fn placed(&mut self, addr: u64) {
-        if let Some((ord, is_anchor)) = self.pending.take() {
-            self.step.insert(addr, ord);
-            if is_anchor {
-                self.anchor_addr = Some(addr);
-            }
+    pub fn placed(&mut self, addr: u64, zoning: Zoning) {
+        self.step.insert(addr, zoning.ord);
+        if zoning.anchor {
+            self.anchor_addr = Some(addr);
         }
     }
 
@@ -237,10 +245,11 @@ mod tests {
         let mut live = Vec::new();
         for i in 0..n {
             let size = if i == at { big } else { MIB };
-            out.push(l.decide(size));
+            let zoning = l.decide(size);
+            out.push(zoning.zone);
             let addr = *next;
             *next += 1 << 30;
-            l.placed(addr);
+            l.placed(addr, zoning);
             if i == at || kept.contains(&i) || i > at {
                 live.push(addr);
             } else {
@@ -284,8 +293,9 @@ mod tests {
     fn every_block_is_a_zone_block_until_the_first_anchor() {
         let mut l = ZoneLearner::new();
         for i in 0..10 {
-            assert!(l.decide(MIB + i));
-            l.placed(i);
+            let zoning = l.decide(MIB + i);
+            assert!(zoning.zone);
+            l.placed(i, zoning);
         }
         assert_eq!(l.step_len(), None);
     }
@@ -297,8 +307,9 @@ mod tests {
         z.set_range(100, 200);
         assert!(z.contains(100) && z.contains(199) && !z.contains(200) && !z.contains(99));
         z.set_on(true);
-        assert!(z.learner().decide(MIB));
-        z.learner().placed(150);
+        let zoning = z.learner().decide(MIB);
+        assert!(zoning.zone);
+        z.learner().placed(150, zoning);
         z.note_free(150);
         z.set_on(false);
         assert_eq!(z.learner().step_len(), None);

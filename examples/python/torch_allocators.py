@@ -31,6 +31,8 @@ where an allocator learns):
                "cudamallocasync", the same pool called from inside PyTorch (a
                20-line shim compiled with g++ on first use; not in the
                default set)
+  hipmem-zone  hipmem with zone placement (HIPMEM_TORCH_ZONE=1; not in the
+               default set)
   hipmem-keep  hipmem keeping memory it no longer needs, as PyTorch's
                allocators do (no idle release: HIPMEM_TORCH_IDLE_RELEASE_MS=0;
                not in the default set)
@@ -119,6 +121,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_PLAN"] = "0"
     if name == "hipmem-keep":
         os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
+    if name == "hipmem-zone":
+        os.environ["HIPMEM_TORCH_ZONE"] = "1"
     if name == "pluggable-async":
         return (torch,) + pluggable_async(torch)
     if not name.startswith("hipmem"):

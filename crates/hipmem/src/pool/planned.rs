@@ -375,7 +375,16 @@ impl PoolCore {
         if covered == extra && lock(&self.heap).take_range(start, extra).is_some() {
             return Some(Ok((start, extra)));
         }
-        if covered == 0 || covered == extra || !self.can_map_at(start + covered, extra - covered) {
+        // A growth maps in the part of the range of the piece's size class:
+        // kept groups elsewhere (the zone's part, `zone.rs`) cannot be
+        // extended by it, and kept while it maps all of the piece they
+        // would be held twice.
+        let same_part = lock(&self.heap).segment_of(start).is_some_and(|s| s.class == self.class_of(extra));
+        if covered == 0
+            || covered == extra
+            || !same_part
+            || !self.can_map_at(start + covered, extra - covered)
+        {
             return None;
         }
         let grown = self.grow(rt, extra, stream);

@@ -50,6 +50,9 @@ def default_traces():
         ("varlen live 36", "varlen_infer.hipmem.jsonl.gz", VARLEN_LATE_FROM),
     ]
     traces += [(name, f"{name}.pickle.gz", None) for name in ("gpt_train", "ckpt_train", "cnn_train", "side_stream")]
+    # hipmem's own trace of rank 0 of examples/python/torch_ddp.py (two H100s): its most is held
+    # in the check after training (four 384 MiB copies of the parameters).
+    traces += [("ddp rank 0", "ddp_rank0.hipmem.jsonl.gz", None)]
     return [(label, os.path.join(FIXTURES, f), late) for label, f, late in traces]
 
 

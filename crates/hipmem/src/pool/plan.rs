@@ -226,7 +226,7 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     // Large blocks placed in free runs can strand the space around them;
     // the layout that needs the least new memory wins.
     if pieces.is_empty() {
-        return layout_with(lives, period, pieces, u64::MAX, None);
+        return layout_in_order(lives, period, pieces, u64::MAX, &placing_order(lives, None));
     }
     let limits = limits_to_lay_out(lives, pieces);
     // Each limit in two orders: largest first, and the blocks live at the
@@ -236,11 +236,14 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     // block that is not live at the peak can take the run a block live
     // there needed (recorded checkpointed training: 264 MiB of its peak in
     // runs largest first, 338 MiB peak first).
-    let at_peak = live_at_peak(lives, period);
-    let variants: Vec<(u64, bool)> = limits.iter().flat_map(|&l| [(l, false), (l, true)]).collect();
-    let lay = |&(limit, peak_first): &(u64, bool)| {
-        layout_with(lives, period, pieces, limit, peak_first.then_some(&at_peak[..]))
-    };
+    // (Each order sorted once; the second left out where it is the first.)
+    let largest_first = placing_order(lives, None);
+    let peak_first = placing_order(lives, Some(&live_at_peak(lives, period)));
+    let orders: Vec<&[usize]> =
+        if peak_first == largest_first { vec![&largest_first] } else { vec![&largest_first, &peak_first] };
+    let variants: Vec<(u64, &[usize])> =
+        limits.iter().flat_map(|&l| orders.iter().map(move |&o| (l, o))).collect();
+    let lay = |&(limit, order): &(u64, &[usize])| layout_in_order(lives, period, pieces, limit, order);
     // Laying out is quadratic in the blocks: many blocks, one thread per variant.
     let layouts: Vec<Layout> = if lives.len() < 256 {
         variants.iter().map(lay).collect()
@@ -300,13 +303,26 @@ fn live_at_peak(lives: &[Life], period: u64) -> Vec<bool> {
     lives.iter().map(|l| (pos + period - l.start) % period < l.len).collect()
 }
 
-/// [`layout`] where only blocks of at most `limit` bytes go in free runs;
-/// with `first`, the lifetimes it marks are placed before the others.
-fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64, first: Option<&[bool]>) -> Layout {
-    let new = pieces.len();
+/// The order [`layout`] places lifetimes in: largest first, then longest;
+/// with `first`, the lifetimes it marks before the others.
+fn placing_order(lives: &[Life], first: Option<&[bool]>) -> Vec<usize> {
     let mut order: Vec<usize> = (0..lives.len()).collect();
     let later = |i: usize| first.is_some_and(|f| !f[i]);
     order.sort_by_key(|&i| (later(i), std::cmp::Reverse(lives[i].size), std::cmp::Reverse(lives[i].len), i));
+    order
+}
+
+/// [`layout`] where only blocks of at most `limit` bytes go in free runs;
+/// with `first`, the lifetimes it marks are placed before the others.
+#[cfg(test)]
+fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64, first: Option<&[bool]>) -> Layout {
+    layout_in_order(lives, period, pieces, limit, &placing_order(lives, first))
+}
+
+/// [`layout`] with the lifetimes placed in `order`, where only blocks of
+/// at most `limit` bytes go in free runs.
+fn layout_in_order(lives: &[Life], period: u64, pieces: &[u64], limit: u64, order: &[usize]) -> Layout {
+    let new = pieces.len();
     let size_of = |i: usize| lives[i].size.next_multiple_of(ALIGN);
     let mut places = vec![(usize::MAX, 0u64); lives.len()];
     let mut used = vec![0u64; pieces.len()];
@@ -316,7 +332,7 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64, first: O
     // skipping the lifetimes that do not overlap, gives the busy intervals
     // already sorted (linear per block, not a sort).
     let mut placed: Vec<(usize, u64, u64, Life)> = Vec::with_capacity(lives.len());
-    for &i in &order {
+    for &i in order {
         let me = &lives[i];
         let size = size_of(i);
         let first = if size <= limit { 0 } else { new };

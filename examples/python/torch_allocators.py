@@ -33,6 +33,8 @@ where an allocator learns):
                default set)
   hipmem-zone  hipmem with zone placement (HIPMEM_TORCH_ZONE=1; not in the
                default set)
+  hipmem-nolend  hipmem whose pools lend no group's free units to a growth
+               (HIPMEM_POOL_LEND=0; not in the default set)
   hipmem-keep  hipmem keeping memory it no longer needs, as PyTorch's
                allocators do (no idle release: HIPMEM_TORCH_IDLE_RELEASE_MS=0;
                not in the default set)
@@ -119,6 +121,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_BACKING"] = "segments"
     if name == "hipmem-noplan":
         os.environ["HIPMEM_POOL_PLAN"] = "0"
+    if name == "hipmem-nolend":
+        os.environ["HIPMEM_POOL_LEND"] = "0"
     if name == "hipmem-keep":
         os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
     if name == "hipmem-zone":

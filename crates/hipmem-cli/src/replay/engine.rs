@@ -410,6 +410,7 @@ fn pass(
     };
     let mut calls_at_half = None;
     let mut at_half = None;
+    let mut used_high_first_half = 0;
     // With `evict_kib`, other memory is written between operations (as a
     // framework's own work would evict the pool's state from the caches),
     // and only the allocator's calls are timed.
@@ -431,6 +432,15 @@ fn pass(
             calls_at_half = calls();
             at_half = Some(Instant::now());
             in_calls_at_half = in_calls;
+            // The pool's high watermarks start again, as a PyTorch run's are
+            // reset after its warm-up (`torch_allocators.py`): the pool
+            // reads its own (zone placement's wait, lending's new peak).
+            if let Target::Pool(pool) = &target {
+                used_high_first_half = pool.attribute(PoolAttribute::UsedMemHigh);
+                peak_reserved = peak_reserved.max(pool.attribute(PoolAttribute::ReservedMemHigh));
+                let _ = pool.set_attribute(PoolAttribute::ReservedMemHigh, 0);
+                let _ = pool.set_attribute(PoolAttribute::UsedMemHigh, 0);
+            }
         }
         if !other.is_empty() {
             for byte in other.iter_mut().step_by(64) {
@@ -534,7 +544,7 @@ fn pass(
     let used_high = match &target {
         Target::Pool(pool) => {
             peak_reserved = peak_reserved.max(pool.attribute(PoolAttribute::ReservedMemHigh));
-            Some(pool.attribute(PoolAttribute::UsedMemHigh))
+            Some(pool.attribute(PoolAttribute::UsedMemHigh).max(used_high_first_half))
         }
         Target::Malloc { .. } => None,
     };

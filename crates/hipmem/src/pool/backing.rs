@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::AccessFlags;
 use super::core::{CallCounts, MAX_GROWTH_STEP, MIN_SEGMENT, PoolCore, lock};
+use super::lend::{self, Loan, Source};
 use super::placement::{BLOCK_ALIGN, BlockKind, CLASSES, Heap};
 use super::remap::{self, Cover, Donor, Hole};
 use crate::backend::DevicePtr;
@@ -77,6 +78,8 @@ pub(crate) struct VirtualRange {
     /// Physical allocations that back several consecutive units mapped in
     /// one call, by first address (see [`PoolCore::set_growth_mapping`]).
     pub(super) groups: BTreeMap<u64, Group>,
+    /// Groups' free units mapped elsewhere, by address (`lend.rs`).
+    pub(super) loans: BTreeMap<u64, Loan>,
     /// The last id given to a unit of a group.
     next_unit: u64,
     clock: u64,
@@ -165,6 +168,7 @@ impl VirtualRange {
             aliases: BTreeMap::new(),
             phys: HashMap::new(),
             groups: BTreeMap::new(),
+            loans: BTreeMap::new(),
             next_unit: 0,
             clock: 0,
             tokens: 0.0,
@@ -192,7 +196,63 @@ impl VirtualRange {
             .iter()
             .filter(|(_, alias)| self.phys.get(&alias.pid).is_none_or(|p| p.group.is_none()))
             .map(|(&addr, _)| (addr, self.granularity));
-        alone.chain(self.groups.iter().map(|(&base, g)| (base, g.len)))
+        alone
+            .chain(self.groups.iter().map(|(&base, g)| (base, g.len)))
+            .chain(self.loans.iter().map(|(&at, l)| l.alias(at)))
+    }
+
+    /// Every mapping of the group at `base` (`len` bytes): its own, then
+    /// its loans' aliases, as (the loan's key or None, address, length).
+    fn mappings_of(&self, base: u64, len: u64) -> Vec<(Option<u64>, u64, u64)> {
+        let loans = self.loans.iter().filter(|(_, l)| l.group == base).map(|(&at, l)| {
+            let (alias, whole) = l.alias(at);
+            (Some(at), alias, whole)
+        });
+        std::iter::once((None, base, len)).chain(loans).collect()
+    }
+
+    /// Runs of the groups' units that are global free at home (`lend.rs`).
+    fn lendable(&self, heap: &Heap) -> Vec<Source> {
+        let g = self.granularity;
+        let mut runs = Vec::new();
+        for (&base, gr) in &self.groups {
+            for (addr, len, kind) in heap.blocks_between(base, base + gr.len) {
+                if kind != BlockKind::Free {
+                    continue;
+                }
+                if let Some((start, len)) = lend::whole_units(addr, addr + len, base, gr.len, g) {
+                    let loan = Loan { group: base, offset: start - base, len, whole: gr.len };
+                    runs.push(Source { at: start, loan });
+                }
+            }
+        }
+        runs
+    }
+
+    /// The loans whose every byte is global free: (address, loan).
+    fn free_loans(&self, heap: &Heap) -> Vec<(u64, Loan)> {
+        self.loans
+            .iter()
+            .filter(|(at, l)| heap.is_global_free(**at, l.len))
+            .map(|(&at, &l)| (at, l))
+            .collect()
+    }
+
+    /// Whether every unit of the group at `base` (`len` bytes) is global
+    /// free where it is used (each of its mappings holds only global free
+    /// and shadowed blocks): when its memory last changed, or None.
+    fn group_idle(&self, heap: &Heap, base: u64, len: u64) -> Option<u64> {
+        let mut freed = 0;
+        for (_, at, len) in self.mappings_of(base, len) {
+            for (addr, _, kind) in heap.blocks_between(at, at + len) {
+                match kind {
+                    BlockKind::Free => freed = freed.max(heap.global_free_run(addr.max(at), 1)?.1),
+                    BlockKind::Shadowed => {}
+                    BlockKind::Other => return None,
+                }
+            }
+        }
+        Some(freed)
     }
 
     /// The physical bytes the range holds.
@@ -250,10 +310,15 @@ impl VirtualRange {
                     BlockKind::Free => Cover::Free,
                     BlockKind::Shadowed => {
                         match self.aliases.get(&addr).and_then(|a| Some((a.pid, self.phys.get(&a.pid)?))) {
+                            // A group's unit lent elsewhere (`lend.rs`): its
+                            // home is part of the group's one mapping.
+                            Some((_, p)) if p.group.is_some() => Cover::Blocked,
                             Some((pid, p)) if heap.is_global_free(p.active, g) => {
                                 Cover::Switchable(pid, p.active)
                             }
-                            _ => Cover::Repairable,
+                            Some(_) => Cover::Repairable,
+                            // An alias of a group not used there (`lend.rs`).
+                            None => Cover::Blocked,
                         }
                     }
                     BlockKind::Other => Cover::Blocked,
@@ -282,7 +347,12 @@ impl VirtualRange {
                 BlockKind::Free => {}
                 BlockKind::Shadowed => {
                     let pid = self.aliases.get(&block)?.pid;
-                    let active = self.phys.get(&pid)?.active;
+                    let p = self.phys.get(&pid)?;
+                    if p.group.is_some() {
+                        // A lent unit's home (`lend.rs`): not unmapped alone.
+                        return None;
+                    }
+                    let active = p.active;
                     let clash = switches.iter().any(|s| s.0 == pid) || (active + g > addr && active < end);
                     if clash || !heap.is_global_free(active, g) {
                         repairs.push(block);
@@ -700,10 +770,17 @@ impl PoolCore {
             } else {
                 (vr.physical_bytes() / 32).min(want.saturating_mul(2)).max(want)
             };
-            if let Ok(found) =
-                self.map_for(vm, vr, class, Ask { want, span, stream, use_donors: false }, unmapped)
-            {
-                return Ok(found);
+            let ask = Ask { want, span, stream, use_donors: false };
+            match self.map_for(vm, vr, class, ask, unmapped) {
+                Ok(found) => return Ok(found),
+                // Addresses, not memory, may have run out: loans holding
+                // no unit in use there give theirs back (`lend.rs`).
+                Err(_) if self.unmap_idle_loans(vm, vr) > 0 => {
+                    if let Ok(found) = self.map_for(vm, vr, class, ask, unmapped) {
+                        return Ok(found);
+                    }
+                }
+                Err(_) => {}
             }
         }
         self.release_later(std::mem::take(unmapped));
@@ -929,7 +1006,7 @@ impl PoolCore {
         let span = span.max(want);
         let group_min = self.growth_mapping();
         let least_group = least_plain_group(group_min);
-        let (plan, owners) = {
+        let (mut plan, owners, lent) = {
             let mut heap = lock(&self.heap);
             let reserved = vr.physical_bytes();
             let holes: Vec<Hole> = heap
@@ -957,16 +1034,98 @@ impl PoolCore {
                     ),
                 }));
             };
+            // Out of the free space until the block is taken: the runs it
+            // joins, and the granules it takes over (their old addresses).
+            // (Each keeps its owner: global, or pending on this stream.)
+            let owners = (
+                plan.prefix.and_then(|(addr, len)| heap.take(addr, len)),
+                plan.suffix.and_then(|(addr, len)| heap.take(addr, len)),
+            );
+            for &(pid, _) in &plan.reuse {
+                if let Some(p) = vr.phys.get(&pid) {
+                    heap.shadow(p.active, g);
+                }
+            }
+            // Before anything is created, where the growth would set a new
+            // peak: the groups' free units at the ends of their groups, and
+            // wholly free groups (`lend.rs`), in aliases of their groups laid
+            // out in a hole of their own. Only if that creates less than the
+            // plan above (which may join free memory around its hole). (Not
+            // for a plan's new piece, which is one group of its own.)
+            let mut lent: Vec<(Source, u64)> = Vec::new();
+            let mut owners = owners;
+            let arena =
+                self.exact_growth.load(Ordering::Relaxed) || self.arena_growth.load(Ordering::Relaxed);
+            if lend::enabled()
+                && !self.lending_refused.load(Ordering::Relaxed)
+                && !use_donors
+                && !arena
+                && heap.frees() >= lend::AFTER_FREES
+                && plan.reuse.is_empty()
+                && !plan.new_granules.is_empty()
+                && !vr.groups.is_empty()
+            {
+                let end = plan.block + want;
+                let planned_new = plan.new_granules.iter().filter(|&&a| a < end).count() as u64 * g;
+                let peak = self.reserved_high.load(Ordering::Acquire);
+                let start = plan.prefix.map_or(plan.block, |(a, n)| a + n);
+                let growth = lend::Growth {
+                    start,
+                    size: holes.iter().find(|h| h.start == start).map_or(0, |h| h.size),
+                    before: plan.prefix.map_or(0, |p| p.1),
+                };
+                let spaces: Vec<(u64, u64)> = holes.iter().map(|h| (h.start, h.size)).collect();
+                let layout = (heap.reserved() + planned_new > peak)
+                    .then(|| lend::layout(want, g, &vr.lendable(&heap), growth, &spaces, lend::MOST_SOURCES))
+                    .flatten()
+                    .filter(|l| (l.new_units.len() as u64) * g < planned_new);
+                if let Some(l) = layout {
+                    let mut shadowed = Vec::new();
+                    for &(s, at) in &l.lent {
+                        if !heap.shadow(s.at, s.loan.len) {
+                            break;
+                        }
+                        shadowed.push((s, at));
+                    }
+                    if shadowed.len() == l.lent.len() {
+                        // The runs the plan was to join and the layout does
+                        // not stay free.
+                        if !l.joins_before {
+                            if let (Some((addr, _)), Some(owner)) = (plan.prefix, owners.0.take()) {
+                                heap.release_block(addr, owner);
+                            }
+                        }
+                        if let (Some((addr, _)), Some(owner)) = (plan.suffix, owners.1.take()) {
+                            heap.release_block(addr, owner);
+                        }
+                        plan = remap::Plan {
+                            block: l.block,
+                            prefix: if l.joins_before { plan.prefix } else { None },
+                            suffix: None,
+                            reuse: Vec::new(),
+                            new_granules: l.new_units,
+                            room: 0,
+                        };
+                        lent = shadowed;
+                    } else {
+                        for (s, _) in shadowed {
+                            heap.unshadow(s.at, s.loan.len);
+                        }
+                    }
+                }
+            }
             // A growth of fewer new units than one group maps a whole group
             // where the pool is large enough (a group is at most 1/8 of
             // it) and the hole has room: on a GPU a mapping under 64 MiB
             // costs twenty times as much per MiB, and the rest stays free
             // for the requests that follow. (Not for a plan's new piece,
             // which is grown exactly; not in a pool with a maxSize; in one
-            // with a size limit, only where the whole group fits under it.)
+            // with a size limit, only where the whole group fits under it;
+            // not where units were lent.)
             let least = group_min / g;
             let n = plan.new_granules.len() as u64;
             if !use_donors
+                && lent.is_empty()
                 && !self.growth_is_exact()
                 && group_min > 0
                 && self.props.handle_types == 0
@@ -981,19 +1140,7 @@ impl PoolCore {
                 let last = *plan.new_granules.last().expect("n > 0");
                 plan.new_granules.extend((1..=least - n).map(|i| last + i * g));
             }
-            // Out of the free space until the block is taken: the runs it
-            // joins, and the granules it takes over (their old addresses).
-            // (Each keeps its owner: global, or pending on this stream.)
-            let owners = (
-                plan.prefix.and_then(|(addr, len)| heap.take(addr, len)),
-                plan.suffix.and_then(|(addr, len)| heap.take(addr, len)),
-            );
-            for &(pid, _) in &plan.reuse {
-                if let Some(p) = vr.phys.get(&pid) {
-                    heap.shadow(p.active, g);
-                }
-            }
-            (plan, owners)
+            (plan, owners, lent)
         };
         tracing::trace!(target: "hipmem::pool", want, moved = plan.reuse.len(), new = plan.new_granules.len(), "remapping");
         // Without the heap's lock: map.
@@ -1001,6 +1148,64 @@ impl PoolCore {
         let mut mapped: Vec<(u64, u64, bool)> = Vec::new(); // (at, pid, new)
         let mut undo: Vec<u64> = Vec::new(); // old active aliases to give back
         let mut failed: Option<Error> = None;
+        // Lent units first: each in an alias of its whole group (the driver
+        // maps a physical allocation only whole), access once for aliases
+        // that follow each other.
+        let mut loans_made: Vec<(Source, u64)> = Vec::new();
+        let mut loans_failed: Vec<Source> = Vec::new();
+        for &(s, at) in &lent {
+            let (alias, whole) = s.loan.alias(at);
+            let handle = vr.groups.get(&s.loan.group).map(|gr| gr.handle);
+            let mapped = match handle {
+                Some(h) => vm.mem_map(DevicePtr(alias), whole, 0, h),
+                None => {
+                    Err(Error::Unknown(format!("pool {:#x}: lent units of a group that is gone", self.id)))
+                }
+            };
+            match mapped {
+                Ok(()) => {
+                    CallCounts::add(&self.calls.maps);
+                    loans_made.push((s, at));
+                }
+                Err(e) => {
+                    // Made new instead (below), and never asked again.
+                    tracing::warn!(target: "hipmem", "pool {:#x}: mapping a second alias of a group failed ({e}); the pool lends no more", self.id);
+                    self.lending_refused.store(true, Ordering::Relaxed);
+                    loans_failed.push(s);
+                    plan.new_granules.extend((at..at + s.loan.len).step_by(g as usize));
+                }
+            }
+        }
+        plan.new_granules.sort_unstable();
+        let mut i = 0;
+        while i < loans_made.len() {
+            let alias_end = |k: usize| {
+                let (a, w) = loans_made[k].0.loan.alias(loans_made[k].1);
+                a + w
+            };
+            let mut j = i + 1;
+            while j < loans_made.len() && loans_made[j].0.loan.alias(loans_made[j].1).0 == alias_end(j - 1) {
+                j += 1;
+            }
+            let start = loans_made[i].0.loan.alias(loans_made[i].1).0;
+            if let Err(e) = give_access(vm, &access, start, alias_end(j - 1) - start) {
+                for (s, at) in loans_made.drain(i..j) {
+                    let (alias, whole) = s.loan.alias(at);
+                    let _ = vm.mem_unmap(DevicePtr(alias), whole);
+                    loans_failed.push(s);
+                }
+                failed.get_or_insert(e);
+                continue;
+            }
+            for (s, _) in &loans_made[i..j] {
+                CallCounts::add_bytes(&self.calls.bytes_lent, s.loan.len);
+            }
+            i = j;
+        }
+        if failed.is_some() {
+            // Nothing new is made on a failed growth.
+            plan.new_granules.clear();
+        }
         for &(pid, at) in &plan.reuse {
             match map_with_access(&self.calls, vm, &access, at, g, pid) {
                 Ok(()) => mapped.push((at, pid, false)),
@@ -1136,6 +1341,29 @@ impl PoolCore {
         for old in undo {
             heap.unshadow(old, g);
         }
+        for &(s, at) in &loans_made {
+            tracing::trace!(target: "hipmem::pool", "lent {} units of the group at {:#x} at={at:#x}", s.loan.len / g, s.loan.group);
+            let (alias, whole) = s.loan.alias(at);
+            // The alias is used only where the lent units are: the rest of
+            // it is shadowed at once (never free, so no neighbour's free
+            // run can take it in).
+            if at > alias {
+                heap.back_shadowed(alias, at - alias);
+            }
+            if alias + whole > at + s.loan.len {
+                heap.back_shadowed(at + s.loan.len, alias + whole - at - s.loan.len);
+            }
+            heap.back(at, s.loan.len);
+            vr.loans.insert(at, s.loan);
+            self.lending.store(true, Ordering::Relaxed);
+            // Best fit keeps a wholly free loan whole where it can, as it
+            // does a group: it goes home at the next slow allocation.
+            heap.note_group(at, s.loan.len);
+        }
+        for s in loans_failed {
+            // The units are used at home again.
+            heap.unshadow(s.at, s.loan.len);
+        }
         self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
         // The runs the block was to join go back to the free space (and
         // merge with what was just mapped next to them).
@@ -1174,7 +1402,7 @@ impl PoolCore {
             .iter()
             .filter(|&(&a, al)| {
                 class.is_none_or(|c| (a - vr.base) / part == c as u64)
-                    && vr.phys.get(&al.pid).is_some_and(|p| p.active != a)
+                    && vr.phys.get(&al.pid).is_some_and(|p| p.active != a && p.group.is_none())
                     && heap.is_shadowed(a, g)
             })
             .map(|(&a, al)| (al.used, a, al.pid))
@@ -1211,9 +1439,10 @@ impl PoolCore {
         }
         let granularity = self.unit_for(vm)?;
         let total = rt.device_properties(self.device).ok().map(|d| d.total_memory).unwrap_or(1 << 30);
-        // One part per size class, each twice the device's memory: addresses
-        // are plentiful, physical memory moves between the parts.
-        let part = (total.saturating_mul(2)).clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
+        // One part per size class, each four times the device's memory:
+        // addresses are plentiful, physical memory moves between the parts,
+        // and lent units (`lend.rs`) leave their homes' addresses taken.
+        let part = (total.saturating_mul(4)).clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
         let size = part * CLASSES as u64;
         let base = vm.address_reserve(size, granularity, DevicePtr::NULL)?;
         rt.allocations().insert(Allocation {
@@ -1309,16 +1538,16 @@ impl PoolCore {
                     self.release_or_keep(d.pid, g, keep.as_deref_mut());
                     released += g;
                 }
+                // Loans wholly free go home (`lend.rs`): their addresses
+                // come back, and their groups may go back whole.
+                self.unmap_idle_loans(vm, vr);
                 // Groups whose every unit is free go back whole, the longest
                 // unused first.
                 let mut idle: Vec<(u64, u64, Group)> = {
                     let heap = lock(&self.heap);
                     vr.groups
                         .iter()
-                        .filter_map(|(&base, &gr)| {
-                            let (_, freed) = heap.global_free_run(base, gr.len)?;
-                            Some((freed, base, gr))
-                        })
+                        .filter_map(|(&base, &gr)| Some((vr.group_idle(&heap, base, gr.len)?, base, gr)))
                         .collect()
                 };
                 idle.sort_unstable_by_key(|&(freed, base, _)| (freed, base));
@@ -1445,6 +1674,89 @@ impl PoolCore {
         self.deferred.give_back(unmapped);
     }
 
+    /// On virtual memory: each physical unit is used at exactly one
+    /// address (the heap's reserved bytes are the units'), and every loan's
+    /// group is mapped (for tests, [`PoolCore::check_invariants`]).
+    pub(crate) fn check_physical(&self) -> std::result::Result<(), String> {
+        let Backing::Virtual(range) = &self.backing else { return Ok(()) };
+        let guard = lock(range);
+        let Some(vr) = guard.as_ref() else { return Ok(()) };
+        let reserved = lock(&self.heap).reserved();
+        if reserved != vr.physical_bytes() {
+            return Err(format!("the heap uses {reserved} bytes but {} are mapped", vr.physical_bytes()));
+        }
+        match vr.loans.iter().find(|(_, l)| !vr.groups.contains_key(&l.group)) {
+            Some((at, l)) => Err(format!("the loan at {at:#x} is of a group at {:#x} that is gone", l.group)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends every wholly free loan home (`lend.rs`) without a driver call:
+    /// its units are used at their addresses in their group again (shadowed
+    /// there while lent) and the loan's addresses are shadowed instead (it
+    /// stays mapped until the next release, [`PoolCore::unmap_idle_loans`]).
+    pub(super) fn switch_loans_home(&self) {
+        if !self.lending.load(Ordering::Relaxed) {
+            return;
+        }
+        let Backing::Virtual(range) = &self.backing else { return };
+        let guard = lock(range);
+        let Some(vr) = guard.as_ref() else { return };
+        let mut heap = lock(&self.heap);
+        for (at, l) in vr.free_loans(&heap) {
+            let home = l.group + l.offset;
+            if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
+                heap.unshadow_part(home, l.len);
+                heap.forget_group(at);
+            }
+        }
+    }
+
+    /// Unmaps every loan that holds no unit in use there (`lend.rs`):
+    /// wholly free ones go home first. Returns how many went.
+    fn unmap_idle_loans(&self, vm: &dyn VirtualMemory, vr: &mut VirtualRange) -> usize {
+        let gone: Vec<(u64, Loan)> = {
+            let mut heap = lock(&self.heap);
+            for (at, l) in vr.free_loans(&heap) {
+                let home = l.group + l.offset;
+                if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
+                    heap.unshadow_part(home, l.len);
+                }
+            }
+            let idle: Vec<(u64, Loan)> = vr
+                .loans
+                .iter()
+                .filter(|(at, l)| {
+                    let (alias, whole) = l.alias(**at);
+                    heap.blocks_between(alias, alias + whole).all(|b| b.2 == BlockKind::Shadowed)
+                })
+                .map(|(&at, &l)| (at, l))
+                .collect();
+            for &(at, l) in &idle {
+                let (alias, whole) = l.alias(at);
+                let blocks: Vec<(u64, u64, BlockKind)> = heap.blocks_between(alias, alias + whole).collect();
+                for (addr, len, _) in blocks {
+                    heap.unback_shadowed(addr, len);
+                }
+                heap.forget_group(at);
+            }
+            idle
+        };
+        for &(at, l) in &gone {
+            vr.loans.remove(&at);
+            tracing::trace!(target: "hipmem::pool", "unmapped a loan of {} units at={at:#x}", l.len / vr.granularity);
+            let (alias, whole) = l.alias(at);
+            match vm.mem_unmap(DevicePtr(alias), whole) {
+                Ok(()) => CallCounts::add(&self.calls.unmaps),
+                Err(e) => tracing::warn!(target: "hipmem", "unmapping a pool loan failed: {e}"),
+            }
+        }
+        if vr.loans.is_empty() {
+            self.lending.store(false, Ordering::Relaxed);
+        }
+        gone.len()
+    }
+
     /// Unmaps and releases the group at `base` if every unit of it is global
     /// free memory and `floor` bytes stay reserved without it. Returns
     /// whether it went.
@@ -1459,8 +1771,26 @@ impl PoolCore {
     ) -> bool {
         let g = vr.granularity;
         let mut heap = lock(&self.heap);
-        if heap.reserved().saturating_sub(gr.len) < floor || !heap.unback(base, gr.len) {
+        if heap.reserved().saturating_sub(gr.len) < floor || vr.group_idle(&heap, base, gr.len).is_none() {
             return false;
+        }
+        // Every unit is free where it is used (checked above): every
+        // mapping of the group becomes unbacked, free and shadowed blocks
+        // alike.
+        let mappings = vr.mappings_of(base, gr.len);
+        for &(key, at, m) in &mappings {
+            let blocks: Vec<(u64, u64, BlockKind)> = heap.blocks_between(at, at + m).collect();
+            for (addr, len, kind) in blocks {
+                let (s, e) = (addr.max(at), (addr + len).min(at + m));
+                match kind {
+                    BlockKind::Free => heap.unback(s, e - s),
+                    _ => heap.unback_shadowed(addr, len),
+                };
+            }
+            if let Some(key) = key {
+                vr.loans.remove(&key);
+                heap.forget_group(key);
+            }
         }
         for at in (base..base + gr.len).step_by(g as usize) {
             if let Some(alias) = vr.aliases.remove(&at) {
@@ -1471,6 +1801,12 @@ impl PoolCore {
         heap.forget_group(base);
         drop(heap);
         tracing::trace!(target: "hipmem::pool", "released a group of {} units at={base:#x}", gr.len / g);
+        for (_, alias, whole) in mappings.into_iter().skip(1) {
+            match vm.mem_unmap(DevicePtr(alias), whole) {
+                Ok(()) => CallCounts::add(&self.calls.unmaps),
+                Err(e) => tracing::warn!(target: "hipmem", "unmapping a loan of a pool group failed: {e}"),
+            }
+        }
         match vm.mem_unmap(DevicePtr(base), gr.len) {
             Ok(()) => CallCounts::add(&self.calls.unmaps),
             Err(e) => tracing::warn!(target: "hipmem", "unmapping a pool group failed: {e}"),
@@ -1496,6 +1832,7 @@ impl PoolCore {
                     .filter(|p| p.group.is_none())
                     .map(|p| (p.active, g))
                     .chain(vr.groups.iter().map(|(&base, gr)| (base, gr.len)))
+                    .chain(vr.loans.iter().map(|(&at, l)| (at, l.len)))
                     .collect()
             }
         };

@@ -127,6 +127,13 @@ pub(crate) struct PoolCore {
     /// Set while a plan's new piece is made: its new units are mapped in
     /// groups however few they are (they go back with the arena).
     pub(super) arena_growth: AtomicBool,
+    /// Whether the pool has lent a group's units (`lend.rs`): the slow path
+    /// then sends wholly free loans home first.
+    pub(super) lending: AtomicBool,
+    /// Whether the backend refused to map a group's units at an offset
+    /// (a driver that maps physical allocations only from their start):
+    /// the pool then lends nothing.
+    pub(super) lending_refused: AtomicBool,
     /// Idle release (`release.rs`): the window in milliseconds (0: off) and
     /// what the pool needed in the current and the last window.
     pub(super) idle_window_ms: AtomicU64,
@@ -193,6 +200,8 @@ impl PoolCore {
             plan: Arc::new(super::plan::PlanState::new(plan)),
             exact_growth: AtomicBool::new(false),
             arena_growth: AtomicBool::new(false),
+            lending: AtomicBool::new(false),
+            lending_refused: AtomicBool::new(false),
             idle_window_ms: AtomicU64::new(0),
             idle: Mutex::new(super::release::IdleWindows::new()),
             idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),
@@ -513,6 +522,7 @@ pub(super) struct CallCounts {
     pub(super) unmaps: AtomicU64,
     pub(super) bytes_created: AtomicU64,
     pub(super) bytes_released: AtomicU64,
+    pub(super) bytes_lent: AtomicU64,
 }
 
 impl CallCounts {
@@ -535,6 +545,7 @@ impl CallCounts {
             maps: r(&self.maps),
             unmaps: r(&self.unmaps),
             bytes_created: r(&self.bytes_created),
+            bytes_lent: r(&self.bytes_lent),
             bytes_released: r(&self.bytes_released),
         }
     }

@@ -49,6 +49,7 @@ pub(crate) mod driver_pool;
 mod free;
 pub(crate) mod imported;
 pub mod layout;
+mod lend;
 pub(crate) mod mem_pool;
 mod peer_access;
 pub mod placement;

@@ -583,6 +583,28 @@ impl Heap {
         self.release_block(addr, Owner::Global)
     }
 
+    /// Turns `[addr, addr + size)`, inside one unbacked block, into a
+    /// shadowed block at once (mapped, but its memory is used at another
+    /// address: never free, so never handed out or absorbed by a
+    /// neighbour). Returns false if the range is not unbacked.
+    pub fn back_shadowed(&mut self, addr: u64, size: u64) -> bool {
+        let Some(i) = self.run_holding(addr) else { return false };
+        let b = *self.node(i);
+        if b.state != State::Unbacked || addr + size > b.addr + b.size || size == 0 {
+            return false;
+        }
+        let mut m = i;
+        if addr > b.addr {
+            m = self.split(i, addr - b.addr);
+        }
+        if addr + size < b.addr + b.size {
+            self.split(m, size);
+        }
+        self.set_state(m, State::Shadowed);
+        self.node_mut(m).freed = 0;
+        true
+    }
+
     /// Frees so far: the clock of [`Heap::global_free_run`].
     pub fn frees(&self) -> u64 {
         self.frees
@@ -665,6 +687,31 @@ impl Heap {
         self.allocated += size;
         self.reserved += size;
         self.release_block(addr, Owner::Global)
+    }
+
+    /// [`Heap::unshadow`] for `[addr, addr + size)` inside one shadowed
+    /// block, which is split around it first (the rest stays shadowed).
+    pub fn unshadow_part(&mut self, addr: u64, size: u64) -> bool {
+        let Some(i) = self.run_holding(addr) else { return false };
+        let b = *self.node(i);
+        if b.state != State::Shadowed || size == 0 || addr + size > b.addr + b.size {
+            return false;
+        }
+        let mut m = i;
+        if addr > b.addr {
+            m = self.split(i, addr - b.addr);
+        }
+        if addr + size < b.addr + b.size {
+            self.split(m, size);
+        }
+        self.unshadow(addr, size)
+    }
+
+    /// Whether `[addr, addr + size)` lies inside one shadowed block.
+    pub fn is_shadowed_part(&self, addr: u64, size: u64) -> bool {
+        self.run_holding(addr)
+            .map(|i| self.node(i))
+            .is_some_and(|b| b.state == State::Shadowed && addr + size <= b.addr + b.size)
     }
 
     /// Turns the shadowed block at `addr` (of `size` bytes) into unbacked
@@ -1598,6 +1645,43 @@ mod tests {
         assert!(h.unback(base, 2 * MB));
         assert_eq!(h.unbacked_ranges(), vec![(base, 64 * MB)]);
         assert!(h.remove_reservation(base));
+        h.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn part_of_a_shadowed_block_is_used_again_and_the_rest_stays_shadowed() {
+        let base = 1u64 << 30;
+        let mut h = Heap::new();
+        h.add_reservation(base, 64 * MB);
+        assert!(h.back(base, 16 * MB));
+        // 8 MiB in the middle are lent elsewhere: shadowed, not reserved.
+        assert!(h.shadow(base + 4 * MB, 8 * MB));
+        assert_eq!(h.reserved(), 8 * MB);
+        assert!(h.is_shadowed_part(base + 6 * MB, 2 * MB));
+        assert!(!h.is_shadowed_part(base + 10 * MB, 4 * MB), "runs past the shadowed block");
+        // Its last 2 MiB come back: free again, merged with the free memory after.
+        assert!(h.unshadow_part(base + 10 * MB, 2 * MB));
+        assert_eq!(h.reserved(), 10 * MB);
+        assert_eq!(h.global_free_run(base + 10 * MB, 6 * MB).map(|r| r.0), Some(6 * MB));
+        // Then 2 MiB from its middle: the rest stays shadowed, in two blocks.
+        assert!(h.unshadow_part(base + 6 * MB, 2 * MB));
+        assert!(h.is_shadowed(base + 4 * MB, 2 * MB) && h.is_shadowed(base + 8 * MB, 2 * MB));
+        assert!(!h.unshadow_part(base + 7 * MB, 2 * MB), "not shadowed any more");
+        assert!(!h.unshadow_part(base, 2 * MB), "free memory is not shadowed");
+        assert!(h.best_fit_global(3 * MB).is_some_and(|(a, _)| a != base + 4 * MB && a != base + 8 * MB));
+        h.check_invariants().unwrap();
+        assert!(h.unback_shadowed(base + 4 * MB, 2 * MB) && h.unback_shadowed(base + 8 * MB, 2 * MB));
+        assert_eq!(h.reserved(), 12 * MB);
+        h.check_invariants().unwrap();
+        // Mapped straight into shadowed addresses (an alias's unused part):
+        // never free, not reserved, and gone again with its mapping.
+        assert!(h.back_shadowed(base + 20 * MB, 4 * MB));
+        assert!(!h.back_shadowed(base + 22 * MB, 4 * MB), "not unbacked any more");
+        assert!(h.is_shadowed(base + 20 * MB, 4 * MB));
+        assert_eq!(h.reserved(), 12 * MB);
+        assert!(h.best_fit_global(MB).is_none_or(|(a, _)| !(base + 20 * MB..base + 24 * MB).contains(&a)));
+        h.check_invariants().unwrap();
+        assert!(h.unback_shadowed(base + 20 * MB, 4 * MB));
         h.check_invariants().unwrap();
     }
 

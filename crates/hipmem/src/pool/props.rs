@@ -152,6 +152,9 @@ pub struct BackendCalls {
     pub bytes_created: u64,
     /// Physical bytes given back to the backend.
     pub bytes_released: u64,
+    /// Bytes of groups' free units mapped under a growth instead of created
+    /// (a group goes back only whole; its free units are lent, `lend.rs`).
+    pub bytes_lent: u64,
 }
 
 impl BackendCalls {

@@ -64,6 +64,10 @@ impl PoolCore {
         // keeps its size classes apart when it first maps memory.)
         let own = || self.class_for(want, zone);
         self.release_if_idle(&rt, slot, want);
+        // Loans wholly free go home before best fit looks (`lend.rs`): no
+        // driver call, and what is placed next lands beside the blocks it
+        // would have without them.
+        self.switch_loans_home();
         // The stream's cache serves exact sizes only: on a miss its blocks go
         // back to the heap first, where they merge with their neighbours, so
         // that best fit sees every free byte (a cache of large blocks held

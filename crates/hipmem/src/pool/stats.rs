@@ -129,6 +129,7 @@ impl PoolCore {
 
     /// Checks the heap's invariants (for tests).
     pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
-        lock(&self.heap).check_invariants()
+        lock(&self.heap).check_invariants()?;
+        self.check_physical()
     }
 }

@@ -612,3 +612,210 @@ fn a_large_growth_maps_the_memory_a_release_before_it_unmapped() {
     assert_eq!(end.bytes_released - start.bytes_released, end.bytes_created - start.bytes_created);
     pool.check_invariants().unwrap();
 }
+
+/// Enough frees reaching the pool's heap for it to lend (past a run's first
+/// steps, `hipmem::pool` lends nothing before 2048): small blocks of two
+/// sizes in turn, so that each allocation misses the stream's cache and
+/// sends the last free to the heap.
+fn past_the_first_steps(rt: &Runtime, pool: &MemPool, s: &Stream) {
+    for i in 0..2100u64 {
+        let p = pool.alloc_raw(4096 * (1 + i % 2), s).unwrap();
+        rt.free_async(p, s).unwrap();
+    }
+    s.synchronize().unwrap();
+}
+
+/// A pool that only grows maps large growths as groups, which go back only
+/// whole: a live block in one keeps its free units from going back. Once
+/// past a run's first steps, a growth that would set a new peak takes free
+/// units at the end of a group first (an alias of the whole group, used
+/// only where those units are) and creates only what is missing; the block
+/// beside them keeps its data, the statistics stay exact, and trim still
+/// gives back exactly the memory no live block uses.
+#[test]
+fn a_groups_free_units_are_lent_to_a_growth() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "a_groups_free_units_are_lent_to_a_growth") else { return };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let u = unit(&pool);
+    pool.set_growth_mapping(8 * u).unwrap();
+    let s = stream0(&rt);
+    // Two groups of 16 units side by side: the first holds a small live
+    // block at its start (its other 15 units free), the second one block.
+    let q = pool.alloc_raw(16 * u, &s).unwrap();
+    let r = pool.alloc_raw(16 * u, &s).unwrap();
+    assert_eq!(r.0, q.0 + 16 * u, "the second growth maps right after the first");
+    rt.free_async(q, &s).unwrap();
+    s.synchronize().unwrap();
+    let canary = pool.alloc_raw(u / 2, &s).unwrap();
+    assert_eq!(canary.0, q.0, "best fit puts it at the start of the free group");
+    fill_u32(&rt, canary, u / 2, 0xc0ff_ee01, &s);
+    fill_u32(&rt, r, 16 * u, 0xc0ff_ee02, &s);
+    assert_eq!(pool.stats().reserved_current, 32 * u);
+    // In a run's first steps a growth creates all it needs.
+    let before = pool.backend_calls().unwrap();
+    let early = pool.alloc_raw(24 * u, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.bytes_lent - before.bytes_lent, 0, "nothing lent before 2048 frees");
+    assert_eq!(pool.stats().reserved_current, 56 * u);
+    rt.free_async(early, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 32 * u, "the groups stay for their live blocks");
+    past_the_first_steps(&rt, &pool, &s);
+    pool.check_invariants().unwrap();
+    // Below the high watermark (56 units) nothing is lent either.
+    let before = pool.backend_calls().unwrap();
+    let under = pool.alloc_raw(24 * u, &s).unwrap();
+    assert_eq!(pool.backend_calls().unwrap().bytes_lent, before.bytes_lent, "no new peak, nothing lent");
+    rt.free_async(under, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    // A new peak: the first group's free units at its end (14, or 13
+    // where a small block the stream's cache holds sits in one) go under
+    // the growth.
+    pool.set_attribute(PoolAttribute::ReservedMemHigh, 0).unwrap();
+    let before = pool.backend_calls().unwrap();
+    let big = pool.alloc_raw(24 * u, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    let lent = after.bytes_lent - before.bytes_lent;
+    assert!(lent >= 14 * u && lent <= 15 * u, "lent {lent} bytes of the group's 15 free units: {after:?}");
+    assert_eq!(after.bytes_created - before.bytes_created, 24 * u - lent, "only the rest is created");
+    let st = pool.stats();
+    assert_eq!(st.reserved_current, 32 * u + 24 * u - lent);
+    assert!(st.used_current >= granules(u / 2) + 16 * u + 24 * u, "{st:?}");
+    pool.check_invariants().unwrap();
+    // Data: the blocks beside the lent units, and the block across them.
+    fill_u32(&rt, big, 24 * u, 0xb16b_0001, &s);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, big, 24 * u).iter().all(|&v| v == 0xb16b_0001));
+    assert!(read_u32s(&rt, canary, u / 2).iter().all(|&v| v == 0xc0ff_ee01), "the live block kept its data");
+    assert!(read_u32s(&rt, r, 16 * u).iter().all(|&v| v == 0xc0ff_ee02), "the live block kept its data");
+    // Freed and trimmed: the lent units go home, the new memory goes back,
+    // the groups stay for their live blocks.
+    rt.free_async(big, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 32 * u);
+    pool.check_invariants().unwrap();
+    // The group lends again, and its home is usable in place once it is back.
+    pool.set_attribute(PoolAttribute::ReservedMemHigh, 0).unwrap();
+    let before = pool.backend_calls().unwrap();
+    let again = pool.alloc_raw(20 * u, &s).unwrap();
+    assert!(pool.backend_calls().unwrap().bytes_lent > before.bytes_lent, "lent again");
+    fill_u32(&rt, again, 20 * u, 0xb16b_0002, &s);
+    rt.free_async(again, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let inside = pool.alloc_raw(8 * u, &s).unwrap();
+    assert!(
+        q.0 <= inside.0 && inside.0 + 8 * u <= q.0 + 16 * u,
+        "the group's own addresses hold its units again"
+    );
+    fill_u32(&rt, inside, 8 * u, 0xb16b_0003, &s);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, inside, 8 * u).iter().all(|&v| v == 0xb16b_0003));
+    assert!(read_u32s(&rt, canary, u / 2).iter().all(|&v| v == 0xc0ff_ee01));
+    assert!(read_u32s(&rt, r, 16 * u).iter().all(|&v| v == 0xc0ff_ee02));
+    for p in [inside, canary, r] {
+        rt.free_async(p, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let st = pool.stats();
+    assert_eq!((st.reserved_current, st.used_current), (0, 0));
+    let end = pool.backend_calls().unwrap();
+    assert_eq!(end.bytes_released, end.bytes_created, "every byte made went back: {end:?}");
+    pool.check_invariants().unwrap();
+}
+
+/// Lending under load: two threads, three streams each, alternating small
+/// and large shapes in a pool that only grows with groups of a few units;
+/// every live block keeps its data while other blocks' units are lent
+/// under new ones, blocks never overlap, the physical memory stays
+/// accounted (each unit used at one address), and trim empties the pool.
+#[test]
+fn live_blocks_keep_their_data_while_units_around_them_are_lent() {
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "live_blocks_keep_their_data_while_units_around_them_are_lent") else {
+        return;
+    };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let u = unit(&pool);
+    pool.set_growth_mapping(4 * u).unwrap();
+    past_the_first_steps(&rt, &pool, &stream0(&rt));
+    let start = pool.backend_calls().unwrap();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2u32)
+            .map(|thread| {
+                let rt = rt.clone();
+                let pool = pool.clone();
+                scope.spawn(move || -> Result<(), String> {
+                    let streams: Vec<Stream> = (0..3).map(|_| stream0(&rt)).collect();
+                    let mut rng = Rng(0x1e4d_0000_0000_0001 ^ ((thread as u64 + 1) << 40));
+                    let mut live: Vec<(DevicePtr, u64, u32, usize)> = Vec::new();
+                    let mut pattern = 0x0200_0000u32 * (thread + 1);
+                    for phase in 0..16u64 {
+                        // Each phase's growths are new peaks: they may lend.
+                        pool.set_attribute(PoolAttribute::ReservedMemHigh, 0).map_err(|e| e.to_string())?;
+                        let (lo, hi) = if phase % 2 == 0 { (u / 4, 3 * u) } else { (2 * u, 12 * u) };
+                        for _ in 0..16 {
+                            if live.len() < 6 || rng.below(3) != 0 {
+                                let bytes = (lo + rng.below(hi - lo)).next_multiple_of(4);
+                                let si = rng.below(3) as usize;
+                                let p = pool.alloc_raw(bytes, &streams[si]).map_err(|e| e.to_string())?;
+                                pattern = pattern.wrapping_add(1);
+                                fill_u32(&rt, p, bytes, pattern, &streams[si]);
+                                live.push((p, bytes, pattern, si));
+                            } else {
+                                let (p, _, _, si) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                                rt.free_async(p, &streams[si]).map_err(|e| e.to_string())?;
+                            }
+                        }
+                        for s in &streams {
+                            s.synchronize().map_err(|e| e.to_string())?;
+                        }
+                        for &(p, bytes, want, _) in &live {
+                            let words = read_u32s(&rt, p, bytes);
+                            if let Some(i) = words.iter().position(|&w| w != want) {
+                                return Err(format!(
+                                    "thread {thread} phase {phase}: block {p} holds {:#x} at word {i}, expected {want:#x}",
+                                    words[i]
+                                ));
+                            }
+                        }
+                        for (i, a) in live.iter().enumerate() {
+                            for b in &live[i + 1..] {
+                                if !crate::pools::disjoint(a.0, a.1, b.0, b.1) {
+                                    return Err(format!("blocks {} and {} overlap", a.0, b.0));
+                                }
+                            }
+                        }
+                        // Keep a few long-lived blocks in their groups.
+                        while live.len() > 3 {
+                            let (p, _, _, si) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                            rt.free_async(p, &streams[si]).map_err(|e| e.to_string())?;
+                        }
+                    }
+                    for (p, _, _, si) in live {
+                        rt.free_async(p, &streams[si]).map_err(|e| e.to_string())?;
+                    }
+                    for s in &streams {
+                        s.synchronize().map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("thread panicked").unwrap();
+        }
+    });
+    pool.check_invariants().unwrap();
+    let calls = pool.backend_calls().unwrap();
+    assert!(calls.bytes_lent > start.bytes_lent, "no unit was lent: {calls:?}");
+    pool.trim_to(0).unwrap();
+    let st = pool.stats();
+    assert_eq!((st.reserved_current, st.used_current), (0, 0));
+    pool.check_invariants().unwrap();
+}

@@ -238,6 +238,20 @@ impl VirtualRange {
             .collect()
     }
 
+    /// Sends every wholly free loan home with no driver call: its units are
+    /// used at their addresses in their group again (shadowed there while
+    /// lent) and the loan's addresses are shadowed instead (its alias stays
+    /// mapped until [`PoolCore::unmap_idle_loans`]).
+    fn send_free_loans_home(&self, heap: &mut Heap) {
+        for (at, l) in self.free_loans(heap) {
+            let home = l.group + l.offset;
+            if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
+                heap.unshadow_part(home, l.len);
+                heap.forget_group(at);
+            }
+        }
+    }
+
     /// Whether every unit of the group at `base` (`len` bytes) is global
     /// free where it is used (each of its mappings holds only global free
     /// and shadowed blocks): when its memory last changed, or None.
@@ -438,6 +452,20 @@ fn unit_granules() -> u64 {
             .filter(|&n| (1..=64).contains(&n))
             .unwrap_or(1)
     })
+}
+
+/// Turns the mapping `[at, at + len)`, which holds only global free and
+/// shadowed blocks, back into unbacked addresses (it is about to be
+/// unmapped).
+fn unback_mapping(heap: &mut Heap, at: u64, len: u64) {
+    let blocks: Vec<(u64, u64, BlockKind)> = heap.blocks_between(at, at + len).collect();
+    for (addr, n, kind) in blocks {
+        let (s, e) = (addr.max(at), (addr + n).min(at + len));
+        match kind {
+            BlockKind::Free => heap.unback(s, e - s),
+            _ => heap.unback_shadowed(addr, n),
+        };
+    }
 }
 
 /// Undoes [`PoolCore::create_and_map`].
@@ -1176,7 +1204,9 @@ impl PoolCore {
                 }
             }
         }
-        plan.new_granules.sort_unstable();
+        if !loans_failed.is_empty() {
+            plan.new_granules.sort_unstable();
+        }
         let mut i = 0;
         while i < loans_made.len() {
             let alias_end = |k: usize| {
@@ -1691,25 +1721,18 @@ impl PoolCore {
         }
     }
 
-    /// Sends every wholly free loan home (`lend.rs`) without a driver call:
-    /// its units are used at their addresses in their group again (shadowed
-    /// there while lent) and the loan's addresses are shadowed instead (it
-    /// stays mapped until the next release, [`PoolCore::unmap_idle_loans`]).
+    /// Sends every wholly free loan home (`lend.rs`), on the slow path
+    /// before best fit: no driver call. Skipped while another thread holds
+    /// the range (a growth mapping memory): the slow path never waits for
+    /// the driver, and the next one sends them.
     pub(super) fn switch_loans_home(&self) {
         if !self.lending.load(Ordering::Relaxed) {
             return;
         }
         let Backing::Virtual(range) = &self.backing else { return };
-        let guard = lock(range);
+        let Ok(guard) = range.try_lock() else { return };
         let Some(vr) = guard.as_ref() else { return };
-        let mut heap = lock(&self.heap);
-        for (at, l) in vr.free_loans(&heap) {
-            let home = l.group + l.offset;
-            if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
-                heap.unshadow_part(home, l.len);
-                heap.forget_group(at);
-            }
-        }
+        vr.send_free_loans_home(&mut lock(&self.heap));
     }
 
     /// Unmaps every loan that holds no unit in use there (`lend.rs`):
@@ -1717,12 +1740,7 @@ impl PoolCore {
     fn unmap_idle_loans(&self, vm: &dyn VirtualMemory, vr: &mut VirtualRange) -> usize {
         let gone: Vec<(u64, Loan)> = {
             let mut heap = lock(&self.heap);
-            for (at, l) in vr.free_loans(&heap) {
-                let home = l.group + l.offset;
-                if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
-                    heap.unshadow_part(home, l.len);
-                }
-            }
+            vr.send_free_loans_home(&mut heap);
             let idle: Vec<(u64, Loan)> = vr
                 .loans
                 .iter()
@@ -1734,10 +1752,7 @@ impl PoolCore {
                 .collect();
             for &(at, l) in &idle {
                 let (alias, whole) = l.alias(at);
-                let blocks: Vec<(u64, u64, BlockKind)> = heap.blocks_between(alias, alias + whole).collect();
-                for (addr, len, _) in blocks {
-                    heap.unback_shadowed(addr, len);
-                }
+                unback_mapping(&mut heap, alias, whole);
                 heap.forget_group(at);
             }
             idle
@@ -1779,14 +1794,7 @@ impl PoolCore {
         // alike.
         let mappings = vr.mappings_of(base, gr.len);
         for &(key, at, m) in &mappings {
-            let blocks: Vec<(u64, u64, BlockKind)> = heap.blocks_between(at, at + m).collect();
-            for (addr, len, kind) in blocks {
-                let (s, e) = (addr.max(at), (addr + len).min(at + m));
-                match kind {
-                    BlockKind::Free => heap.unback(s, e - s),
-                    _ => heap.unback_shadowed(addr, len),
-                };
-            }
+            unback_mapping(&mut heap, at, m);
             if let Some(key) = key {
                 vr.loans.remove(&key);
                 heap.forget_group(key);

@@ -17,7 +17,9 @@ the all-reduce matters), then checks:
   * every loss is finite;
 
 and prints its step times, its pool's reserved bytes before and after the
-timed steps, and its pool's peak reserved / peak used bytes. The
+timed steps, and its pool's peak reserved / peak used bytes after the
+warm-up steps (reset there, as torch_allocators.py does; the warm-up's own
+as warmup_reserved_high / warmup_used_high). The
 parent exits non-zero if any check fails. NVLink SHARP (NVLS) stays off
 (NCCL_NVLS_ENABLE=0).
 """
@@ -36,6 +38,7 @@ def worker(rank, args, world):
     import torch
 
     stats = None
+    reset_peak = None
     plan = None
     if args.allocator.startswith("hipmem"):
         import hipmem_torch
@@ -45,6 +48,9 @@ def worker(rank, args, world):
         def stats():
             s = pool.stats(rank)
             return s.reserved_high, s.used_high, s.reserved_current
+
+        def reset_peak():
+            pool.reset_peak(rank)
 
         def plan():
             c = pool.plan_counts(rank)
@@ -78,9 +84,14 @@ def worker(rank, args, world):
     gen.manual_seed(1000 + rank)
     losses, times = [], []
     reserved_at = []
+    warmup_high = None
     for step in range(args.warmup + args.steps):
         if step == args.warmup and stats is not None:
-            reserved_at.append(stats()[2])
+            # As torch_allocators.py: the peaks start again after the
+            # warm-up (the first steps' are printed apart).
+            warmup_high = stats()
+            reserved_at.append(warmup_high[2])
+            reset_peak()
         t0 = time.perf_counter()
         x = torch.randn(16, 256, width, device=dev, generator=gen)
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -112,7 +123,9 @@ def worker(rank, args, world):
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     print(f"RESULT rank={rank} allocator={args.allocator} ok={not failures} "
           f"step_ms={statistics.median(times) * 1e3:.1f} final_loss={losses[-1]:.5f} "
-          f"reserved_high={res} used_high={used} params={flat.numel()} "
+          f"reserved_high={res} used_high={used} "
+          f"warmup_reserved_high={warmup_high[0] if warmup_high else 0} "
+          f"warmup_used_high={warmup_high[1] if warmup_high else 0} params={flat.numel()} "
           f"reserved_before_after_timed={reserved_at} step_ms_each={[round(t * 1e3, 1) for t in times]}"
           + (plan() if plan is not None else "")
           + ("" if not failures else " failures=" + " | ".join(failures)), flush=True)

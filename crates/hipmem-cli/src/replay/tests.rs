@@ -651,8 +651,12 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         // `varlen_batch_shapes_replay_close_to_their_peak`). Seed 17's whole
         // trace peaks in its first batch, while the pool grows.
         "varlen_infer_seed11" => (1.045, 1.045),
-        "varlen_infer_seed13" => (1.015, 1.015),
-        "varlen_infer_seed17" => (1.08, 1.02),
+        // (Seeds 13 and 17 held 1.006 and 1.004 here while the first
+        // steps' small growths were padded to groups, 1.022 and 1.025 since
+        // they map unit by unit; `replay_sweep.py` over five windows: 8 of
+        // 90 cases above 1.03 against 10.)
+        "varlen_infer_seed13" => (1.025, 1.025),
+        "varlen_infer_seed17" => (1.08, 1.03),
         _ => (1.03, 1.03),
     };
     // Where the second half starts: after the warm-up where the recording
@@ -660,18 +664,26 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     let late_from = |name: &str| name.starts_with("varlen_infer_seed").then_some(8272);
     // Driver calls (maps, unmaps, physical allocations and releases) over
     // the whole trace, at most: on a GPU they are most of the learning
-    // steps' time (growths of 64 MiB or more map as one physical
-    // allocation; with 2 MiB units up to 128 MiB the checkpointed run made
-    // 1566 and the CNN 2124).
+    // steps' time. Growths of 64 MiB or more map as one physical
+    // allocation; in a run's first 2048 frees smaller ones map unit by
+    // unit (`PAD_AFTER_FREES` in `pool/backing.rs`: the first steps make
+    // the long-lived state), after them a whole 128 MiB group. (With every
+    // small growth padded to a group from the start: GPT-2 1228, the CNN
+    // 810, the checkpointed run 966, the variable-length recordings
+    // 1400 or less; replayed on an H100, the whole GPT-2 trace took 5.2 µs
+    // per operation against 2.8.)
     let most_calls = |name: &str| match name {
-        "ckpt_train" => 1100,
-        "cnn_train" => 950,
+        "gpt_train" => 5000,
+        "cnn_train" => 4100,
+        "ckpt_train" => 1200,
         "side_stream" => 200,
         // 36 batches whose shapes swing: the idle release gives memory back
         // between large batches (groups of at most 128 MiB).
-        "varlen_infer" | "varlen_infer.hipmem" => 1900,
-        _ => 1400,
+        "varlen_infer" | "varlen_infer.hipmem" => 2100,
+        _ => 3300,
     };
+    // The planned training runs' steps after the first ones: none.
+    let planned = |name: &str| matches!(name, "gpt_train" | "ckpt_train" | "cnn_train" | "side_stream");
     let rt = runtime();
     let window = Some(std::time::Duration::from_millis(100));
     for (name, bytes) in RECORDED {
@@ -697,6 +709,9 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         );
         let calls = r.backend_calls.expect("hipmem's pool counts its driver calls");
         assert!(calls <= most_calls(name), "{name}: {calls} driver calls (at most {})", most_calls(name));
+        if planned(name) {
+            assert_eq!(r.backend_calls_second_half, Some(0), "{name}: driver calls in the planned steps");
+        }
         let plan = r.plan.expect("hipmem's pool reports its plans");
         let peak_op = r.peak_reserved_op.expect("the sampled pass finds the peak");
         assert!(peak_op < r.ops, "{name}: peak after op {peak_op} of {}", r.ops);
@@ -886,8 +901,9 @@ fn zone_placement_holds_every_varlen_recording_within_3_percent() {
             }
         }
     }
-    // (Seeds 43, 53 and 61 keep their warm-up's memory at the longer windows.)
-    assert!(checked >= 40, "only {checked} of 48 cases were placement's");
+    // (Seeds 43, 53 and 61 keep their warm-up's memory at the longer
+    // windows, 11 and 17 at 200 ms.)
+    assert!(checked >= 39, "only {checked} of 48 cases were placement's");
 }
 
 /// Checkpointed training with zone placement at five idle-release windows:

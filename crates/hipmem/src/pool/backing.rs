@@ -435,27 +435,36 @@ fn least_plain_group(group_min: u64) -> u64 {
 /// driver calls; the training runs hold the same.
 const MAX_GROUP: u64 = 128 << 20;
 
-/// The heap's frees before which a small growth is never padded to a whole
-/// group: a run's first steps make its long-lived state (weights, an
-/// optimizer's state, DDP's gradient buckets) while its first activations
-/// come and go, and a padded group keeps the state next to the activations'
-/// free memory, which then goes back only with the state (a group goes
-/// back whole, and CUDA and HIP lend none of a group's middle: `lend.rs`).
-/// Mapped unit by unit in those steps, the state holds only its own units.
-/// Replayed (`examples/python/replay_sweep.py`), rank 0 of the two-GPU job
-/// (`torch_ddp.py`) held 1.006-1.010 of its peak after its training steps
-/// with this rule and 1.055-1.067 without (live on two H100s: 1.006 and
-/// 1.059); variable-length inference 8 of 90 cases above 1.03 against 10,
-/// for 42 thousand backend calls against 27 (never padding: 5 of 90 and 101
-/// thousand; padding from 8192 frees: 5 of 90 and 62 thousand; padding only
-/// below the pool's high watermark: 12 of 90; exact groups for these
-/// growths instead of units: the two-GPU job 1.047-1.071). The price is
-/// driver calls in the first steps (GPT-2's whole trace 4612 against 1228;
-/// replayed on an H100, 5.2 µs per operation against 2.8) and one slower
-/// step where the first plan gives those units back one by one (the two-GPU
-/// job: 46-52 ms against 30-34). The same count as lending's
-/// ([`lend::AFTER_FREES`]).
-const PAD_AFTER_FREES: u64 = lend::AFTER_FREES;
+/// The heap's frees that make a run's *first steps*: in them a pool lends
+/// nothing (`lend.rs`) and pads no small growth to a whole group. Those
+/// steps make the run's long-lived state (weights, an optimizer's state,
+/// DDP's gradient buckets) while its first activations come and go.
+///
+/// - Lending then puts that state into loans scattered over the range,
+///   their homes shadowed between the blocks still there, and a training
+///   run's plan later finds its free runs split: recorded checkpointed
+///   training held 1.030-1.039 of its peak at the two shortest of five
+///   idle-release windows with lending from the start, 1.017-1.024 (as
+///   without lending) from 1000 or 2000 frees on, and variable-length
+///   inference the same either way.
+/// - A padded group keeps the state next to the activations' free memory,
+///   which then goes back only with the state (a group goes back whole,
+///   and CUDA and HIP lend none of a group's middle). Mapped unit by unit
+///   in those steps, the state holds only its own units. Replayed
+///   (`examples/python/replay_sweep.py`), rank 0 of the two-GPU job
+///   (`torch_ddp.py`) held 1.006-1.010 of its peak after its training
+///   steps with that and 1.055-1.067 padded from the start (live on two
+///   H100s: 1.006 and 1.059); variable-length inference 8 of 90 cases
+///   above 1.03 against 10, for 42 thousand backend calls against 27
+///   (never padding: 5 of 90 and 101 thousand; padding from 8192 frees: 5
+///   of 90 and 62 thousand; padding only below the pool's high watermark:
+///   12 of 90; exact groups for these growths instead of units: the
+///   two-GPU job 1.047-1.071). The price is driver calls in the first
+///   steps (GPT-2's whole trace 4612 against 1228; replayed on an H100,
+///   5.2 µs per operation against 2.8) and one slower step where the first
+///   plan gives those units back one by one (the two-GPU job: 46-52 ms
+///   against 30-34).
+const FIRST_STEPS: u64 = 2048;
 
 /// How many of the driver's granules make one of the pool's physical units
 /// (`HIPMEM_POOL_UNIT_GRANULES`, default 1: 2 MiB where the driver maps
@@ -494,6 +503,23 @@ fn unback_mapping(heap: &mut Heap, at: u64, len: u64) {
 fn unmap_and_release(calls: &CallCounts, vm: &dyn VirtualMemory, at: u64, size: u64, handle: u64) {
     let _ = vm.mem_unmap(DevicePtr(at), size);
     super::deferred::release_now(vm, calls, handle, size);
+}
+
+/// The index ranges of `spans` (address, length), in order, whose spans
+/// each start where the one before ends: one access call covers each (on a
+/// GPU setting access costs tens of microseconds a call).
+fn adjacent_runs(spans: &[(u64, u64)]) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < spans.len() {
+        let mut j = i + 1;
+        while j < spans.len() && spans[j].0 == spans[j - 1].0 + spans[j - 1].1 {
+            j += 1;
+        }
+        runs.push(i..j);
+        i = j;
+    }
+    runs
 }
 
 /// Gives every device the pool's access to `size` mapped bytes at `at`
@@ -1058,6 +1084,7 @@ impl PoolCore {
         let least_group = least_plain_group(group_min);
         let (mut plan, owners, lent) = {
             let mut heap = lock(&self.heap);
+            let first_steps = heap.frees() < FIRST_STEPS;
             let reserved = vr.physical_bytes();
             let holes: Vec<Hole> = heap
                 .unbacked_ranges_of(class)
@@ -1110,7 +1137,7 @@ impl PoolCore {
                 && !self.lending_refused.load(Ordering::Relaxed)
                 && !use_donors
                 && !arena
-                && heap.frees() >= lend::AFTER_FREES
+                && !first_steps
                 && plan.reuse.is_empty()
                 && !plan.new_granules.is_empty()
                 && !vr.groups.is_empty()
@@ -1169,14 +1196,14 @@ impl PoolCore {
             // it) and the hole has room: on a GPU a mapping under 64 MiB
             // costs twenty times as much per MiB, and the rest stays free
             // for the requests that follow. (Not in a run's first steps,
-            // [`PAD_AFTER_FREES`]; not for a plan's new piece, which is grown
+            // [`FIRST_STEPS`]; not for a plan's new piece, which is grown
             // exactly; not in a pool with a maxSize; in one with a size
             // limit, only where the whole group fits under it; not where
             // units were lent.)
             let least = group_min / g;
             let n = plan.new_granules.len() as u64;
             if !use_donors
-                && heap.frees() >= PAD_AFTER_FREES
+                && !first_steps
                 && lent.is_empty()
                 && !self.growth_is_exact()
                 && group_min > 0
@@ -1231,31 +1258,28 @@ impl PoolCore {
         if !loans_failed.is_empty() {
             plan.new_granules.sort_unstable();
         }
-        let mut i = 0;
-        while i < loans_made.len() {
-            let alias_end = |k: usize| {
-                let (a, w) = loans_made[k].0.loan.alias(loans_made[k].1);
-                a + w
-            };
-            let mut j = i + 1;
-            while j < loans_made.len() && loans_made[j].0.loan.alias(loans_made[j].1).0 == alias_end(j - 1) {
-                j += 1;
-            }
-            let start = loans_made[i].0.loan.alias(loans_made[i].1).0;
-            if let Err(e) = give_access(vm, &access, start, alias_end(j - 1) - start) {
-                for (s, at) in loans_made.drain(i..j) {
-                    let (alias, whole) = s.loan.alias(at);
-                    let _ = vm.mem_unmap(DevicePtr(alias), whole);
-                    loans_failed.push(s);
+        let spans: Vec<(u64, u64)> = loans_made.iter().map(|(s, at)| s.loan.alias(*at)).collect();
+        let mut kept = Vec::with_capacity(loans_made.len());
+        for run in adjacent_runs(&spans) {
+            let start = spans[run.start].0;
+            let (last, whole) = spans[run.end - 1];
+            match give_access(vm, &access, start, last + whole - start) {
+                Ok(()) => {
+                    for (s, _) in &loans_made[run.clone()] {
+                        CallCounts::add_bytes(&self.calls.bytes_lent, s.loan.len);
+                    }
+                    kept.extend_from_slice(&loans_made[run]);
                 }
-                failed.get_or_insert(e);
-                continue;
+                Err(e) => {
+                    for (&(alias, whole), &(s, _)) in spans[run.clone()].iter().zip(&loans_made[run]) {
+                        let _ = vm.mem_unmap(DevicePtr(alias), whole);
+                        loans_failed.push(s);
+                    }
+                    failed.get_or_insert(e);
+                }
             }
-            for (s, _) in &loans_made[i..j] {
-                CallCounts::add_bytes(&self.calls.bytes_lent, s.loan.len);
-            }
-            i = j;
         }
+        let loans_made = kept;
         if failed.is_some() {
             // Nothing new is made on a failed growth.
             plan.new_granules.clear();
@@ -1346,23 +1370,18 @@ impl PoolCore {
                     }
                 }
             }
-            let mut i = 0;
-            while i < fresh.len() {
-                let mut j = i + 1;
-                while j < fresh.len() && fresh[j].0 == fresh[j - 1].0 + g {
-                    j += 1;
-                }
-                let (start, len) = (fresh[i].0, (j - i) as u64 * g);
+            let spans: Vec<(u64, u64)> = fresh.iter().map(|&(at, _)| (at, g)).collect();
+            for run in adjacent_runs(&spans) {
+                let (start, len) = (fresh[run.start].0, run.len() as u64 * g);
                 match give_access(vm, &access, start, len) {
-                    Ok(()) => mapped.extend(fresh[i..j].iter().map(|&(at, pid)| (at, pid, true))),
+                    Ok(()) => mapped.extend(fresh[run].iter().map(|&(at, pid)| (at, pid, true))),
                     Err(e) => {
-                        for &(at, pid) in &fresh[i..j] {
+                        for &(at, pid) in &fresh[run] {
                             unmap_and_release(&self.calls, vm, at, g, pid);
                         }
                         failed.get_or_insert(e);
                     }
                 }
-                i = j;
             }
         }
         let now = vr.tick();

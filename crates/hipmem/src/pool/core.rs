@@ -130,9 +130,9 @@ pub(crate) struct PoolCore {
     /// Whether the pool has lent a group's units (`lend.rs`): the slow path
     /// then sends wholly free loans home first.
     pub(super) lending: AtomicBool,
-    /// Whether the backend refused to map a group's units at an offset
-    /// (a driver that maps physical allocations only from their start):
-    /// the pool then lends nothing.
+    /// Whether the backend refused to map a second alias of a group (a
+    /// lent group's units are used through one, `lend.rs`): the pool then
+    /// lends nothing.
     pub(super) lending_refused: AtomicBool,
     /// Idle release (`release.rs`): the window in milliseconds (0: off) and
     /// what the pool needed in the current and the last window.

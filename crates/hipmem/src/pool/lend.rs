@@ -28,8 +28,9 @@
 //!   below it, memory held does not count, and each loan costs a mapping
 //!   (replayed: 27 332 backend calls over the 90 variable-length cases
 //!   against 25 776 without lending; lending at every growth, 164 thousand).
-//! - Only after the pool's first [`AFTER_FREES`] frees, and only memory
-//!   whose frees are known complete (global free).
+//! - Only after the pool's first steps (its heap's first 2048 frees,
+//!   `FIRST_STEPS` in `backing.rs`, where the measurements are), and only
+//!   memory whose frees are known complete (global free).
 //! - The slow path sends wholly free loans home with no driver call (home
 //!   unshadowed, the loan shadowed); the release paths unmap loans with no
 //!   unit in use, and a group goes back when every unit is free where it is
@@ -42,17 +43,6 @@
 /// Most wholly free groups one growth takes (each an alias, a mapping
 /// call).
 pub const MOST_SOURCES: usize = 16;
-
-/// The heap's frees before which a pool lends nothing. A run's first steps
-/// make its long-lived state (weights, an optimizer's state) while its
-/// first activations come and go; units lent then end up holding that
-/// state in loans scattered over the range, their homes shadowed between
-/// the blocks still there, and a training run's plan later finds its free
-/// runs split: recorded checkpointed training held 1.030-1.039 of its peak
-/// at the two shortest of five idle-release windows with lending from the
-/// start, 1.017-1.024 (as without lending) from 1000 or 2000 frees on, and
-/// variable-length inference the same either way.
-pub const AFTER_FREES: u64 = 2048;
 
 /// Units of a group used at another address: the loan's (the key of
 /// `VirtualRange::loans`). The driver maps a physical allocation only

@@ -460,33 +460,31 @@ impl MemPool {
     }
 
     /// Turns zone placement on or off (off by default; hipmem's PyTorch
-    /// interface turns it on with `HIPMEM_TORCH_ZONE=1`). The pool learns, by counting allocations
-    /// from each step's largest block, which blocks will be live when the
-    /// next step's largest block comes, packs those together in their own
-    /// part of its address range (lowest address first) with the largest
-    /// block right after them, and gives wholly free memory back before it
-    /// grows. Until the step length repeats, blocks allocated in a run (no
-    /// free between them: weights, an optimizer's state) are packed there
-    /// too. A workload whose steps have the same allocations in the same
-    /// order but different sizes (variable-length inference) then holds its
-    /// peak with nothing free beside the blocks live at it, and a training
-    /// run's plan is laid out with no long-lived block pinning memory
-    /// beside it: replayed over the 22 committed recordings at five
-    /// idle-release windows, at most 1.024 of the peak live bytes after the
-    /// warm-up, against 1.063 with it off (`examples/python/replay_sweep.py
-    /// --zone`, and without). It costs a lock per allocation and free, the
-    /// slow path for the blocks it packs, about 40% more driver calls, and
-    /// where the peak moves between steps, memory unmapped and mapped again
-    /// before growths (variable-length inference's steps on an H100:
-    /// 1.16-1.32× native's, 0.92-0.94× without it); and a run whose first
-    /// steps or later phases allocate differently may hold more at its
-    /// peak (a two-GPU data-parallel job: 1.18-1.27 of its peak used bytes
-    /// with it, 1.107 without), so it is off by default. Turning it off
-    /// forgets what was learned; a move
-    /// budget set later turns it off. InvalidValue for a pool that is not
-    /// hipmem's own (the driver's, an imported one); NotSupported for one
-    /// that is not on virtual memory, may move memory (a move budget) or is
-    /// made for sharing.
+    /// interface turns it on with `HIPMEM_TORCH_ZONE=1`). The pool learns, by
+    /// counting allocations from each step's largest block, which blocks will
+    /// be live when the next step's largest block comes, packs those together
+    /// in their own part of its address range (lowest address first) with the
+    /// largest block right after them, and gives wholly free memory back before
+    /// it grows. Until the step length repeats, blocks allocated in a run (no
+    /// free between them: weights, an optimizer's state) are packed there too.
+    /// A workload whose steps have the same allocations in the same order but
+    /// different sizes (variable-length inference) then holds its peak with
+    /// nothing free beside the blocks live at it, and a training run's plan is
+    /// laid out with no long-lived block pinning memory beside it: replayed
+    /// over the 22 committed recordings at five idle-release windows, at most
+    /// 1.024 of the peak live bytes after the warm-up, against 1.063 with it
+    /// off (`examples/python/replay_sweep.py --zone`, and without). It costs a
+    /// lock per allocation and free, the slow path for the blocks it packs,
+    /// about 40% more driver calls, and where the peak moves between steps,
+    /// memory unmapped and mapped again before growths (variable-length
+    /// inference's steps on an H100: 1.16-1.32× native's, 0.92-0.94× without
+    /// it); and a run whose first steps or later phases allocate differently
+    /// may hold more at its peak (a two-GPU data-parallel job: 1.18-1.27 of its
+    /// peak used bytes with it, 1.107 without), so it is off by default.
+    /// Turning it off forgets what was learned; a move budget set later turns
+    /// it off. InvalidValue for a pool that is not hipmem's own (the driver's,
+    /// an imported one); NotSupported for one that is not on virtual memory,
+    /// may move memory (a move budget) or is made for sharing.
     pub fn set_zone_placement(&self, on: bool) -> Result<()> {
         let core = self.own("place blocks by zones")?;
         if on {

@@ -564,18 +564,7 @@ impl Heap {
     /// free memory (it was just mapped), coalescing with free neighbours.
     /// Returns false if the range is not unbacked.
     pub fn back(&mut self, addr: u64, size: u64) -> bool {
-        let Some(i) = self.run_holding(addr) else { return false };
-        let b = *self.node(i);
-        if b.state != State::Unbacked || addr + size > b.addr + b.size || size == 0 {
-            return false;
-        }
-        let mut m = i;
-        if addr > b.addr {
-            m = self.split(i, addr - b.addr);
-        }
-        if addr + size < b.addr + b.size {
-            self.split(m, size);
-        }
+        let Some(m) = self.cut_out(addr, size, State::Unbacked) else { return false };
         self.set_state(m, State::Allocated);
         self.node_mut(m).freed = 0;
         self.allocated += size;
@@ -588,10 +577,20 @@ impl Heap {
     /// address: never free, so never handed out or absorbed by a
     /// neighbour). Returns false if the range is not unbacked.
     pub fn back_shadowed(&mut self, addr: u64, size: u64) -> bool {
-        let Some(i) = self.run_holding(addr) else { return false };
+        let Some(m) = self.cut_out(addr, size, State::Unbacked) else { return false };
+        self.set_state(m, State::Shadowed);
+        self.node_mut(m).freed = 0;
+        true
+    }
+
+    /// Splits the run in `state` (unbacked or shadowed: kept in no free
+    /// index) that holds `[addr, addr + size)` around it. Returns the
+    /// range's block, or None if no such run holds all of it.
+    fn cut_out(&mut self, addr: u64, size: u64, state: State) -> Option<u32> {
+        let i = self.run_holding(addr)?;
         let b = *self.node(i);
-        if b.state != State::Unbacked || addr + size > b.addr + b.size || size == 0 {
-            return false;
+        if b.state != state || size == 0 || addr + size > b.addr + b.size {
+            return None;
         }
         let mut m = i;
         if addr > b.addr {
@@ -600,9 +599,7 @@ impl Heap {
         if addr + size < b.addr + b.size {
             self.split(m, size);
         }
-        self.set_state(m, State::Shadowed);
-        self.node_mut(m).freed = 0;
-        true
+        Some(m)
     }
 
     /// Frees so far: the clock of [`Heap::global_free_run`].
@@ -692,19 +689,7 @@ impl Heap {
     /// [`Heap::unshadow`] for `[addr, addr + size)` inside one shadowed
     /// block, which is split around it first (the rest stays shadowed).
     pub fn unshadow_part(&mut self, addr: u64, size: u64) -> bool {
-        let Some(i) = self.run_holding(addr) else { return false };
-        let b = *self.node(i);
-        if b.state != State::Shadowed || size == 0 || addr + size > b.addr + b.size {
-            return false;
-        }
-        let mut m = i;
-        if addr > b.addr {
-            m = self.split(i, addr - b.addr);
-        }
-        if addr + size < b.addr + b.size {
-            self.split(m, size);
-        }
-        self.unshadow(addr, size)
+        self.cut_out(addr, size, State::Shadowed).is_some() && self.unshadow(addr, size)
     }
 
     /// Whether `[addr, addr + size)` lies inside one shadowed block.

@@ -419,7 +419,9 @@ fn chunk_ops(rt: &Runtime, g: u64, chunk: u64, total: u64, slice: u64) -> Result
     let t = Instant::now();
     let mut handles = Vec::new();
     for i in 0..n {
-        let h = vm.mem_create(0, chunk, 0)?;
+        // Mapped whole: one driver allocation (cuda and hip cut a small
+        // allocation per granule otherwise, to map it at any offset).
+        let h = if slice == chunk { vm.mem_create_whole(0, chunk, 0)? } else { vm.mem_create(0, chunk, 0)? };
         handles.push(h);
         for off in (0..chunk).step_by(slice as usize) {
             let at = DevicePtr(a.0 + i * chunk + off);

@@ -191,8 +191,13 @@ pub struct PoolResult {
     /// segments made and given back) of the timed pass.
     pub backend_calls: Option<u64>,
     /// The same in the second half of the trace (a repeating workload's
-    /// steady state).
+    /// steady state), made on the replaying thread: the pool's release
+    /// worker gives memory back off it (`pool/deferred.rs`), delaying no
+    /// operation, and its releases are counted apart.
     pub backend_calls_second_half: Option<u64>,
+    /// hipmem's pools: of [`PoolResult::backend_calls`], the releases the
+    /// pool's release worker made, off the replaying thread.
+    pub backend_releases_on_worker: Option<u64>,
     /// Most reserved bytes in the trace's second half (peaks reset at its
     /// midpoint, as a measurement after a warm-up is).
     pub peak_reserved_second_half: u64,
@@ -342,6 +347,7 @@ struct Pass {
     elapsed_second_half: Duration,
     calls: Option<u64>,
     calls_second_half: Option<u64>,
+    releases_on_worker: Option<u64>,
     failures: u64,
     first_failure: Option<String>,
     series: Vec<(u32, u64)>,
@@ -404,8 +410,13 @@ fn pass(
     let mut late_free = None;
     let mut layout = None;
     let peak_op = w.peak_op.unwrap_or(usize::MAX);
+    // (On the replaying thread: the release worker's releases apart.)
     let calls = || match &target {
-        Target::Pool(pool) => pool.backend_calls().map(|c| c.total()),
+        Target::Pool(pool) => pool.backend_calls().map(|c| c.on_callers()),
+        Target::Malloc { .. } => None,
+    };
+    let on_worker = || match &target {
+        Target::Pool(pool) => pool.backend_calls().map(|c| c.released_on_worker),
         Target::Malloc { .. } => None,
     };
     let mut calls_at_half = None;
@@ -528,7 +539,7 @@ fn pass(
         (in_calls, in_calls - in_calls_at_half)
     };
     let profile = (slowest > 0).then(|| profile_of(w, timed_ops, half, slowest));
-    let calls_at_end = calls();
+    let (calls_at_end, releases_on_worker) = (calls(), on_worker());
     let plan = match &target {
         Target::Pool(pool) if kind.is_hipmem() => Some(pool.plan_counts()),
         _ => None,
@@ -551,8 +562,9 @@ fn pass(
     Ok(Pass {
         elapsed,
         elapsed_second_half,
-        calls: calls_at_end,
+        calls: calls_at_end.zip(releases_on_worker).map(|(c, w)| c + w),
         calls_second_half,
+        releases_on_worker,
         failures,
         first_failure,
         series,
@@ -676,6 +688,7 @@ pub fn replay(
         pool_used_high_bytes: sampled.used_high,
         backend_calls: timed.calls,
         backend_calls_second_half: timed.calls_second_half,
+        backend_releases_on_worker: timed.releases_on_worker,
         peak_reserved_second_half: sampled.late_reserved,
         peak_live_second_half: sampled.late_live,
         reserved_over_live_second_half: if sampled.late_live == 0 {

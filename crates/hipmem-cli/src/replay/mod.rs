@@ -281,7 +281,10 @@ fn run_sweep(
 /// ("-" for an allocator that does not count them).
 pub(crate) fn calls_cell(p: &PoolResult) -> String {
     match (p.backend_calls, p.backend_calls_second_half) {
-        (Some(all), Some(late)) => format!("{all} ({late} late)"),
+        (Some(all), Some(late)) => match p.backend_releases_on_worker {
+            Some(w) if w > 0 => format!("{all} ({late} late, {w} worker)"),
+            _ => format!("{all} ({late} late)"),
+        },
         _ => "-".into(),
     }
 }
@@ -344,7 +347,7 @@ fn print_table(r: &ReplayReport, w: &Workload) {
             format!("operation {} (--late-from)", r.late_from_op)
         };
         println!(
-            "second half, late t/op: peak reserved / peak live, and time per operation, in the trace's second half (peaks reset at {from}, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half)"
+            "second half, late t/op: peak reserved / peak live, and time per operation, in the trace's second half (peaks reset at {from}, as after a warm-up)\nbackend calls: hipmem's maps, unmaps and physical allocations in the timed pass (late: in the trace's second half, on the replaying thread; worker: releases the pool's release worker made off it)"
         );
     }
     if let Some(ms) = r.pools.iter().find_map(|p| p.idle_release_ms) {

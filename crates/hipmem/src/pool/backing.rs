@@ -398,10 +398,15 @@ impl Backing {
 }
 
 /// The least a pool that only grows maps in one call by default: 128 MiB.
-/// A GPU's mapping costs fall twenty-fold from 64 MiB up (on an H100, about
-/// 1 µs per MiB for a mapping of 64 MiB or more, about 25 for one of up to
-/// 32 MiB; `hipmem bench vmm`, `chunk_ops`), but a group goes back only
-/// whole: a long-lived block in it keeps all of it. Replayed on an H100,
+/// On an H100 creating, mapping and giving access to one physical
+/// allocation costs about 55 µs whatever its size (`hipmem bench vmm`,
+/// `chunk_ops`: 25 µs per MiB at 2 MiB, 6.6 at 8, 1.8 at 32, 0.7 at 128),
+/// so a group costs what one unit does, but a group goes back only whole:
+/// a long-lived block in it keeps all of it. (These thresholds were chosen
+/// when the cuda backend still cut an allocation of up to 32 MiB into one
+/// driver allocation per granule, [`VirtualMemory::mem_create_whole`],
+/// and mappings under 64 MiB cost twenty times as much per MiB; the memory
+/// figures below do not depend on it.) Replayed on an H100,
 /// five PyTorch runs' second halves hold 1.005–1.014× their peak with
 /// 128 MiB groups of 2 MiB units (1.005–1.023× with growths of 64 MiB
 /// grouped too, [`least_plain_group`]), against 1.006–1.059× with 64 MiB
@@ -410,7 +415,7 @@ impl Backing {
 pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 128 << 20;
 
 /// The least growth mapped in groups as it is, without padding: half the
-/// growth mapping (64 MiB by default, where a GPU's mapping cost falls).
+/// growth mapping (64 MiB by default).
 /// A growth between the two was mapped unit by unit and its units given
 /// back one by one when a plan started: on the recorded checkpointed and
 /// CNN training runs (replayed on the CPU backend) 930 and 780 driver calls
@@ -1193,8 +1198,8 @@ impl PoolCore {
             }
             // A growth of fewer new units than one group maps a whole group
             // where the pool is large enough (a group is at most 1/8 of
-            // it) and the hole has room: on a GPU a mapping under 64 MiB
-            // costs twenty times as much per MiB, and the rest stays free
+            // it) and the hole has room: one driver allocation instead of
+            // one per unit (about 55 µs each on an H100), and the rest stays free
             // for the requests that follow. (Not in a run's first steps,
             // [`FIRST_STEPS`]; not for a plan's new piece, which is grown
             // exactly; not in a pool with a maxSize; in one with a size
@@ -1685,14 +1690,14 @@ impl PoolCore {
                 // Queued to go back and not gone yet: mapped again instead.
                 Some(handle) => handle,
                 None => {
-                    let created = match vm.mem_create(self.device, size, self.props.handle_types) {
+                    let created = match vm.mem_create_whole(self.device, size, self.props.handle_types) {
                         // Memory still queued to go back may be what the
                         // device lacks: once it has gone, try again.
                         Err(Error::OutOfMemory(_))
                             if self.deferred.queued_bytes() > 0 || self.deferred.busy() =>
                         {
                             self.deferred.wait_empty();
-                            vm.mem_create(self.device, size, self.props.handle_types)
+                            vm.mem_create_whole(self.device, size, self.props.handle_types)
                         }
                         other => other,
                     };

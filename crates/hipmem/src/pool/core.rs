@@ -523,6 +523,7 @@ pub(super) struct CallCounts {
     pub(super) bytes_created: AtomicU64,
     pub(super) bytes_released: AtomicU64,
     pub(super) bytes_lent: AtomicU64,
+    pub(super) released_on_worker: AtomicU64,
 }
 
 impl CallCounts {
@@ -547,6 +548,7 @@ impl CallCounts {
             bytes_created: r(&self.bytes_created),
             bytes_lent: r(&self.bytes_lent),
             bytes_released: r(&self.bytes_released),
+            released_on_worker: r(&self.released_on_worker),
         }
     }
 }

@@ -103,10 +103,10 @@ impl Deferred {
         drop(st);
         let shared = Arc::clone(&self.shared);
         let started =
-            std::thread::Builder::new().name("hipmem-release".into()).spawn(move || shared.work(GRACE));
+            std::thread::Builder::new().name("hipmem-release".into()).spawn(move || shared.work(GRACE, true));
         if let Err(e) = started {
             tracing::debug!(target: "hipmem::pool", "no release thread ({e}): giving memory back on the caller's thread");
-            self.shared.work(std::time::Duration::ZERO);
+            self.shared.work(std::time::Duration::ZERO, false);
         }
     }
 
@@ -141,7 +141,7 @@ impl Deferred {
         if !st.worker && !st.queue.is_empty() {
             st.worker = true;
             drop(st);
-            self.shared.work(std::time::Duration::ZERO);
+            self.shared.work(std::time::Duration::ZERO, false);
             return;
         }
         if st.worker {
@@ -155,8 +155,9 @@ impl Deferred {
 }
 
 impl Shared {
-    /// The worker: gives back what is queued, oldest first, until nothing is.
-    fn work(&self, grace: std::time::Duration) {
+    /// The worker: gives back what is queued, oldest first, until nothing
+    /// is (`on_worker`: on the worker thread, counted apart).
+    fn work(&self, grace: std::time::Duration, on_worker: bool) {
         let deadline = std::time::Instant::now() + grace;
         let mut st = lock(&self.state);
         while !st.hurried && !grace.is_zero() {
@@ -184,7 +185,9 @@ impl Shared {
                 }
             };
             if let Some(vm) = self.backend.virtual_memory() {
-                release_now(vm, &self.calls, next.0, next.1);
+                if release_now(vm, &self.calls, next.0, next.1) && on_worker {
+                    CallCounts::add(&self.calls.released_on_worker);
+                }
             }
         }
     }
@@ -202,14 +205,18 @@ const GRACE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Gives back the unmapped physical allocation `handle` of `len` bytes now,
 /// counted in `calls`; a failure is logged (the memory is lost to the pool
-/// either way).
-pub(super) fn release_now(vm: &dyn VirtualMemory, calls: &CallCounts, handle: u64, len: u64) {
+/// either way). Returns whether it went.
+pub(super) fn release_now(vm: &dyn VirtualMemory, calls: &CallCounts, handle: u64, len: u64) -> bool {
     match vm.mem_release(handle) {
         Ok(()) => {
             CallCounts::add(&calls.granules_released);
             CallCounts::add_bytes(&calls.bytes_released, len);
+            true
         }
-        Err(e) => tracing::warn!(target: "hipmem", "releasing pool memory failed: {e}"),
+        Err(e) => {
+            tracing::warn!(target: "hipmem", "releasing pool memory failed: {e}");
+            false
+        }
     }
 }
 
@@ -254,6 +261,8 @@ mod tests {
         assert_eq!(d.take(2 * MIB), None, "everything went back");
         let snap = calls.snapshot();
         assert_eq!((snap.granules_released, snap.bytes_released), (3, 10 * MIB));
+        assert_eq!(snap.released_on_worker, 3, "on the worker thread, counted apart");
+        assert_eq!(snap.on_callers(), 0);
         let vm = backend.virtual_memory().unwrap();
         assert!(vm.mem_release(handles[0].0).is_err(), "given back already");
         vm.mem_release(handles[1].0).expect("the allocation taken back is still live");
@@ -270,7 +279,9 @@ mod tests {
         assert!(!d.busy());
         d.wait_empty();
         assert_eq!(d.queued_bytes(), 0);
-        assert_eq!(calls.snapshot().bytes_released, 4 * MIB);
+        let snap = calls.snapshot();
+        assert_eq!(snap.bytes_released, 4 * MIB);
+        assert_eq!((snap.released_on_worker, snap.on_callers()), (0, 2), "on the waiting thread");
     }
 
     /// Batches queued while the worker runs go back with it; an empty

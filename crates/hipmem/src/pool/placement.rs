@@ -851,7 +851,7 @@ impl Heap {
     /// Best fit that keeps wholly free groups whole: among the free blocks
     /// of `class` of at least `want` bytes that `stream` may take at once
     /// (global ones and its own pending ones), the smallest, within the
-    /// [`GROUP_KEEPING_CANDIDATES`] smallest of each kind, where a block of
+    /// `GROUP_KEEPING_CANDIDATES` smallest of each kind, where a block of
     /// `want` bytes fits at the start or at the end without taking part of a
     /// group that is wholly free (it may fill one). Returns the address to
     /// take the block at ([`Heap::take_range`]); None where no group is

@@ -155,6 +155,10 @@ pub struct BackendCalls {
     /// Bytes of groups' free units mapped under a growth instead of created
     /// (a group goes back only whole; its free units are lent, `lend.rs`).
     pub bytes_lent: u64,
+    /// Of the granules released, those the pool's release worker gave back
+    /// off the allocating thread (idle release and a plan's start unmap
+    /// there and queue the physical memory: `pool/deferred.rs`).
+    pub released_on_worker: u64,
 }
 
 impl BackendCalls {
@@ -166,6 +170,12 @@ impl BackendCalls {
             + self.granules_released
             + self.maps
             + self.unmaps
+    }
+
+    /// The calls made on the threads that allocate, free, synchronize or
+    /// trim: [`BackendCalls::total`] but the release worker's.
+    pub fn on_callers(&self) -> u64 {
+        self.total() - self.released_on_worker
     }
 }
 

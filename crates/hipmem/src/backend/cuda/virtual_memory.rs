@@ -18,7 +18,8 @@
 //!   from the start, so any mapping works at any time (cost: up to
 //!   [`EAGER_PIECES`] `cuMemCreate`s, and one `cuMemMap` / `cuMemUnmap` per
 //!   granule mapped);
-//! - larger, or exportable: one piece (a 16 GiB chunk of a GrowableBuffer is
+//! - larger, exportable, or made by `mem_create_whole` (a pool's groups,
+//!   which it maps only whole): one piece (a 16 GiB chunk of a GrowableBuffer is
 //!   one driver allocation). The first mapping that does not map it whole
 //!   at offset 0 cuts it into one piece per granule, if nothing can have
 //!   seen its memory yet (never mapped, exported or imported): the new pieces
@@ -164,8 +165,10 @@ pub(super) struct CudaVmm {
 }
 
 /// The piece sizes an allocation of `size` bytes starts with.
-fn initial_piece_len(size: u64, granularity: u64, handle_types: u32) -> u64 {
-    if handle_types == 0 && size / granularity <= EAGER_PIECES { granularity } else { size }
+/// (`whole`: an allocation its caller maps only whole, from offset 0,
+/// [`VirtualMemory::mem_create_whole`]: one piece.)
+fn initial_piece_len(size: u64, granularity: u64, handle_types: u32, whole: bool) -> u64 {
+    if !whole && handle_types == 0 && size / granularity <= EAGER_PIECES { granularity } else { size }
 }
 
 /// `[0, size)` cut into pieces of `piece` bytes (the last may be shorter).
@@ -328,6 +331,30 @@ impl CudaBackend {
     }
 }
 
+impl CudaBackend {
+    /// A physical allocation of `size` bytes, in pieces as
+    /// [`initial_piece_len`] cuts them (`whole`:
+    /// [`VirtualMemory::mem_create_whole`]).
+    fn create_physical(&self, device: usize, size: u64, handle_types: u32, whole: bool) -> Result<u64> {
+        let v = self.vmm()?;
+        let g = self.granularity(device, false)?;
+        if size == 0 || g == 0 || size % g != 0 {
+            return Err(Error::InvalidValue(format!(
+                "physical allocation size {size} is not a nonzero multiple of the granularity {g}"
+            )));
+        }
+        let piece = initial_piece_len(size, g, handle_types, whole);
+        let pieces = self.create_pieces(v, device, size, piece, handle_types)?;
+        let mut state = lock(&self.vmm.state);
+        state.next_id += 1;
+        let id = ID_BASE + state.next_id * ID_STEP;
+        state
+            .physical
+            .insert(id, Physical { device, size, handle_types, pieces, refs: 1, maps: 0, fixed: false });
+        Ok(id)
+    }
+}
+
 impl VirtualMemory for CudaBackend {
     fn granularity(&self, device: usize, recommended: bool) -> Result<u64> {
         let dev = self.device(device)?;
@@ -341,22 +368,11 @@ impl VirtualMemory for CudaBackend {
     }
 
     fn mem_create(&self, device: usize, size: u64, handle_types: u32) -> Result<u64> {
-        let v = self.vmm()?;
-        let g = self.granularity(device, false)?;
-        if size == 0 || g == 0 || size % g != 0 {
-            return Err(Error::InvalidValue(format!(
-                "physical allocation size {size} is not a nonzero multiple of the granularity {g}"
-            )));
-        }
-        let piece = initial_piece_len(size, g, handle_types);
-        let pieces = self.create_pieces(v, device, size, piece, handle_types)?;
-        let mut state = lock(&self.vmm.state);
-        state.next_id += 1;
-        let id = ID_BASE + state.next_id * ID_STEP;
-        state
-            .physical
-            .insert(id, Physical { device, size, handle_types, pieces, refs: 1, maps: 0, fixed: false });
-        Ok(id)
+        self.create_physical(device, size, handle_types, false)
+    }
+
+    fn mem_create_whole(&self, device: usize, size: u64, handle_types: u32) -> Result<u64> {
+        self.create_physical(device, size, handle_types, true)
     }
 
     fn mem_release(&self, handle: u64) -> Result<()> {
@@ -691,12 +707,18 @@ mod tests {
 
     #[test]
     fn small_plain_allocations_are_cut_into_granules_others_are_one_piece() {
-        assert_eq!(initial_piece_len(G, G, 0), G);
-        assert_eq!(initial_piece_len(2 * G, G, 0), G);
-        assert_eq!(initial_piece_len(EAGER_PIECES * G, G, 0), G);
-        assert_eq!(initial_piece_len((EAGER_PIECES + 1) * G, G, 0), (EAGER_PIECES + 1) * G);
-        assert_eq!(initial_piece_len(8 << 30, G, 0), 8 << 30, "a 8 GiB chunk is one driver allocation");
-        assert_eq!(initial_piece_len(2 * G, G, HANDLE_TYPE_POSIX_FD), 2 * G, "exportable: one piece");
+        assert_eq!(initial_piece_len(G, G, 0, false), G);
+        assert_eq!(initial_piece_len(2 * G, G, 0, false), G);
+        assert_eq!(initial_piece_len(EAGER_PIECES * G, G, 0, false), G);
+        assert_eq!(initial_piece_len((EAGER_PIECES + 1) * G, G, 0, false), (EAGER_PIECES + 1) * G);
+        assert_eq!(
+            initial_piece_len(8 << 30, G, 0, false),
+            8 << 30,
+            "a 8 GiB chunk is one driver allocation"
+        );
+        assert_eq!(initial_piece_len(2 * G, G, HANDLE_TYPE_POSIX_FD, false), 2 * G, "exportable: one piece");
+        assert_eq!(initial_piece_len(2 * G, G, 0, true), 2 * G, "mapped only whole: one piece");
+        assert_eq!(initial_piece_len(EAGER_PIECES * G, G, 0, true), EAGER_PIECES * G);
         assert_eq!(tiling(3 * G, G), vec![(0, G), (G, G), (2 * G, G)]);
         assert_eq!(tiling(3 * G, 3 * G), vec![(0, 3 * G)]);
         assert!(tiling(0, G).is_empty());

@@ -16,7 +16,8 @@
 //!
 //! - up to [`EAGER_PIECES`] granules, not exportable: one piece per granule
 //!   from the start, so any mapping works at any time;
-//! - larger, or exportable: one piece. The first mapping that does not map
+//! - larger, exportable, or made by `mem_create_whole` (a pool's groups,
+//!   which it maps only whole): one piece. The first mapping that does not map
 //!   it whole at offset 0 cuts it into one piece per granule, if nothing can
 //!   have seen its memory yet (never mapped, exported or imported): the new
 //!   pieces are made before the old one is released. Once "fixed", a mapping
@@ -109,8 +110,10 @@ pub(super) struct HipVmm {
 }
 
 /// The piece size an allocation of `size` bytes starts with.
-fn initial_piece_len(size: u64, granularity: u64, handle_types: u32) -> u64 {
-    if handle_types == 0 && size / granularity <= EAGER_PIECES { granularity } else { size }
+/// (`whole`: an allocation its caller maps only whole, from offset 0,
+/// [`VirtualMemory::mem_create_whole`]: one piece.)
+fn initial_piece_len(size: u64, granularity: u64, handle_types: u32, whole: bool) -> u64 {
+    if !whole && handle_types == 0 && size / granularity <= EAGER_PIECES { granularity } else { size }
 }
 
 /// `[0, size)` cut into pieces of `piece` bytes (the last may be shorter).
@@ -294,12 +297,11 @@ impl HipBackend {
     }
 }
 
-impl VirtualMemory for HipBackend {
-    fn granularity(&self, device: usize, recommended: bool) -> Result<u64> {
-        self.vmm_granularity(device, recommended)
-    }
-
-    fn mem_create(&self, device: usize, size: u64, handle_types: u32) -> Result<u64> {
+impl HipBackend {
+    /// A physical allocation of `size` bytes, in pieces as
+    /// [`initial_piece_len`] cuts them (`whole`:
+    /// [`VirtualMemory::mem_create_whole`]).
+    fn create_physical(&self, device: usize, size: u64, handle_types: u32, whole: bool) -> Result<u64> {
         let v = self.vmm()?;
         let g = self.vmm_granularity(device, false)?;
         if size == 0 || g == 0 || size % g != 0 {
@@ -307,7 +309,7 @@ impl VirtualMemory for HipBackend {
                 "physical allocation size {size} is not a nonzero multiple of the granularity {g}"
             )));
         }
-        let piece = initial_piece_len(size, g, handle_types);
+        let piece = initial_piece_len(size, g, handle_types, whole);
         let pieces = self.create_pieces(v, device, size, piece, handle_types)?;
         let mut state = lock(&self.vmm.state);
         let id = Self::new_id(&mut state);
@@ -315,6 +317,20 @@ impl VirtualMemory for HipBackend {
             .physical
             .insert(id, Physical { device, size, handle_types, pieces, refs: 1, maps: 0, fixed: false });
         Ok(id)
+    }
+}
+
+impl VirtualMemory for HipBackend {
+    fn granularity(&self, device: usize, recommended: bool) -> Result<u64> {
+        self.vmm_granularity(device, recommended)
+    }
+
+    fn mem_create(&self, device: usize, size: u64, handle_types: u32) -> Result<u64> {
+        self.create_physical(device, size, handle_types, false)
+    }
+
+    fn mem_create_whole(&self, device: usize, size: u64, handle_types: u32) -> Result<u64> {
+        self.create_physical(device, size, handle_types, true)
     }
 
     fn mem_release(&self, id: u64) -> Result<()> {
@@ -659,10 +675,12 @@ mod tests {
 
     #[test]
     fn small_plain_allocations_are_cut_into_granules_others_are_one_piece() {
-        assert_eq!(initial_piece_len(G, G, 0), G);
-        assert_eq!(initial_piece_len(EAGER_PIECES * G, G, 0), G);
-        assert_eq!(initial_piece_len((EAGER_PIECES + 1) * G, G, 0), (EAGER_PIECES + 1) * G);
-        assert_eq!(initial_piece_len(2 * G, G, HANDLE_TYPE_POSIX_FD), 2 * G, "exportable: one piece");
+        assert_eq!(initial_piece_len(G, G, 0, false), G);
+        assert_eq!(initial_piece_len(EAGER_PIECES * G, G, 0, false), G);
+        assert_eq!(initial_piece_len((EAGER_PIECES + 1) * G, G, 0, false), (EAGER_PIECES + 1) * G);
+        assert_eq!(initial_piece_len(2 * G, G, HANDLE_TYPE_POSIX_FD, false), 2 * G, "exportable: one piece");
+        assert_eq!(initial_piece_len(2 * G, G, 0, true), 2 * G, "mapped only whole: one piece");
+        assert_eq!(initial_piece_len(EAGER_PIECES * G, G, 0, true), EAGER_PIECES * G);
         assert_eq!(tiling(3 * G, G), vec![(0, G), (G, G), (2 * G, G)]);
         assert!(tiling(0, G).is_empty());
     }

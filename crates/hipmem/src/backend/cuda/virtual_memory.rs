@@ -329,9 +329,7 @@ impl CudaBackend {
         *ranges = left;
         first
     }
-}
 
-impl CudaBackend {
     /// A physical allocation of `size` bytes, in pieces as
     /// [`initial_piece_len`] cuts them (`whole`:
     /// [`VirtualMemory::mem_create_whole`]).

@@ -295,9 +295,7 @@ impl HipBackend {
         state.next_id += 1;
         ID_BASE + state.next_id * ID_STEP
     }
-}
 
-impl HipBackend {
     /// A physical allocation of `size` bytes, in pieces as
     /// [`initial_piece_len`] cuts them (`whole`:
     /// [`VirtualMemory::mem_create_whole`]).

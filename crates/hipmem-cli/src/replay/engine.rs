@@ -411,14 +411,11 @@ fn pass(
     let mut layout = None;
     let peak_op = w.peak_op.unwrap_or(usize::MAX);
     // (On the replaying thread: the release worker's releases apart.)
-    let calls = || match &target {
-        Target::Pool(pool) => pool.backend_calls().map(|c| c.on_callers()),
+    let snapshot = || match &target {
+        Target::Pool(pool) => pool.backend_calls(),
         Target::Malloc { .. } => None,
     };
-    let on_worker = || match &target {
-        Target::Pool(pool) => pool.backend_calls().map(|c| c.released_on_worker),
-        Target::Malloc { .. } => None,
-    };
+    let calls = || snapshot().map(|c| c.on_callers());
     let mut calls_at_half = None;
     let mut at_half = None;
     let mut used_high_first_half = 0;
@@ -539,7 +536,9 @@ fn pass(
         (in_calls, in_calls - in_calls_at_half)
     };
     let profile = (slowest > 0).then(|| profile_of(w, timed_ops, half, slowest));
-    let (calls_at_end, releases_on_worker) = (calls(), on_worker());
+    let at_end = snapshot();
+    let (calls_at_end, releases_on_worker) =
+        (at_end.map(|c| c.on_callers()), at_end.map(|c| c.released_on_worker));
     let plan = match &target {
         Target::Pool(pool) if kind.is_hipmem() => Some(pool.plan_counts()),
         _ => None,

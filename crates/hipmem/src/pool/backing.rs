@@ -1119,7 +1119,7 @@ impl PoolCore {
             // Out of the free space until the block is taken: the runs it
             // joins, and the granules it takes over (their old addresses).
             // (Each keeps its owner: global, or pending on this stream.)
-            let owners = (
+            let mut owners = (
                 plan.prefix.and_then(|(addr, len)| heap.take(addr, len)),
                 plan.suffix.and_then(|(addr, len)| heap.take(addr, len)),
             );
@@ -1135,7 +1135,6 @@ impl PoolCore {
             // plan above (which may join free memory around its hole). (Not
             // for a plan's new piece, which is one group of its own.)
             let mut lent: Vec<(Source, u64)> = Vec::new();
-            let mut owners = owners;
             let arena =
                 self.exact_growth.load(Ordering::Relaxed) || self.arena_growth.load(Ordering::Relaxed);
             if lend::enabled()

@@ -156,8 +156,9 @@ pub struct BackendCalls {
     /// (a group goes back only whole; its free units are lent, `lend.rs`).
     pub bytes_lent: u64,
     /// Of the granules released, those the pool's release worker gave back
-    /// off the allocating thread (idle release and a plan's start unmap
-    /// there and queue the physical memory: `pool/deferred.rs`).
+    /// off the allocating thread (idle release, and what a large growth
+    /// unmapped but did not map again, unmap there and queue the physical
+    /// memory: `pool/deferred.rs`).
     pub released_on_worker: u64,
 }
 

@@ -6,8 +6,8 @@ This is how a change to the pool's placement or release is judged on the
 variable-length inference tail: over many recordings and windows at once,
 not one run and one window. Where a step's activations lie when its largest
 batch comes depends on when idle release gave memory back, so a change that
-helps one window often hurts another. Every number in README's lists of
-experiments comes from this script (or its earlier ad hoc form).
+helps one window often hurts another. Every number in docs/pool-measurements.md's
+lists of experiments comes from this script (or its earlier ad hoc form).
 
     python3 examples/python/replay_sweep.py                 # the default set, CPU backend
     python3 examples/python/replay_sweep.py --windows 50,100,200 --json sweep.json

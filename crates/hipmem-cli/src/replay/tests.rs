@@ -777,6 +777,79 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     }
 }
 
+/// Longer runs of three training workloads, recorded on the GPU machine:
+/// GPT-2 and the CNN under PyTorch's native allocator over 6 warm-up and 54
+/// timed steps (`torch_allocators.py --record DIR --workloads
+/// gpt_train,cnn_train --warmup 6 --steps 54 --passes 1`), and hipmem's own
+/// trace of rank 0 of the two-GPU job over 12 warm-up and 54 timed steps
+/// (`HIPMEM_TRACE=... torch_ddp.py --steps 54`). See
+/// `fixtures/traces/README.md`.
+const LONG_RUNS: [(&str, &[u8]); 3] = [
+    ("gpt_train_60", include_bytes!("../../fixtures/traces/pytorch/gpt_train_60.pickle.gz")),
+    ("cnn_train_60", include_bytes!("../../fixtures/traces/pytorch/cnn_train_60.pickle.gz")),
+    ("ddp_rank0_66.hipmem", include_bytes!("../../fixtures/traces/pytorch/ddp_rank0_66.hipmem.jsonl.gz")),
+];
+
+/// A training run's driver calls are its first steps': the same in a run of
+/// 60 steps as in one of 12 (the bounds of
+/// `recorded_pytorch_runs_replay_close_to_their_peak`), none once a plan
+/// serves, every allocation after the first steps served by a plan, and the
+/// whole run close to its peak. This is what makes a long run's time per
+/// operation fall below the driver's pool's on a GPU (on an H100: GPT-2
+/// 1.25-1.72 µs against 2.09-3.00 over 60 steps, 5.1-5.5 against 2.7-4.0
+/// over 12), where a short run's is dominated by its first steps' calls.
+#[test]
+fn long_training_runs_make_their_driver_calls_in_the_first_steps() {
+    // (driver calls over the whole run, in its second half) at most.
+    let most_calls = |name: &str| match name {
+        "gpt_train_60" => (5000, 0),
+        "cnn_train_60" => (4100, 0),
+        // The check after training copies the parameters four times.
+        _ => (3300, 16),
+    };
+    let rt = runtime();
+    let window = Some(std::time::Duration::from_millis(100));
+    for (name, bytes) in LONG_RUNS {
+        let w = Workload::from_bytes(bytes, name).unwrap();
+        let report = replay(
+            &rt,
+            &w,
+            &[PoolKind::Vmm],
+            0,
+            &Options { idle: window, ..Options::default() },
+            &mut Progress::new(false),
+        )
+        .unwrap();
+        let r = &report.pools[0];
+        assert_eq!((r.failures, &r.first_failure), (0, &None), "{name}");
+        assert!(
+            r.reserved_over_live <= 1.02 && r.reserved_over_live_second_half <= 1.02,
+            "{name}: reserved/live {:.3} over the whole run, {:.3} in its second half",
+            r.reserved_over_live,
+            r.reserved_over_live_second_half
+        );
+        let (whole, late) = most_calls(name);
+        let calls = r.backend_calls.expect("hipmem's pool counts its driver calls");
+        let late_calls = r.backend_calls_second_half.expect("and those of the second half");
+        assert!(
+            calls <= whole && late_calls <= late,
+            "{name}: {calls} driver calls (at most {whole}), {late_calls} in the second half (at most {late})"
+        );
+        // Every allocation from the first plan on is the plan's (the first
+        // steps are at most a tenth of a run this long).
+        let plan = r.plan.expect("hipmem's pool reports its plans");
+        let first = r.first_planned_op.expect("a planned run says where its plan began");
+        assert!(first < r.ops / 10, "{name}: the plan serves from op {first} of {}", r.ops);
+        assert_eq!(plan.missed, 0, "{name}: {plan:?}");
+        assert!(
+            plan.served * 10 >= report.allocs * 9,
+            "{name}: {} of {} allocations from a plan",
+            plan.served,
+            report.allocs
+        );
+    }
+}
+
 /// The live variable-length inference run's warm-up has its largest batch
 /// first (6.26 GiB; the measured batches need at most 4.04): its memory must
 /// go back before the measured batches start, in a run as fast as the

@@ -120,7 +120,7 @@ pub(crate) struct PoolCore {
     pub(super) destroyed: AtomicBool,
     /// The pool's identity in pointer export data (random, chosen on first export).
     pub(super) ipc_uid: std::sync::OnceLock<[u8; 16]>,
-    /// The learned layout of a repeating sequence (`plan.rs`, `planned.rs`).
+    /// The learned layout of a repeating sequence (`plan/`, `planned.rs`).
     pub(super) plan: Arc<super::plan::PlanState>,
     /// Set while a plan's new piece is made: growth maps exactly what is asked.
     pub(super) exact_growth: AtomicBool,

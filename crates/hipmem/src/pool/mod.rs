@@ -16,8 +16,10 @@
 //! - `reuse.rs`: **the reuse rules**, what an allocation that missed its
 //!   stream's cache may take, in order;
 //! - `placement.rs`: best-fit placement, splitting, coalescing;
-//! - `plan.rs`, `planned.rs`: learned layouts (a sequence that repeats gets
-//!   an offline plan: each block's place decided knowing its lifetime);
+//! - `plan/` (`learn.rs`: finding a period; `layout.rs`: building and laying
+//!   out a plan; `mod.rs`: running it) and `planned.rs` (the pool's side):
+//!   learned layouts (a sequence that repeats gets an offline plan: each
+//!   block's place decided knowing its lifetime);
 //! - `backing.rs`: getting memory from the backend and giving it back
 //!   (segments, or granules mapped into one reserved range, each at one
 //!   active address and maybe more shadowed ones);

@@ -1,4 +1,4 @@
-//! The pool's side of learned layouts (`plan.rs` is the policy): asking the
+//! The pool's side of learned layouts (`plan/` is the policy): asking the
 //! planner on every allocation and free while it learns or runs, making its
 //! arena (pieces of the heap) and giving the arena back.
 //!
@@ -23,7 +23,7 @@
 //!   running plan's pieces (it makes a new arena at its next quiet point) go
 //!   back on trim, under the release threshold and before OutOfMemory; only
 //!   once every free in them is known complete.
-//! - A provisional plan (`plan.rs`) makes its arena as any plan, its new
+//! - A provisional plan (`plan/mod.rs`) makes its arena as any plan, its new
 //!   piece mapped as any growth is (not one physical allocation: it may be
 //!   handed over with live blocks in it).
 #![forbid(unsafe_code)]

@@ -138,7 +138,7 @@ pub struct Slot {
     /// Cleared when the pool is destroyed: frees then take the pool's slow path.
     pub pool_alive: AtomicBool,
     state: SlotMutex<SlotState>,
-    /// The pool's planner, told of every free (see `plan.rs`).
+    /// The pool's planner, told of every free (see `plan/`).
     plan: Option<Arc<super::plan::PlanState>>,
     /// The pool's zone placement, told of every free (see `zone.rs`).
     zone: Option<Arc<super::zone::ZoneState>>,

@@ -667,7 +667,7 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     // the whole trace, at most: on a GPU they are most of the learning
     // steps' time. Growths of 64 MiB or more map as one physical
     // allocation; in a run's first 2048 frees smaller ones map unit by
-    // unit (`FIRST_STEPS` in `pool/backing.rs`: the first steps make
+    // unit (`FIRST_STEPS` in `pool/backing/mod.rs`: the first steps make
     // the long-lived state), after them a whole 128 MiB group. (With every
     // small growth padded to a group from the start: GPT-2 1228, the CNN
     // 810, the checkpointed run 966, the variable-length recordings

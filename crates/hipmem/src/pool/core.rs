@@ -2,7 +2,7 @@
 //! the fast paths of allocation and free.
 //!
 //! Where the rest is: `reuse.rs` (the reuse rules: what an allocation that
-//! misses its stream's cache may take, in order), `backing.rs` (how the pool
+//! misses its stream's cache may take, in order), `backing/` (how the pool
 //! gets memory from the backend and gives it back: segments or chunks
 //! mapped into one reservation), `release.rs` (synchronization, release
 //! threshold, trim, retiring streams, destroying the pool), `stats.rs`

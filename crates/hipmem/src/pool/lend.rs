@@ -2,7 +2,7 @@
 //! physical memory that a live block keeps from going back.
 //!
 //! A pool that only grows maps a large growth as *groups* (one physical
-//! allocation of up to 128 MiB mapped in one call, `backing.rs`): on a GPU a
+//! allocation of up to 128 MiB mapped in one call, `backing/`): on a GPU a
 //! mapping that large costs a twentieth per MiB of one of a single unit. But
 //! a group goes back to the backend only whole, so one long-lived block in
 //! it keeps all of it, and the free memory beside that block is held on top
@@ -29,7 +29,7 @@
 //!   (replayed: 27 332 backend calls over the 90 variable-length cases
 //!   against 25 776 without lending; lending at every growth, 164 thousand).
 //! - Only after the pool's first steps (its heap's first 2048 frees,
-//!   `FIRST_STEPS` in `backing.rs`, where the measurements are), and only
+//!   `FIRST_STEPS` in `backing/mod.rs`, where the measurements are), and only
 //!   memory whose frees are known complete (global free).
 //! - The slow path sends wholly free loans home with no driver call (home
 //!   unshadowed, the loan shadowed); the release paths unmap loans with no
@@ -37,7 +37,7 @@
 //!   used, its aliases with it.
 //!
 //! This module is the choice only (no runtime, no locks):
-//! `#![forbid(unsafe_code)]`. `backing.rs` maps and records.
+//! `#![forbid(unsafe_code)]`. `backing/` maps and records.
 #![forbid(unsafe_code)]
 
 /// Most wholly free groups one growth takes (each an alias, a mapping

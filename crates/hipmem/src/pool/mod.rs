@@ -20,9 +20,11 @@
 //!   out a plan; `mod.rs`: running it) and `planned.rs` (the pool's side):
 //!   learned layouts (a sequence that repeats gets an offline plan: each
 //!   block's place decided knowing its lifetime);
-//! - `backing.rs`: getting memory from the backend and giving it back
+//! - `backing/`: getting memory from the backend and giving it back
 //!   (segments, or granules mapped into one reserved range, each at one
-//!   active address and maybe more shadowed ones);
+//!   active address and maybe more shadowed ones): `mod.rs` (the choice,
+//!   the growth thresholds, the pool's mapping settings), `range.rs` (the
+//!   range's bookkeeping), `grow.rs` (growing), `give_back.rs` (releasing);
 //! - `deferred.rs`: physical memory given back on a worker thread (what
 //!   idle release and a large growth unmap on the allocation path);
 //! - `remap.rs`: where a growing virtual pool maps its granules (the run

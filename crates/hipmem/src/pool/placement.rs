@@ -820,7 +820,7 @@ impl Heap {
     }
 
     /// Notes a group: physical memory at `[start, start + len)` that goes
-    /// back to the backend (or moves) only whole (see `backing.rs`).
+    /// back to the backend (or moves) only whole (see `backing/`).
     pub fn note_group(&mut self, start: u64, len: u64) {
         self.groups.insert(start, len);
     }

@@ -1,0 +1,899 @@
+//! Growing a pool: where a request that finds no free run gets its memory
+//! (physical memory of wholly free units moved under it, a group's free
+//! units lent, or new physical memory created and mapped, in units or one
+//! group), and reserving the pool's address range.
+#![forbid(unsafe_code)]
+
+use std::sync::atomic::Ordering;
+
+use super::*;
+use crate::backend::DevicePtr;
+use crate::backend::virtual_memory::VirtualMemory;
+use crate::error::{Error, Result};
+use crate::pool::AccessFlags;
+use crate::pool::core::{CallCounts, MAX_GROWTH_STEP, MIN_SEGMENT, PoolCore, lock};
+use crate::pool::lend::{self, Source};
+use crate::pool::placement::{BLOCK_ALIGN, CLASSES};
+use crate::pool::remap::{self, Donor, Hole};
+use crate::runtime::{Allocation, MemoryKind, Runtime};
+
+/// What a growth asks of [`PoolCore::map_for`].
+#[derive(Copy, Clone, Debug)]
+struct Ask {
+    /// The block's size.
+    want: u64,
+    /// How much to map (at least `want`; the rest stays free).
+    span: u64,
+    /// The stream asking: free memory pending on it joins the block.
+    stream: u64,
+    /// Whether granules not in use elsewhere may be moved under the block.
+    use_donors: bool,
+}
+
+impl PoolCore {
+    /// Gets memory for a block of `want` bytes from the backend and takes
+    /// the block (so no other thread can take the new memory first):
+    /// returns (address, size). On virtual memory, physical memory of wholly
+    /// free chunks is moved under the block first and new memory is created
+    /// only for the rest (`remap.rs`); with segments, a new segment.
+    pub(crate) fn grow(&self, rt: &Runtime, want: u64, stream: u64) -> Result<(u64, u64)> {
+        self.grow_in(rt, want, false, stream)
+    }
+
+    /// [`PoolCore::grow`]; `zone`: for a zone block (`zone.rs`), in the
+    /// zone's part of the address range.
+    pub(crate) fn grow_in(&self, rt: &Runtime, want: u64, zone: bool, stream: u64) -> Result<(u64, u64)> {
+        self.grow_reusing(rt, want, zone, stream, Vec::new())
+    }
+
+    /// [`PoolCore::grow`], mapping the physical allocations in `unmapped`
+    /// where memory of their size is needed; the rest go back before
+    /// anything is created.
+    pub(in crate::pool) fn grow_reusing(
+        &self,
+        rt: &Runtime,
+        want: u64,
+        zone: bool,
+        stream: u64,
+        mut unmapped: Unmapped,
+    ) -> Result<(u64, u64)> {
+        if let Backing::Virtual(range) = &self.backing {
+            let grown = self.grow_virtual(rt, range, want, zone, stream, &mut unmapped);
+            // What the growth did not map again goes back off this thread.
+            self.release_later(unmapped);
+            return grown;
+        }
+        let reserved = lock(&self.heap).reserved();
+        let step = (reserved / 32).clamp(MIN_SEGMENT, MAX_GROWTH_STEP);
+        let mut size = want
+            .max(step)
+            .checked_next_multiple_of(MIN_SEGMENT)
+            .ok_or_else(|| Error::OutOfMemory(format!("{want} bytes do not fit the address space")))?;
+        if let Some(capacity) = self.capacity() {
+            let room = capacity.saturating_sub(reserved);
+            if want > room {
+                return Err(Error::OutOfMemory(self.capacity_reached(reserved)));
+            }
+            size = size.min(room).max(want);
+        }
+        let ptr = match rt.backend().mem_alloc(self.device, size) {
+            Ok(p) => p,
+            Err(_) if size > want => {
+                size = want;
+                rt.backend().mem_alloc(self.device, size)?
+            }
+            Err(e) => return Err(e),
+        };
+        debug_assert!(ptr.0 % BLOCK_ALIGN == 0);
+        CallCounts::add(&self.calls.segments_allocated);
+        CallCounts::add_bytes(&self.calls.bytes_created, size);
+        rt.allocations().insert(Allocation {
+            base: ptr,
+            size,
+            kind: MemoryKind::PoolSegment(self.id),
+            device: self.device,
+        });
+        crate::trace::pool_grow(self.id, self.device, ptr.0, size);
+        let mut heap = lock(&self.heap);
+        heap.add_segment(ptr.0, size);
+        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
+        heap.take(ptr.0, want);
+        Ok((ptr.0, want))
+    }
+
+    /// [`PoolCore::grow`] on virtual memory (see `remap.rs`): switch an
+    /// existing run, else map granules not in use and new ones.
+    pub(in crate::pool) fn grow_virtual(
+        &self,
+        rt: &Runtime,
+        range: &Mutex<Option<VirtualRange>>,
+        want: u64,
+        zone: bool,
+        stream: u64,
+        unmapped: &mut Unmapped,
+    ) -> Result<(u64, u64)> {
+        let vm = rt
+            .backend()
+            .virtual_memory()
+            .ok_or_else(|| Error::NotSupported("the backend lost its virtual memory".into()))?;
+        let mut guard = lock(range);
+        self.reserve_virtual(rt, vm, &mut guard)?;
+        let vr = guard.as_mut().expect("reserved above");
+        // (After the reservation: it chooses whether the classes are kept apart.)
+        let class = self.class_for(want, zone);
+        // Moving memory costs driver time (on a GPU about 30 µs per MiB:
+        // cuMemSetAccess dominates); it is spent only while the pool's
+        // budget lasts (a share of wall-clock time). Past it the pool grows
+        // as a caching allocator would, and moves memory only when it
+        // cannot grow.
+        let started = std::time::Instant::now();
+        vr.refill(started, self.move_budget());
+        if vr.tokens <= 0.0 {
+            // Growing is not charged: a caching allocator pays it too. Like
+            // one, it grows by more than asked (up to twice the request, at
+            // most 1/32 of what the pool holds), so that the requests that
+            // follow fit without growing again. Twice, not more: what a
+            // growth maps past the peak is held for nothing (replayed
+            // PyTorch CNN training: 1.019 of its peak live bytes with eight
+            // times, 1.009 with two; the other replays unchanged). Not while
+            // a plan runs ([`PoolCore::growth_is_exact`]).
+            let span = if self.growth_is_exact() {
+                want
+            } else {
+                (vr.physical_bytes() / 32).min(want.saturating_mul(2)).max(want)
+            };
+            let ask = Ask { want, span, stream, use_donors: false };
+            match self.map_for(vm, vr, class, ask, unmapped) {
+                Ok(found) => return Ok(found),
+                // Addresses, not memory, may have run out: loans holding
+                // no unit in use there give theirs back (`lend.rs`).
+                Err(_) if self.unmap_idle_loans(vm, vr) > 0 => {
+                    if let Ok(found) = self.map_for(vm, vr, class, ask, unmapped) {
+                        return Ok(found);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        self.release_later(std::mem::take(unmapped));
+        self.wait_for_own_frees(rt, stream);
+        let before = self.calls.snapshot();
+        let result = self.grow_by_moving(vm, vr, class, want, stream);
+        let after = self.calls.snapshot();
+        // Charged only if memory moved (an unmap, or a map of a granule that
+        // existed): plain growth is what any allocator pays.
+        if after.unmaps > before.unmaps
+            || after.maps - before.maps > after.granules_created - before.granules_created
+        {
+            vr.charge(started.elapsed());
+        }
+        result
+    }
+
+    /// Before memory moves: waits for `stream`'s pending frees, so that the
+    /// memory they hold may move. Only memory whose frees have completed
+    /// moves, and a pool that may move keeps its size classes apart; where
+    /// the device runs behind the host (a PyTorch training loop), nothing
+    /// would be left to move, and such a pool held more than one that only
+    /// grows. Waiting is what moving trades time for.
+    pub(in crate::pool) fn wait_for_own_frees(&self, rt: &Runtime, stream: u64) {
+        if stream == crate::pool::core::ORPHAN_STREAM || !lock(&self.heap).has_pending(stream) {
+            return;
+        }
+        let Some((clock, raw)) = self.stream_of(stream) else { return };
+        let t0 = std::time::Instant::now();
+        if self.learn_completed(rt, &clock, raw, true) {
+            lock(&self.heap).promote(stream, clock.completed_tag());
+        }
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: waited {:?} for stream {stream}'s frees", self.id, t0.elapsed());
+    }
+
+    /// [`PoolCore::grow_virtual`] with memory moved where it helps: revisit
+    /// a place, the run with the fewest repairs, or a plan of idle and new
+    /// granules.
+    fn grow_by_moving(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        class: usize,
+        want: u64,
+        stream: u64,
+    ) -> Result<(u64, u64)> {
+        // 1. Where a block of this size went last: switch its granules back,
+        //    and point the few aliases whose granule is in use elsewhere at
+        //    other granules (a layout that repeats converges to no mapping).
+        let last = {
+            let heap = lock(&self.heap);
+            let places = heap.places_of(want);
+            places
+                .iter()
+                .rev()
+                .filter_map(|&at| Some((at, vr.revisit(&heap, at, want)?)))
+                .min_by_key(|(_, (_, repairs))| repairs.len())
+        };
+        if let Some((at, (switches, repairs))) = last {
+            if repairs.len() as u64 * vr.granularity <= want / 2 + vr.granularity {
+                if let Ok(found) = self.revisit_place(vm, vr, at, want, &switches, &repairs) {
+                    return Ok(found);
+                }
+            }
+        }
+        // 2. The existing run that needs the fewest repairs, if they are few.
+        let run = {
+            let heap = lock(&self.heap);
+            remap::find_run(want, vr.granularity, vr.switch_pieces(&heap, class))
+        };
+        if let Some(run) = run {
+            if run.repairs.len() as u64 * vr.granularity <= want / 2 + vr.granularity {
+                if let Ok(found) = self.revisit_place(vm, vr, run.start, want, &run.switches, &run.repairs) {
+                    return Ok(found);
+                }
+            }
+        }
+        // 3. Map: granules not in use elsewhere, new ones for the rest.
+        let mut result =
+            self.map_for(vm, vr, class, Ask { want, span: want, stream, use_donors: true }, &mut Vec::new());
+        if result.is_err() && self.evict_aliases(vm, vr, Some(class), usize::MAX) > 0 {
+            // Addresses ran out in this class: its shadowed aliases went.
+            result = self.map_for(
+                vm,
+                vr,
+                class,
+                Ask { want, span: want, stream, use_donors: true },
+                &mut Vec::new(),
+            );
+        }
+        let mapped = vr.aliases.len();
+        if mapped > ALIASES_HIGH * vr.phys.len().max(1) {
+            let excess = mapped - ALIASES_LOW * vr.phys.len().max(1);
+            self.evict_aliases(vm, vr, None, excess);
+        }
+        result
+    }
+
+    /// Step 1 of [`PoolCore::grow_virtual`]: makes `[at, at + want)` free by
+    /// `switches` and by pointing the shadowed aliases `repairs` at granules
+    /// not in use (or new ones), then takes it.
+    fn revisit_place(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        at: u64,
+        want: u64,
+        switches: &[Switch],
+        repairs: &[u64],
+    ) -> Result<(u64, u64)> {
+        let g = vr.granularity;
+        let end = at + want;
+        let access = lock(&self.access).clone();
+        // The repairs' new granules: not in use, not switched here, not active here.
+        let donors: Vec<Donor> = if repairs.is_empty() {
+            Vec::new()
+        } else {
+            let heap = lock(&self.heap);
+            let mut d: Vec<Donor> = vr
+                .donors(&heap)
+                .into_iter()
+                .filter(|d| !(switches.iter().any(|s| s.0 == d.pid) || (d.active + g > at && d.active < end)))
+                .collect();
+            d.sort_by_key(|d| (d.freed, d.active));
+            d
+        };
+        if donors.len() < repairs.len() {
+            // Repairs come from granules not in use, never from new ones: a
+            // place that needs new memory is no better than growing, and
+            // growing makes only what is missing. (Without this rule a pool
+            // whose frees lag behind the host, as a GPU's do, revisited
+            // places with new granules while its old ones waited: PyTorch
+            // GPT training with HIPMEM_POOL_MOVE_BURST_MS held 1.22 of its
+            // peak live bytes, against 1.10 without moving.)
+            return Err(Error::OutOfMemory(format!(
+                "{} granules not in use for {} repairs at {at:#x}",
+                donors.len(),
+                repairs.len()
+            )));
+        }
+        let mut heap = lock(&self.heap);
+        for &(pid, _, to) in switches {
+            if !vr.switch(&mut heap, pid, to) {
+                return Err(Error::Unknown("a planned switch failed".into()));
+            }
+        }
+        let mut donors = donors.into_iter();
+        for &r in repairs {
+            // The alias at `r` goes; another granule is mapped there.
+            if !heap.is_shadowed(r, g) {
+                return Err(Error::Unknown("a planned repair is not shadowed".into()));
+            }
+            drop(heap);
+            tracing::trace!(target: "hipmem::pool", "repaired the alias at {r:#x}");
+            vm.mem_unmap(DevicePtr(r), g)?;
+            CallCounts::add(&self.calls.unmaps);
+            heap = lock(&self.heap);
+            heap.unback_shadowed(r, g);
+            if let Some(old) = vr.aliases.remove(&r) {
+                if let Some(p) = vr.phys.get_mut(&old.pid) {
+                    p.aliases.retain(|&a| a != r);
+                }
+            }
+            let now = vr.tick();
+            // The donors were listed before the heap lock was dropped: one
+            // another thread has taken since is skipped.
+            match donors.find(|d| heap.shadow(d.active, g)) {
+                Some(d) => {
+                    drop(heap);
+                    let mapped = map_with_access(&self.calls, vm, &access, r, g, d.pid);
+                    heap = lock(&self.heap);
+                    if let Err(e) = mapped {
+                        let _ = vm.mem_unmap(DevicePtr(r), g);
+                        heap.unshadow(d.active, g);
+                        return Err(e);
+                    }
+                    heap.back(r, g);
+                    vr.aliases.insert(r, Alias { pid: d.pid, used: now });
+                    if let Some(p) = vr.phys.get_mut(&d.pid) {
+                        p.active = r;
+                        p.aliases.push(r);
+                    }
+                }
+                None => {
+                    if self.capacity().is_some_and(|c| vr.physical_bytes() + g > c) {
+                        return Err(Error::OutOfMemory(self.capacity_reached(vr.physical_bytes())));
+                    }
+                    drop(heap);
+                    let made = self.map_new_granule(vm, &access, r, g, &mut Vec::new());
+                    heap = lock(&self.heap);
+                    let pid = made?;
+                    crate::trace::pool_grow(self.id, self.device, r, g);
+                    heap.back(r, g);
+                    vr.aliases.insert(r, Alias { pid, used: now });
+                    vr.phys.insert(pid, Phys { active: r, aliases: vec![r], group: None });
+                }
+            }
+        }
+        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
+        tracing::trace!(target: "hipmem::pool", want, switches = switches.len(), repairs = repairs.len(), "revisited a place");
+        match heap.take_range(at, want) {
+            Some(_) => {
+                drop(heap);
+                Ok((at, want))
+            }
+            None => {
+                Err(Error::Unknown(format!("pool {:#x}: {at:#x} is not free after revisiting it", self.id)))
+            }
+        }
+    }
+
+    /// Step 3 of [`PoolCore::grow_virtual`].
+    fn map_for(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        class: usize,
+        ask: Ask,
+        unmapped: &mut Unmapped,
+    ) -> Result<(u64, u64)> {
+        let Ask { want, span, stream, use_donors } = ask;
+        let g = vr.granularity;
+        let span = span.max(want);
+        let group_min = self.growth_mapping();
+        let least_group = least_plain_group(group_min);
+        let (mut plan, owners, lent) = {
+            let mut heap = lock(&self.heap);
+            let first_steps = heap.frees() < FIRST_STEPS;
+            let reserved = vr.physical_bytes();
+            let holes: Vec<Hole> = heap
+                .unbacked_ranges_of(class)
+                .into_iter()
+                .map(|(start, size)| Hole {
+                    start,
+                    size,
+                    before: heap.usable_free_ending_at(start, stream),
+                    after: heap.usable_free_starting_at(start + size, stream),
+                })
+                .collect();
+            let donors = if use_donors { vr.donors(&heap) } else { Vec::new() };
+            let room = self.capacity().map(|c| c.saturating_sub(reserved) / g);
+            let plan = (span > want).then(|| remap::plan(span, g, &holes, &donors, room)).flatten();
+            let Some(mut plan) = plan.or_else(|| remap::plan(want, g, &holes, &donors, room)) else {
+                let largest = holes.iter().map(|h| h.size).max().unwrap_or(0);
+                return Err(Error::OutOfMemory(match room {
+                    Some(room) if room * g + donors.len() as u64 * g < want => {
+                        self.capacity_reached(reserved)
+                    }
+                    _ => format!(
+                        "the pool's {}-byte address reservation has no room for {want} more bytes (largest unbacked range {largest})",
+                        vr.size
+                    ),
+                }));
+            };
+            // Out of the free space until the block is taken: the runs it
+            // joins, and the granules it takes over (their old addresses).
+            // (Each keeps its owner: global, or pending on this stream.)
+            let mut owners = (
+                plan.prefix.and_then(|(addr, len)| heap.take(addr, len)),
+                plan.suffix.and_then(|(addr, len)| heap.take(addr, len)),
+            );
+            for &(pid, _) in &plan.reuse {
+                if let Some(p) = vr.phys.get(&pid) {
+                    heap.shadow(p.active, g);
+                }
+            }
+            // Before anything is created, where the growth would set a new
+            // peak: the groups' free units at the ends of their groups, and
+            // wholly free groups (`lend.rs`), in aliases of their groups laid
+            // out in a hole of their own. Only if that creates less than the
+            // plan above (which may join free memory around its hole). (Not
+            // for a plan's new piece, which is one group of its own.)
+            let mut lent: Vec<(Source, u64)> = Vec::new();
+            let arena =
+                self.exact_growth.load(Ordering::Relaxed) || self.arena_growth.load(Ordering::Relaxed);
+            if lend::enabled()
+                && !self.lending_refused.load(Ordering::Relaxed)
+                && !use_donors
+                && !arena
+                && !first_steps
+                && plan.reuse.is_empty()
+                && !plan.new_granules.is_empty()
+                && !vr.groups.is_empty()
+            {
+                let end = plan.block + want;
+                let planned_new = plan.new_granules.iter().filter(|&&a| a < end).count() as u64 * g;
+                let peak = self.reserved_high.load(Ordering::Acquire);
+                let start = plan.prefix.map_or(plan.block, |(a, n)| a + n);
+                let growth = lend::Growth {
+                    start,
+                    size: holes.iter().find(|h| h.start == start).map_or(0, |h| h.size),
+                    before: plan.prefix.map_or(0, |p| p.1),
+                };
+                let spaces: Vec<(u64, u64)> = holes.iter().map(|h| (h.start, h.size)).collect();
+                let layout = (heap.reserved() + planned_new > peak)
+                    .then(|| lend::layout(want, g, &vr.lendable(&heap), growth, &spaces, lend::MOST_SOURCES))
+                    .flatten()
+                    .filter(|l| (l.new_units.len() as u64) * g < planned_new);
+                if let Some(l) = layout {
+                    let mut shadowed = Vec::new();
+                    for &(s, at) in &l.lent {
+                        if !heap.shadow(s.at, s.loan.len) {
+                            break;
+                        }
+                        shadowed.push((s, at));
+                    }
+                    if shadowed.len() == l.lent.len() {
+                        // The runs the plan was to join and the layout does
+                        // not stay free.
+                        if !l.joins_before {
+                            if let (Some((addr, _)), Some(owner)) = (plan.prefix, owners.0.take()) {
+                                heap.release_block(addr, owner);
+                            }
+                        }
+                        if let (Some((addr, _)), Some(owner)) = (plan.suffix, owners.1.take()) {
+                            heap.release_block(addr, owner);
+                        }
+                        plan = remap::Plan {
+                            block: l.block,
+                            prefix: if l.joins_before { plan.prefix } else { None },
+                            suffix: None,
+                            reuse: Vec::new(),
+                            new_granules: l.new_units,
+                            room: 0,
+                        };
+                        lent = shadowed;
+                    } else {
+                        for (s, _) in shadowed {
+                            heap.unshadow(s.at, s.loan.len);
+                        }
+                    }
+                }
+            }
+            // A growth of fewer new units than one group maps a whole group
+            // where the pool is large enough (a group is at most 1/8 of
+            // it) and the hole has room: one driver allocation instead of
+            // one per unit (about 55 µs each on an H100), and the rest stays free
+            // for the requests that follow. (Not in a run's first steps,
+            // [`FIRST_STEPS`]; not for a plan's new piece, which is grown
+            // exactly; not in a pool with a maxSize; in one with a size
+            // limit, only where the whole group fits under it; not where
+            // units were lent.)
+            let least = group_min / g;
+            let n = plan.new_granules.len() as u64;
+            if !use_donors
+                && !first_steps
+                && lent.is_empty()
+                && !self.growth_is_exact()
+                && group_min > 0
+                && self.props.handle_types == 0
+                && plan.reuse.is_empty()
+                && n > 0
+                && n < least
+                && reserved / 8 >= group_min
+                && self.props.max_size == 0
+                && room.is_none_or(|r| r >= least)
+                && plan.room >= (least - n) * g
+            {
+                let last = *plan.new_granules.last().expect("n > 0");
+                plan.new_granules.extend((1..=least - n).map(|i| last + i * g));
+            }
+            (plan, owners, lent)
+        };
+        tracing::trace!(target: "hipmem::pool", want, moved = plan.reuse.len(), new = plan.new_granules.len(), "remapping");
+        // Without the heap's lock: map.
+        let access = lock(&self.access).clone();
+        let mut mapped: Vec<(u64, u64, bool)> = Vec::new(); // (at, pid, new)
+        let mut undo: Vec<u64> = Vec::new(); // old active aliases to give back
+        let mut failed: Option<Error> = None;
+        // Lent units first: each in an alias of its whole group (the driver
+        // maps a physical allocation only whole), access once for aliases
+        // that follow each other.
+        let mut loans_made: Vec<(Source, u64)> = Vec::new();
+        let mut loans_failed: Vec<Source> = Vec::new();
+        for &(s, at) in &lent {
+            let (alias, whole) = s.loan.alias(at);
+            let handle = vr.groups.get(&s.loan.group).map(|gr| gr.handle);
+            let mapped = match handle {
+                Some(h) => vm.mem_map(DevicePtr(alias), whole, 0, h),
+                None => {
+                    Err(Error::Unknown(format!("pool {:#x}: lent units of a group that is gone", self.id)))
+                }
+            };
+            match mapped {
+                Ok(()) => {
+                    CallCounts::add(&self.calls.maps);
+                    loans_made.push((s, at));
+                }
+                Err(e) => {
+                    // Made new instead (below), and never asked again.
+                    tracing::warn!(target: "hipmem", "pool {:#x}: mapping a second alias of a group failed ({e}); the pool lends no more", self.id);
+                    self.lending_refused.store(true, Ordering::Relaxed);
+                    loans_failed.push(s);
+                    plan.new_granules.extend((at..at + s.loan.len).step_by(g as usize));
+                }
+            }
+        }
+        if !loans_failed.is_empty() {
+            plan.new_granules.sort_unstable();
+        }
+        let spans: Vec<(u64, u64)> = loans_made.iter().map(|(s, at)| s.loan.alias(*at)).collect();
+        let mut kept = Vec::with_capacity(loans_made.len());
+        for run in adjacent_runs(&spans) {
+            let start = spans[run.start].0;
+            let (last, whole) = spans[run.end - 1];
+            match give_access(vm, &access, start, last + whole - start) {
+                Ok(()) => {
+                    for (s, _) in &loans_made[run.clone()] {
+                        CallCounts::add_bytes(&self.calls.bytes_lent, s.loan.len);
+                    }
+                    kept.extend_from_slice(&loans_made[run]);
+                }
+                Err(e) => {
+                    for (&(alias, whole), &(s, _)) in spans[run.clone()].iter().zip(&loans_made[run]) {
+                        let _ = vm.mem_unmap(DevicePtr(alias), whole);
+                        loans_failed.push(s);
+                    }
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        let loans_made = kept;
+        if failed.is_some() {
+            // Nothing new is made on a failed growth.
+            plan.new_granules.clear();
+        }
+        for &(pid, at) in &plan.reuse {
+            match map_with_access(&self.calls, vm, &access, at, g, pid) {
+                Ok(()) => mapped.push((at, pid, false)),
+                Err(e) => {
+                    let _ = vm.mem_unmap(DevicePtr(at), g);
+                    if let Some(p) = vr.phys.get(&pid) {
+                        undo.push(p.active);
+                    }
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        // New units in one run, enough of them: one physical allocation and
+        // one mapping (a pool that only grows, and is not shared: its units
+        // never move, and export hands out one handle per unit).
+        let grouped = failed.is_none()
+            && !use_donors
+            && group_min > 0
+            && self.props.handle_types == 0
+            && plan.reuse.is_empty()
+            && (plan.new_granules.len() as u64 * g >= least_group
+                || self.arena_growth.load(Ordering::Relaxed))
+            && plan.new_granules.windows(2).all(|w| w[1] == w[0] + g);
+        let mut groups: Vec<(u64, Group)> = Vec::new();
+        if grouped {
+            // Groups of at most MAX_GROUP: memory that a long-lived block
+            // keeps from going back is at most one group around it.
+            // (A remainder smaller than the least group joins the last.)
+            let n = plan.new_granules.len();
+            // (A plan's arena piece goes back whole anyway: one group.)
+            let per = if self.exact_growth.load(Ordering::Relaxed) {
+                n
+            } else {
+                (MAX_GROUP.max(group_min) / g).max(1) as usize
+            };
+            let least = (least_group / g).max(1) as usize;
+            let mut chunks = Vec::new();
+            let mut i = 0;
+            while i < n {
+                let mut len = per.min(n - i);
+                if n - i - len < least {
+                    len = n - i;
+                }
+                chunks.push(&plan.new_granules[i..i + len]);
+                i += len;
+            }
+            let lens: Vec<u64> = chunks.iter().map(|c| c.len() as u64 * g).collect();
+            self.release_unmapped_but(unmapped, &lens);
+            for chunk in chunks {
+                let (first, len) = (chunk[0], chunk.len() as u64 * g);
+                match self.create_and_map(vm, first, len, unmapped) {
+                    Ok(handle) => groups.push((first, Group { handle, len })),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            // Access in one call for the groups mapped (consecutive, as the
+            // units are): on a GPU each call costs tens of microseconds
+            // beyond its size's share, and a growth of 2 GiB is 16 groups.
+            if let (Some(&(start, _)), Some(&(last, gr))) = (groups.first(), groups.last()) {
+                if let Err(e) = give_access(vm, &access, start, last + gr.len - start) {
+                    for (at, gr) in groups.drain(..) {
+                        unmap_and_release(&self.calls, vm, at, gr.len, gr.handle);
+                    }
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if failed.is_none() && !grouped {
+            // Each unit its own physical allocation (it goes back alone),
+            // access given once per run of consecutive units: on a GPU
+            // setting access is most of a small mapping's cost, and one call
+            // covers several mappings.
+            let mut fresh: Vec<(u64, u64)> = Vec::new(); // (at, pid), no access yet
+            self.release_unmapped_but(unmapped, &vec![g; plan.new_granules.len()]);
+            for &at in &plan.new_granules {
+                match self.create_and_map(vm, at, g, unmapped) {
+                    Ok(pid) => fresh.push((at, pid)),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let spans: Vec<(u64, u64)> = fresh.iter().map(|&(at, _)| (at, g)).collect();
+            for run in adjacent_runs(&spans) {
+                let (start, len) = (fresh[run.start].0, run.len() as u64 * g);
+                match give_access(vm, &access, start, len) {
+                    Ok(()) => mapped.extend(fresh[run].iter().map(|&(at, pid)| (at, pid, true))),
+                    Err(e) => {
+                        for &(at, pid) in &fresh[run] {
+                            unmap_and_release(&self.calls, vm, at, g, pid);
+                        }
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        let now = vr.tick();
+        let mut heap = lock(&self.heap);
+        for &(at, pid, new) in &mapped {
+            tracing::trace!(target: "hipmem::pool", "mapped granule {pid:#x} at={at:#x} new={new}");
+            heap.back(at, g);
+            vr.aliases.insert(at, Alias { pid, used: now });
+            if new {
+                crate::trace::pool_grow(self.id, self.device, at, g);
+                vr.phys.insert(pid, Phys { active: at, aliases: vec![at], group: None });
+            } else if let Some(p) = vr.phys.get_mut(&pid) {
+                p.active = at;
+                p.aliases.push(at);
+            }
+        }
+        for (first, gr) in groups {
+            tracing::trace!(target: "hipmem::pool", "mapped a group of {} units at={first:#x}", gr.len / g);
+            heap.back(first, gr.len);
+            crate::trace::pool_grow(self.id, self.device, first, gr.len);
+            for at in (first..first + gr.len).step_by(g as usize) {
+                vr.next_unit += 1;
+                let id = GROUPED_UNIT | vr.next_unit;
+                vr.aliases.insert(at, Alias { pid: id, used: now });
+                vr.phys.insert(id, Phys { active: at, aliases: vec![at], group: Some(first) });
+            }
+            heap.note_group(first, gr.len);
+            vr.groups.insert(first, gr);
+        }
+        for old in undo {
+            heap.unshadow(old, g);
+        }
+        for &(s, at) in &loans_made {
+            tracing::trace!(target: "hipmem::pool", "lent {} units of the group at {:#x} at={at:#x}", s.loan.len / g, s.loan.group);
+            let (alias, whole) = s.loan.alias(at);
+            // The alias is used only where the lent units are: the rest of
+            // it is shadowed at once (never free, so no neighbour's free
+            // run can take it in).
+            if at > alias {
+                heap.back_shadowed(alias, at - alias);
+            }
+            if alias + whole > at + s.loan.len {
+                heap.back_shadowed(at + s.loan.len, alias + whole - at - s.loan.len);
+            }
+            heap.back(at, s.loan.len);
+            vr.loans.insert(at, s.loan);
+            self.lending.store(true, Ordering::Relaxed);
+            // Best fit keeps a wholly free loan whole where it can, as it
+            // does a group: it goes home at the next slow allocation.
+            heap.note_group(at, s.loan.len);
+        }
+        for s in loans_failed {
+            // The units are used at home again.
+            heap.unshadow(s.at, s.loan.len);
+        }
+        self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
+        // The runs the block was to join go back to the free space (and
+        // merge with what was just mapped next to them).
+        if let (Some((addr, _)), Some(owner)) = (plan.prefix, owners.0) {
+            heap.release_block(addr, owner);
+        }
+        if let (Some((addr, _)), Some(owner)) = (plan.suffix, owners.1) {
+            heap.release_block(addr, owner);
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match heap.take_range(plan.block, want) {
+            Some(_) => Ok((plan.block, want)),
+            None => Err(Error::Unknown(format!(
+                "pool {:#x}: the run planned at {:#x} for {want} bytes is not free after mapping it",
+                self.id, plan.block
+            ))),
+        }
+    }
+
+    /// Unmaps up to `count` shadowed aliases (of size class `class`, or any),
+    /// least recently used first. Returns how many went.
+    fn evict_aliases(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        class: Option<usize>,
+        count: usize,
+    ) -> usize {
+        let g = vr.granularity;
+        let part = vr.size / CLASSES as u64;
+        let heap = lock(&self.heap);
+        let mut victims: Vec<(u64, u64, u64)> = vr
+            .aliases
+            .iter()
+            .filter(|&(&a, al)| {
+                class.is_none_or(|c| (a - vr.base) / part == c as u64)
+                    && vr.phys.get(&al.pid).is_some_and(|p| p.active != a && p.group.is_none())
+                    && heap.is_shadowed(a, g)
+            })
+            .map(|(&a, al)| (al.used, a, al.pid))
+            .collect();
+        victims.sort_unstable();
+        victims.truncate(count);
+        drop(heap);
+        let mut gone = 0;
+        for &(_, addr, pid) in &victims {
+            tracing::trace!(target: "hipmem::pool", "evicted an alias of granule {pid:#x} at={addr:#x}");
+            if vm.mem_unmap(DevicePtr(addr), g).is_err() {
+                continue;
+            }
+            CallCounts::add(&self.calls.unmaps);
+            lock(&self.heap).unback_shadowed(addr, g);
+            vr.aliases.remove(&addr);
+            if let Some(p) = vr.phys.get_mut(&pid) {
+                p.aliases.retain(|&a| a != addr);
+            }
+            gone += 1;
+        }
+        gone
+    }
+
+    /// Reserves the pool's address range on first use.
+    pub(in crate::pool) fn reserve_virtual(
+        &self,
+        rt: &Runtime,
+        vm: &dyn crate::backend::virtual_memory::VirtualMemory,
+        guard: &mut Option<VirtualRange>,
+    ) -> Result<()> {
+        if guard.is_some() {
+            return Ok(());
+        }
+        let granularity = self.unit_for(vm)?;
+        let total = rt.device_properties(self.device).ok().map(|d| d.total_memory).unwrap_or(1 << 30);
+        // One part per size class, each four times the device's memory:
+        // addresses are plentiful, physical memory moves between the parts,
+        // and lent units (`lend.rs`) leave their homes' addresses taken.
+        let part = (total.saturating_mul(4)).clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
+        let size = part * CLASSES as u64;
+        let base = vm.address_reserve(size, granularity, DevicePtr::NULL)?;
+        rt.allocations().insert(Allocation {
+            base,
+            size,
+            kind: MemoryKind::PoolSegment(self.id),
+            device: self.device,
+        });
+        let mut heap = lock(&self.heap);
+        heap.keep_places();
+        for class in 0..CLASSES {
+            heap.add_reservation_for(class, base.0 + class as u64 * part, part);
+        }
+        // Zone blocks (`zone.rs`) use the largest class's part.
+        let zone = crate::pool::zone::ZONE_CLASS as u64;
+        self.zone.set_range(base.0 + zone * part, base.0 + (zone + 1) * part);
+        drop(heap);
+        let mut vr = VirtualRange::new(base.0, size, granularity);
+        let budget = self.move_budget();
+        vr.tokens = budget.burst_s;
+        self.one_class.store(budget == MoveBudget::GROW_FIRST, Ordering::Relaxed);
+        *guard = Some(vr);
+        Ok(())
+    }
+
+    /// Maps physical memory of `size` bytes at `at` with the pool's access
+    /// ([`PoolCore::create_and_map`], then access); returns its handle.
+    fn map_new_granule(
+        &self,
+        vm: &dyn VirtualMemory,
+        access: &[AccessFlags],
+        at: u64,
+        size: u64,
+        unmapped: &mut Unmapped,
+    ) -> Result<u64> {
+        let handle = self.create_and_map(vm, at, size, unmapped)?;
+        if let Err(e) = give_access(vm, access, at, size) {
+            unmap_and_release(&self.calls, vm, at, size, handle);
+            return Err(e);
+        }
+        Ok(handle)
+    }
+
+    /// Maps physical memory of `size` bytes at `at`, with no access yet
+    /// ([`give_access`]): an allocation of that size out of `unmapped` if
+    /// there is one, else a new one. Returns its handle.
+    fn create_and_map(
+        &self,
+        vm: &dyn VirtualMemory,
+        at: u64,
+        size: u64,
+        unmapped: &mut Unmapped,
+    ) -> Result<u64> {
+        let calls = &self.calls;
+        let handle = match unmapped.iter().position(|&(_, len)| len == size) {
+            Some(i) => unmapped.swap_remove(i).0,
+            None => match self.deferred.take(size) {
+                // Queued to go back and not gone yet: mapped again instead.
+                Some(handle) => handle,
+                None => {
+                    let created = match vm.mem_create_whole(self.device, size, self.props.handle_types) {
+                        // Memory still queued to go back may be what the
+                        // device lacks: once it has gone, try again.
+                        Err(Error::OutOfMemory(_))
+                            if self.deferred.queued_bytes() > 0 || self.deferred.busy() =>
+                        {
+                            self.deferred.wait_empty();
+                            vm.mem_create_whole(self.device, size, self.props.handle_types)
+                        }
+                        other => other,
+                    };
+                    let handle = created?;
+                    CallCounts::add(&calls.granules_created);
+                    CallCounts::add_bytes(&calls.bytes_created, size);
+                    handle
+                }
+            },
+        };
+        if let Err(e) = vm.mem_map(DevicePtr(at), size, 0, handle) {
+            unmap_and_release(calls, vm, at, size, handle);
+            return Err(e);
+        }
+        CallCounts::add(&calls.maps);
+        Ok(handle)
+    }
+}

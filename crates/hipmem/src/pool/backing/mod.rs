@@ -1,0 +1,442 @@
+//! How a pool gets memory from the backend and gives it back: separate
+//! segments, or physical granules mapped into one reserved address range
+//! (possibly at several addresses each, see `remap.rs`).
+#![forbid(unsafe_code)]
+
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use super::AccessFlags;
+use super::core::{CallCounts, PoolCore, lock};
+use super::placement::{BLOCK_ALIGN, BlockKind, Heap};
+use crate::backend::DevicePtr;
+use crate::backend::virtual_memory::VirtualMemory;
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+
+mod give_back;
+mod grow;
+mod range;
+
+pub(crate) use range::VirtualRange;
+use range::{ALIASES_HIGH, ALIASES_LOW, Alias, GROUPED_UNIT, Group, Phys, Switch};
+
+/// How a pool gets memory from the backend.
+pub(crate) enum Backing {
+    /// Separate device allocations (segments); blocks coalesce within one.
+    Segments,
+    /// One reserved address range, one part per size class; physical
+    /// granules are mapped into it as the pool grows, switched between
+    /// addresses as the layout needs (`remap.rs`), and unmapped and released
+    /// when not in use, while live addresses stay put. Taken where the
+    /// backend has virtual memory (unless `HIPMEM_POOL_BACKING=segments`).
+    Virtual(Mutex<Option<VirtualRange>>),
+}
+
+/// Physical allocations unmapped by a release before a growth but not yet
+/// given back: (handle, bytes). The growth maps those whose size it needs
+/// instead of creating as much (on an H100 giving back costs 0.6-1 µs per
+/// MiB, creating 0.06-0.35, mapping with access 0.1-0.6: `hipmem bench vmm`,
+/// `chunk_steps`); the rest go back before it creates anything.
+pub(super) type Unmapped = Vec<(u64, u64)>;
+
+/// How much driver time a pool on virtual memory may spend moving memory
+/// (when a pool grows on virtual memory): a burst it starts with and saves up to,
+/// in seconds, and the share of wall-clock time it earns.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct MoveBudget {
+    /// Seconds of moving it starts with and may save up.
+    pub burst_s: f64,
+    /// The share of wall-clock time it earns (0 to 1).
+    pub share: f64,
+}
+
+impl MoveBudget {
+    /// No moving unless the pool cannot grow: the default (a GPU spends
+    /// about 30 µs per MiB moved, so a workload that moves memory every
+    /// step runs slower than one whose pool grew once).
+    pub const GROW_FIRST: MoveBudget = MoveBudget { burst_s: 0.0, share: 0.0 };
+    /// Move whenever that keeps the pool smaller: the least memory, the
+    /// most driver time. Only memory whose frees the device has completed
+    /// moves, so before moving memory the pool waits for the request
+    /// stream's pending frees: where the device runs behind the host (a
+    /// PyTorch training loop) this costs step time as well.
+    pub const LEAST_MEMORY: MoveBudget = MoveBudget { burst_s: f64::INFINITY, share: 1.0 };
+
+    /// The budget of new pools: `HIPMEM_POOL_MOVE_BURST_MS` (default 0) and
+    /// `HIPMEM_POOL_MOVE_SHARE` (percent, default 0).
+    pub(crate) fn from_env() -> MoveBudget {
+        static ENV: std::sync::OnceLock<MoveBudget> = std::sync::OnceLock::new();
+        *ENV.get_or_init(|| {
+            let var = |name: &str, max: f64| {
+                std::env::var(name)
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .filter(|v| (0.0..=max).contains(v))
+            };
+            MoveBudget {
+                burst_s: var("HIPMEM_POOL_MOVE_BURST_MS", 1e9).map_or(0.0, |ms| ms / 1000.0),
+                share: var("HIPMEM_POOL_MOVE_SHARE", 100.0).map_or(0.0, |p| p / 100.0),
+            }
+        })
+    }
+}
+
+impl Backing {
+    pub(super) fn choose(rt: &Runtime, device: usize, requested: Option<super::PoolBacking>) -> Backing {
+        let wanted = match requested {
+            Some(b) => b == super::PoolBacking::VirtualMemory,
+            None => std::env::var("HIPMEM_POOL_BACKING").map(|v| v != "segments").unwrap_or(true),
+        };
+        let capable = rt.device_properties(device).ok().is_some_and(|d| d.capabilities.virtual_memory);
+        if wanted && capable && rt.backend().virtual_memory().is_some() {
+            Backing::Virtual(Mutex::new(None))
+        } else {
+            Backing::Segments
+        }
+    }
+}
+
+/// The least a pool that only grows maps in one call by default: 128 MiB.
+/// On an H100 creating, mapping and giving access to one physical
+/// allocation costs about 55 µs whatever its size (`hipmem bench vmm`,
+/// `chunk_ops`: 25 µs per MiB at 2 MiB, 6.6 at 8, 1.8 at 32, 0.7 at 128),
+/// so a group costs what one unit does, but a group goes back only whole:
+/// a long-lived block in it keeps all of it. (These thresholds were chosen
+/// when the cuda backend still cut an allocation of up to 32 MiB into one
+/// driver allocation per granule, [`VirtualMemory::mem_create_whole`],
+/// and mappings under 64 MiB cost twenty times as much per MiB; the memory
+/// figures below do not depend on it.) Replayed on an H100,
+/// five PyTorch runs' second halves hold 1.005–1.014× their peak with
+/// 128 MiB groups of 2 MiB units (1.005–1.023× with growths of 64 MiB
+/// grouped too, [`least_plain_group`]), against 1.006–1.059× with 64 MiB
+/// groups of 8 MiB units, at 1.2–2.5× the whole trace's time per operation
+/// (learning steps included; the second halves map nothing).
+pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 128 << 20;
+
+/// The least growth mapped in groups as it is, without padding: half the
+/// growth mapping (64 MiB by default).
+/// A growth between the two was mapped unit by unit and its units given
+/// back one by one when a plan started: on the recorded checkpointed and
+/// CNN training runs (replayed on the CPU backend) 930 and 780 driver calls
+/// where there had been 1566 and 2124, holding the same memory but for the
+/// checkpointed run's second half (1.023 of its peak, from 1.011). A lower
+/// threshold groups blocks that sit next to long-lived ones and holds more
+/// (1.039 on the side-stream run's second half with 48 MiB, from 1.008).
+fn least_plain_group(group_min: u64) -> u64 {
+    group_min / 2
+}
+
+/// The largest group a growth maps (larger growths map several; a
+/// remainder under [`least_plain_group`] joins the last): the growth
+/// mapping's 128 MiB ([`DEFAULT_GROWTH_MAPPING`]), where mapping is already
+/// cheap (on an H100 about 1.3 µs per MiB for 64 MiB, 0.6 for 128 and 0.2
+/// for 512: `hipmem bench vmm`), so that a long-lived block keeps as little
+/// as it can from going back. Replayed, 15 recordings of variable-length
+/// inference on other batch shapes (`torch_allocators.py --record
+/// --varlen-seed N`) hold 1.022 of their peak live bytes on average over
+/// the whole trace with 128 MiB groups and 1.036 with 256 MiB ones (worst
+/// 1.071 and 1.073), and 1.016 and 1.031 after the warm-up, for 15% more
+/// driver calls; the training runs hold the same.
+const MAX_GROUP: u64 = 128 << 20;
+
+/// The heap's frees that make a run's *first steps*: in them a pool lends
+/// nothing (`lend.rs`) and pads no small growth to a whole group. Those
+/// steps make the run's long-lived state (weights, an optimizer's state,
+/// DDP's gradient buckets) while its first activations come and go.
+///
+/// - Lending then puts that state into loans scattered over the range,
+///   their homes shadowed between the blocks still there, and a training
+///   run's plan later finds its free runs split: recorded checkpointed
+///   training held 1.030-1.039 of its peak at the two shortest of five
+///   idle-release windows with lending from the start, 1.017-1.024 (as
+///   without lending) from 1000 or 2000 frees on, and variable-length
+///   inference the same either way.
+/// - A padded group keeps the state next to the activations' free memory,
+///   which then goes back only with the state (a group goes back whole,
+///   and CUDA and HIP lend none of a group's middle). Mapped unit by unit
+///   in those steps, the state holds only its own units. Replayed
+///   (`examples/python/replay_sweep.py`), rank 0 of the two-GPU job
+///   (`torch_ddp.py`) held 1.006-1.010 of its peak after its training
+///   steps with that and 1.055-1.067 padded from the start (live on two
+///   H100s: 1.006 and 1.059); variable-length inference 8 of 90 cases
+///   above 1.03 against 10, for 42 thousand backend calls against 27
+///   (never padding: 5 of 90 and 101 thousand; padding from 8192 frees: 5
+///   of 90 and 62 thousand; padding only below the pool's high watermark:
+///   12 of 90; exact groups for these growths instead of units: the
+///   two-GPU job 1.047-1.071). The price is driver calls in the first
+///   steps (GPT-2's whole trace 4612 against 1228; replayed on an H100,
+///   5.2 µs per operation against 2.8) and one slower step where the first
+///   plan gives those units back one by one (the two-GPU job: 46-52 ms
+///   against 30-34).
+const FIRST_STEPS: u64 = 2048;
+
+/// How many of the driver's granules make one of the pool's physical units
+/// (`HIPMEM_POOL_UNIT_GRANULES`, default 1: 2 MiB where the driver maps
+/// 2 MiB). Larger units mean fewer driver calls when memory moves (each
+/// map or unmap costs tens of microseconds on a GPU) at the price of
+/// coarser release: free memory next to a long-lived block goes back only
+/// by whole units. Replayed, a PyTorch run with a side stream holds 1.059×
+/// its peak with 8 MiB units and 1.008× with 2 MiB ones (growths of 128 MiB
+/// or more are mapped in groups all the same, see [`DEFAULT_GROWTH_MAPPING`]).
+fn unit_granules() -> u64 {
+    static UNIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *UNIT.get_or_init(|| {
+        std::env::var("HIPMEM_POOL_UNIT_GRANULES")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&n| (1..=64).contains(&n))
+            .unwrap_or(1)
+    })
+}
+
+/// Turns the mapping `[at, at + len)`, which holds only global free and
+/// shadowed blocks, back into unbacked addresses (it is about to be
+/// unmapped).
+fn unback_mapping(heap: &mut Heap, at: u64, len: u64) {
+    let blocks: Vec<(u64, u64, BlockKind)> = heap.blocks_between(at, at + len).collect();
+    for (addr, n, kind) in blocks {
+        let (s, e) = (addr.max(at), (addr + n).min(at + len));
+        match kind {
+            BlockKind::Free => heap.unback(s, e - s),
+            _ => heap.unback_shadowed(addr, n),
+        };
+    }
+}
+
+/// Undoes [`PoolCore::create_and_map`].
+fn unmap_and_release(calls: &CallCounts, vm: &dyn VirtualMemory, at: u64, size: u64, handle: u64) {
+    let _ = vm.mem_unmap(DevicePtr(at), size);
+    super::deferred::release_now(vm, calls, handle, size);
+}
+
+/// The index ranges of `spans` (address, length), in order, whose spans
+/// each start where the one before ends: one access call covers each (on a
+/// GPU setting access costs tens of microseconds a call).
+fn adjacent_runs(spans: &[(u64, u64)]) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < spans.len() {
+        let mut j = i + 1;
+        while j < spans.len() && spans[j].0 == spans[j - 1].0 + spans[j - 1].1 {
+            j += 1;
+        }
+        runs.push(i..j);
+        i = j;
+    }
+    runs
+}
+
+/// Gives every device the pool's access to `size` mapped bytes at `at`
+/// (one call per device, whatever the number of mappings in the range).
+fn give_access(vm: &dyn VirtualMemory, access: &[AccessFlags], at: u64, size: u64) -> Result<()> {
+    for (device, flags) in access.iter().enumerate() {
+        if *flags != AccessFlags::None {
+            vm.mem_set_access(DevicePtr(at), size, device, flags.raw())?;
+        }
+    }
+    Ok(())
+}
+
+/// Maps `size` bytes of `handle` at `at` and gives every device the pool's access.
+fn map_with_access(
+    calls: &CallCounts,
+    vm: &dyn VirtualMemory,
+    access: &[AccessFlags],
+    at: u64,
+    size: u64,
+    handle: u64,
+) -> Result<()> {
+    vm.mem_map(DevicePtr(at), size, 0, handle)?;
+    CallCounts::add(&calls.maps);
+    give_access(vm, access, at, size)
+}
+
+impl Drop for PoolCore {
+    /// The runtime is going away with this pool: every segment, mapping,
+    /// granule and reservation goes back to the backend (work still queued is
+    /// waited for by the backend's own free).
+    fn drop(&mut self) {
+        self.deferred.wait_empty();
+        let heap = self.heap.get_mut().unwrap_or_else(|p| p.into_inner());
+        match &self.backing {
+            Backing::Segments => {
+                for seg in heap.segments().copied().collect::<Vec<_>>() {
+                    if let Err(e) = self.backend.mem_free(self.device, DevicePtr(seg.base)) {
+                        tracing::debug!(target: "hipmem", "releasing a pool segment at teardown: {e}");
+                    }
+                }
+            }
+            Backing::Virtual(range) => {
+                let Some(vm) = self.backend.virtual_memory() else { return };
+                if let Some(vr) = range.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = self.backend.device_synchronize(self.device);
+                    for (addr, len) in vr.mappings() {
+                        let _ = vm.mem_unmap(DevicePtr(addr), len);
+                    }
+                    let handles = vr.phys.iter().filter(|(_, p)| p.group.is_none()).map(|(&pid, _)| pid);
+                    for handle in handles.chain(vr.groups.values().map(|g| g.handle)) {
+                        let _ = vm.mem_release(handle);
+                    }
+                    if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
+                        tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl PoolCore {
+    /// The size of the pool's physical units on virtual memory (None with
+    /// segments).
+    pub(crate) fn mapping_unit(&self) -> Option<u64> {
+        match &self.backing {
+            Backing::Virtual(range) => match lock(range).as_ref() {
+                Some(vr) => Some(vr.granularity),
+                None => self.unit_for(self.backend.virtual_memory()?).ok(),
+            },
+            Backing::Segments => None,
+        }
+    }
+
+    /// The unit a pool that has not mapped anything yet will use: the one
+    /// set with [`PoolCore::set_mapping_unit`], else the default number of
+    /// the driver's granules.
+    fn unit_for(&self, vm: &dyn VirtualMemory) -> Result<u64> {
+        let g = vm.granularity(self.device, false)?.max(BLOCK_ALIGN);
+        Ok(match self.unit.load(Ordering::Relaxed) {
+            // A pool with a maxSize keeps units of at most a quarter of it.
+            0 if self.props.max_size > 0 => g * unit_granules().min((self.props.max_size / 4 / g).max(1)),
+            0 => g * unit_granules(),
+            n => n,
+        })
+    }
+
+    /// Whether a growth maps only what the request needs (in whole units):
+    /// while a plan's new piece is made, and while a plan runs (it serves
+    /// the steps; what takes the usual path then is a one-off, a place
+    /// still in use, and more would be held for nothing).
+    fn growth_is_exact(&self) -> bool {
+        self.exact_growth.load(Ordering::Relaxed) || self.plan.running.load(Ordering::Acquire)
+    }
+
+    /// Sets the physical unit of a pool on virtual memory before it maps
+    /// anything: a multiple of the driver's granularity, at most 64 of them.
+    pub(crate) fn set_mapping_unit(&self, bytes: u64) -> Result<()> {
+        let Backing::Virtual(range) = &self.backing else {
+            return Err(Error::InvalidValue("a pool on segments has no mapping unit".into()));
+        };
+        let vm = self
+            .backend
+            .virtual_memory()
+            .ok_or_else(|| Error::NotSupported("the backend has no virtual memory".into()))?;
+        let g = vm.granularity(self.device, false)?.max(BLOCK_ALIGN);
+        if bytes == 0 || bytes % g != 0 || bytes / g > 64 {
+            return Err(Error::InvalidValue(format!(
+                "a mapping unit of {bytes} bytes is not 1 to 64 times the granularity of {g} bytes"
+            )));
+        }
+        let guard = lock(range);
+        if guard.is_some() {
+            return Err(Error::InvalidValue("the pool has mapped memory already; its unit is fixed".into()));
+        }
+        self.unit.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The least a pool that only grows maps in one call (0: every unit
+    /// alone): set with [`PoolCore::set_growth_mapping`], else
+    /// `HIPMEM_POOL_GROUP_MIB`, else [`DEFAULT_GROWTH_MAPPING`].
+    pub(crate) fn growth_mapping(&self) -> u64 {
+        match self.group.load(Ordering::Relaxed) {
+            u64::MAX => {
+                static ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+                *ENV.get_or_init(|| {
+                    std::env::var("HIPMEM_POOL_GROUP_MIB")
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .map_or(DEFAULT_GROWTH_MAPPING, |mib| mib.saturating_mul(1 << 20))
+                })
+            }
+            n => n,
+        }
+    }
+
+    /// Sets the least a pool on virtual memory that only grows maps in one
+    /// call: a growth of at least half of `bytes` in new units is one
+    /// physical allocation, mapped and given access once, released whole
+    /// (0: every unit alone).
+    pub(crate) fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
+        if !matches!(self.backing, Backing::Virtual(_)) {
+            return Err(Error::InvalidValue("a pool on segments maps nothing".into()));
+        }
+        if bytes == u64::MAX {
+            return Err(Error::InvalidValue(format!("{bytes} bytes is not a mapping size")));
+        }
+        self.group.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The pool's budget for moving memory.
+    pub(crate) fn move_budget(&self) -> MoveBudget {
+        lock(&self.move_budget).unwrap_or_else(MoveBudget::from_env)
+    }
+
+    /// Sets the pool's budget for moving memory (its saved-up time starts
+    /// at the new burst).
+    pub(crate) fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
+        if budget.burst_s.is_nan() || budget.burst_s < 0.0 || !(0.0..=1.0).contains(&budget.share) {
+            return Err(Error::InvalidValue(format!(
+                "a moving budget needs a burst of 0 or more seconds and a share from 0 to 1, not {budget:?}"
+            )));
+        }
+        let Backing::Virtual(range) = &self.backing else {
+            return Err(Error::InvalidValue("a pool on segments never moves memory".into()));
+        };
+        *lock(&self.move_budget) = Some(budget);
+        // A pool that moves memory keeps its size classes apart: no zone.
+        if budget != MoveBudget::GROW_FIRST {
+            self.zone.set_on(false);
+        }
+        if let Some(vr) = lock(range).as_mut() {
+            vr.tokens = budget.burst_s;
+            vr.refilled = std::time::Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Whether the pool gives unused memory back before it grows for a large
+    /// request (`release.rs`): one that moves memory moves it under the
+    /// request instead.
+    pub(super) fn gives_back_before_growing(&self) -> bool {
+        match self.backing {
+            Backing::Segments => true,
+            Backing::Virtual(_) => self.move_budget() == MoveBudget::GROW_FIRST,
+        }
+    }
+
+    /// The size class a request of `want` bytes is placed in
+    /// ([`PoolCore::class_of`]), or the zone's (`zone.rs`) for a zone block
+    /// on virtual memory.
+    pub(super) fn class_for(&self, want: u64, zone: bool) -> usize {
+        match self.backing {
+            Backing::Virtual(_) if zone => super::zone::ZONE_CLASS,
+            _ => self.class_of(want),
+        }
+    }
+
+    /// The size class a request of `want` bytes is placed in: by size on
+    /// virtual memory (each class has its own part of the reservation),
+    /// one class with segments.
+    pub(super) fn class_of(&self, want: u64) -> usize {
+        match self.backing {
+            // A pool that only grows keeps one heap for every size: best fit
+            // over all its free memory. One that moves memory keeps the
+            // sizes apart, so that a size's places repeat.
+            Backing::Virtual(_) if self.one_class.load(Ordering::Relaxed) => 0,
+            Backing::Virtual(_) => super::placement::size_class(want),
+            Backing::Segments => 0,
+        }
+    }
+}

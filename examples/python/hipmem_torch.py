@@ -11,6 +11,8 @@
     pool.reset_peak(device)      # the two High values start again from the current ones
     pool.empty_cache(device)     # one device's pool (torch.cuda.empty_cache() trims every device's)
     pool.plan_counts(device)     # learned layouts: plans, served, missed, ended, rejected
+    pool.backend_calls(device)   # what the pool asked of the driver: physical allocations
+                                 # created and released, maps, unmaps, bytes (dict)
     pool.set_planning(device, False)   # learned layouts off (on by default)
 
 PyTorch keeps no statistics for a pluggable allocator, so these read hipmem's
@@ -30,6 +32,13 @@ class PoolStats(ctypes.Structure):
 class PlanCounts(ctypes.Structure):
     """`hipmemPlanCounts`: what the pool's learned layouts did."""
     _fields_ = [(n, ctypes.c_uint64) for n in ("plans", "served", "missed", "ended", "rejected")]
+
+
+class BackendCalls(ctypes.Structure):
+    """`hipmemBackendCalls`: what a hipmem pool has asked of the backend."""
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "segments_allocated", "segments_freed", "granules_created", "granules_released",
+        "maps", "unmaps", "bytes_created", "bytes_released", "bytes_lent", "released_on_worker")]
 
 
 class Pool:
@@ -66,6 +75,20 @@ class Pool:
         self._check("hipmemPoolGetPlanCounts",
                     self.hip.hipmemPoolGetPlanCounts(self._pool(device), ctypes.byref(c)))
         return c
+
+    def backend_calls(self, device):
+        """What `device`'s current pool has asked of the driver since it was
+        made (`hipmemPoolGetBackendCalls`), as a dict of the ten counts, with
+        "calls" the calls among them (the byte counts are not calls). Each
+        such call costs microseconds on a GPU: a step whose time moves with
+        them is paying for memory the pool gave back and made again."""
+        c = BackendCalls()
+        self._check("hipmemPoolGetBackendCalls",
+                    self.hip.hipmemPoolGetBackendCalls(self._pool(device), ctypes.byref(c)))
+        d = {name: getattr(c, name) for name, _ in BackendCalls._fields_}
+        d["calls"] = sum(d[n] for n in ("segments_allocated", "segments_freed", "granules_created",
+                                        "granules_released", "maps", "unmaps"))
+        return d
 
     def set_planning(self, device, on):
         """Turns learned layouts of `device`'s current pool on or off

@@ -154,7 +154,8 @@ def setup_allocator(name, lib):
         c = pool.plan_counts(dev)
         return {"reserved_high": s.reserved_high, "allocated_high": s.used_high,
                 "reserved_now": s.reserved_current, "allocated_now": s.used_current,
-                "plan": {"plans": c.plans, "served": c.served, "missed": c.missed, "ended": c.ended}}
+                "plan": {"plans": c.plans, "served": c.served, "missed": c.missed, "ended": c.ended},
+                "backend_calls": pool.backend_calls(dev)["calls"]}
 
     def reset():
         torch.cuda.synchronize()
@@ -441,7 +442,11 @@ def child(args):
     # differs between allocators is the allocator; the first pass's median
     # is reported too. The memory peaks cover every pass.
     passes = []
+    # hipmem: its pool's driver calls (maps, unmaps, physical allocations
+    # and releases) at the start of each pass, and at the end.
+    calls_at = []
     for _ in range(max(1, args.passes)):
+        calls_at.append(stats().get("backend_calls"))
         times = []
         for i in range(args.warmup, args.warmup + args.steps):
             t0 = time.perf_counter()
@@ -451,6 +456,10 @@ def child(args):
         passes.append(times)
     times = passes[-1]
     s = stats()
+    calls_at.append(s.get("backend_calls"))
+    timed_calls = last_pass_calls = None
+    if calls_at[0] is not None:
+        timed_calls, last_pass_calls = calls_at[-1] - calls_at[0], calls_at[-1] - calls_at[-2]
     ok, detail = check()
     # torch.cuda.empty_cache() gives back what no live tensor uses (under
     # hipmem through the reset function hipmem_torch.use_hipmem registers).
@@ -462,6 +471,8 @@ def child(args):
         before["reserved_now"] / 2**30, after["reserved_now"] / 2**30, after["allocated_now"] / 2**30)
     if "plan" in s:
         detail += "; plans {plans}, served {served}, missed {missed}, ended {ended}".format(**s["plan"])
+    if timed_calls is not None:
+        detail += f"; driver calls in the timed steps {timed_calls} (last pass {last_pass_calls})"
     if args.record:
         os.makedirs(args.record, exist_ok=True)
         torch.cuda.memory._dump_snapshot(os.path.join(args.record, f"{args.workload}.pickle"))
@@ -472,6 +483,9 @@ def child(args):
         "first_pass_step_ms": statistics.median(passes[0]) * 1e3,
         # Every timed step, pass by pass (in --json's output).
         "pass_step_ms": [[round(t * 1e3, 3) for t in p] for p in passes],
+        # hipmem: its pool's driver calls in the timed steps, and in the last
+        # pass alone (None for PyTorch's allocators).
+        "backend_calls_timed": timed_calls, "backend_calls_last_pass": last_pass_calls,
         "reserved_high": s["reserved_high"], "allocated_high": s["allocated_high"],
         # The warm-up's peaks: the run's first steps, where an allocator learns.
         "warmup_reserved_high": warm["reserved_high"], "warmup_allocated_high": warm["allocated_high"],

@@ -784,6 +784,24 @@ typedef struct hipmemPlanCounts {
 hipError_t hipmemPoolSetPlanning(hipMemPool_t mem_pool, int on);
 hipError_t hipmemPoolGetPlanCounts(hipMemPool_t mem_pool, hipmemPlanCounts* counts);
 
+/* hipmem's own extension (not HIP's): what one of hipmem's pools has asked
+   of the backend since it was created (each such call costs microseconds on
+   a GPU, an allocation from the pool tens of nanoseconds). The driver's
+   pools and imported ones: hipErrorNotSupported. */
+typedef struct hipmemBackendCalls {
+  uint64_t segments_allocated; /* device allocations made as segments */
+  uint64_t segments_freed;     /* segments given back */
+  uint64_t granules_created;   /* physical allocations created (virtual memory) */
+  uint64_t granules_released;  /* physical allocations given back */
+  uint64_t maps;               /* mappings made */
+  uint64_t unmaps;             /* mappings removed */
+  uint64_t bytes_created;      /* physical bytes created (not calls) */
+  uint64_t bytes_released;     /* physical bytes given back (not calls) */
+  uint64_t bytes_lent;         /* groups' free units mapped under a growth instead of created */
+  uint64_t released_on_worker; /* of granules_released, those given back off the calling threads */
+} hipmemBackendCalls;
+hipError_t hipmemPoolGetBackendCalls(hipMemPool_t mem_pool, hipmemBackendCalls* calls);
+
 /* ---- device code: symbols, occupancy, launches ------------------------------
  * libhipmem runs no kernels of its own making: under nvcc these are inline
  * functions over the CUDA runtime (below); a build without nvcc links

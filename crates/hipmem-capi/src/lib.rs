@@ -29,8 +29,9 @@
 //! The exports are grouped as `hip-memory-api.md` groups them:
 //! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
 //! [`runtime_api`] (devices, streams, events, errors); pool IPC is in
-//! [`pools`], with hipmem's own extension for learned layouts
-//! (`hipmemPoolSetPlanning`, `hipmemPoolGetPlanCounts`).
+//! [`pools`], with hipmem's own extensions for learned layouts
+//! (`hipmemPoolSetPlanning`, `hipmemPoolGetPlanCounts`) and a pool's backend
+//! calls (`hipmemPoolGetBackendCalls`).
 //! [`hip_backend_exports`] holds hipmem's own extension for the hip
 //! backend's loopback (`hipmemSetInnerBackend`).
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]

@@ -211,6 +211,72 @@ pub unsafe extern "C" fn hipmemPoolGetPlanCounts(
     })
 }
 
+/// What a hipmem pool has asked of the backend since it was created
+/// (`hipmemPoolGetBackendCalls`, hipmem's own extension): on a GPU each of
+/// these calls costs microseconds to tens of microseconds, where an
+/// allocation served from the pool costs tens of nanoseconds, so they are
+/// where a pool's time goes when it grows, moves or gives memory back.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct hipmemBackendCalls {
+    /// Device allocations made as segments (a pool without virtual memory).
+    pub segments_allocated: u64,
+    /// Segments given back.
+    pub segments_freed: u64,
+    /// Physical allocations created (virtual memory: units and groups).
+    pub granules_created: u64,
+    /// Physical allocations given back.
+    pub granules_released: u64,
+    /// Mappings made (a new physical allocation's first included).
+    pub maps: u64,
+    /// Mappings removed.
+    pub unmaps: u64,
+    /// Physical bytes created (not a count of calls).
+    pub bytes_created: u64,
+    /// Physical bytes given back (not a count of calls).
+    pub bytes_released: u64,
+    /// Bytes of groups' free units mapped under a growth instead of created.
+    pub bytes_lent: u64,
+    /// Of `granules_released`, those the pool's release worker gave back off
+    /// the calling threads.
+    pub released_on_worker: u64,
+}
+
+/// `hipmemPoolGetBackendCalls(pool, &calls)` (hipmem's own extension): what
+/// the pool has asked of the backend since it was created. A bad pool or a
+/// null `out` is InvalidValue; the driver's pools and pools imported from
+/// another process are NotSupported (their calls are not hipmem's).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipmemPoolGetBackendCalls(
+    mem_pool: hipMemPool_t,
+    out: *mut hipmemBackendCalls,
+) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        non_null(out, "hipmemPoolGetBackendCalls: out")?;
+        let c = pool.backend_calls().ok_or_else(|| {
+            Error::NotSupported(
+                "hipmemPoolGetBackendCalls: the pool is the driver's or another process's; only hipmem's own pools count their backend calls".into(),
+            )
+        })?;
+        let calls = hipmemBackendCalls {
+            segments_allocated: c.segments_allocated,
+            segments_freed: c.segments_freed,
+            granules_created: c.granules_created,
+            granules_released: c.granules_released,
+            maps: c.maps,
+            unmaps: c.unmaps,
+            bytes_created: c.bytes_created,
+            bytes_released: c.bytes_released,
+            bytes_lent: c.bytes_lent,
+            released_on_worker: c.released_on_worker,
+        };
+        // SAFETY: non-null; points to a writable hipmemBackendCalls (this function's contract).
+        unsafe { out.write_unaligned(calls) };
+        Ok(())
+    })
+}
+
 /// `hipmemPoolSetPlanning(pool, on)` (hipmem's own extension): turns the
 /// pool's learned layouts on (1) or off (0; a running plan ends). `on`
 /// other than 0 or 1, a bad pool, a pool the driver or another process

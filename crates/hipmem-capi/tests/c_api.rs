@@ -435,6 +435,63 @@ fn learned_layouts_extension() {
     }
 }
 
+/// hipmem's own extension hipmemPoolGetBackendCalls: it checks its input,
+/// a new pool has asked nothing of the backend, an allocation that grows
+/// the pool creates and maps physical memory (or allocates a segment), and
+/// a trim gives it back, every count agreeing with the pool's reserved
+/// bytes.
+#[test]
+fn backend_calls_extension() {
+    let _serial = serial();
+    init();
+    unsafe {
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreateWithFlags(&mut s, hipStreamNonBlockingFlag()), hipSuccess);
+        let mut pool: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolCreate(&mut pool, &pool_props(0)), hipSuccess);
+        let mut c = hipmemBackendCalls::default();
+        assert_eq!(hipmemPoolGetBackendCalls(null_mut(), &mut c), hipErrorInvalidValue);
+        assert_eq!(hipmemPoolGetBackendCalls(pool, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipmemPoolGetBackendCalls(pool, &mut c), hipSuccess);
+        assert_eq!(c, hipmemBackendCalls::default(), "a new pool has asked nothing");
+        let reserved = |pool: hipMemPool_t| {
+            let mut v: u64 = 0;
+            assert_eq!(
+                hipMemPoolGetAttribute(pool, hipMemPoolAttrReservedMemCurrent, (&raw mut v).cast()),
+                hipSuccess
+            );
+            v
+        };
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(hipMallocFromPoolAsync(&mut p, 48 << 20, pool, s), hipSuccess);
+        assert_eq!(hipmemPoolGetBackendCalls(pool, &mut c), hipSuccess);
+        let held = reserved(pool);
+        assert!(held >= 48 << 20, "{held}");
+        assert_eq!(c.bytes_created, held, "{c:?}: what the pool holds is what it created");
+        assert!(
+            c.segments_allocated >= 1 || (c.granules_created >= 1 && c.maps >= 1),
+            "{c:?}: growing made a segment or created and mapped physical memory"
+        );
+        assert_eq!(
+            (c.segments_freed, c.granules_released, c.unmaps, c.bytes_released),
+            (0, 0, 0, 0),
+            "{c:?}"
+        );
+        assert_eq!(hipFreeAsync(p, s), hipSuccess);
+        assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        assert_eq!(hipMemPoolTrimTo(pool, 0), hipSuccess);
+        let mut after = hipmemBackendCalls::default();
+        assert_eq!(hipmemPoolGetBackendCalls(pool, &mut after), hipSuccess);
+        assert_eq!(reserved(pool), 0);
+        assert_eq!(after.bytes_released, after.bytes_created, "{after:?}: trimmed to nothing");
+        assert!(after.segments_freed + after.granules_released >= 1, "{after:?}");
+        assert!(after.released_on_worker <= after.granules_released, "{after:?}");
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+        assert_eq!(hipmemPoolGetBackendCalls(pool, &mut c), hipErrorInvalidValue, "stale handle");
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+    }
+}
+
 #[test]
 fn pool_ipc() {
     let _serial = serial();
@@ -528,6 +585,12 @@ fn pool_ipc() {
             hipMallocFromPoolAsync(&mut r, 64, imp, s),
             hipErrorInvalidValue,
             "imported: cannot allocate"
+        );
+        let mut calls = hipmemBackendCalls::default();
+        assert_eq!(
+            hipmemPoolGetBackendCalls(imp, &mut calls),
+            hipErrorNotSupported,
+            "imported: its backend calls are the exporting process's"
         );
 
         // hipMemPoolImportPointer

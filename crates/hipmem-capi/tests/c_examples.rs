@@ -147,6 +147,36 @@ fn torch_malloc_raises_a_cxx_exception_on_failure() {
     assert!(out.contains("Device out of memory. Tried to allocate 1152921504606846976 bytes"), "{out}");
 }
 
+/// hipmem's own extension hipmemPoolGetBackendCalls from C++, through the
+/// header's struct: a new pool has asked nothing of the backend, a 48 MiB
+/// allocation creates what the pool then holds (with at least one call),
+/// and a free and a trim give all of it back; a null pool is refused.
+#[test]
+fn pool_backend_calls_counts_growth_and_trim() {
+    let Some(out) = build_and_run("pool_backend_calls") else { return };
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[0], "new pool: reserved 0, created 0, released 0, calls 0", "{out}");
+    // The numbers after each word of a line.
+    let field = |line: &str, name: &str| -> u64 {
+        let at = line.find(&format!("{name} ")).unwrap_or_else(|| panic!("{name} in {line}"));
+        line[at + name.len() + 1..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let grown = lines[1];
+    assert!(grown.starts_with("after a 48 MiB allocation: "), "{out}");
+    let held = field(grown, "reserved");
+    assert!(held >= 48 << 20, "{out}");
+    assert_eq!(field(grown, "created"), held, "{out}");
+    assert_eq!(field(grown, "released"), 0, "{out}");
+    assert!(field(grown, "calls") >= 1, "{out}");
+    let trimmed = lines[2];
+    assert!(trimmed.starts_with("after the free and a trim: reserved 0, "), "{out}");
+    assert_eq!(field(trimmed, "created"), held, "{out}");
+    assert_eq!(field(trimmed, "released"), held, "{out}");
+    assert!(field(trimmed, "calls") > field(grown, "calls"), "{out}");
+    assert_eq!(lines[3], "a null pool: hipErrorInvalidValue", "{out}");
+}
+
 /// Runs a built listing on the host backend, killing it after 30 s.
 fn spawn_listing(exe: &std::path::Path) -> std::process::Child {
     host_command(exe)

@@ -57,6 +57,8 @@ second pass compares the allocators. The memory peaks cover both passes.
 
     python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
+    HIPMEM_LOG=debug python3 torch_allocators.py --lib L --allocators hipmem --logs DIR
+                                                # each child's output, with the pool's log
     python3 torch_allocators.py --record DIR    # PyTorch memory snapshots (native allocator)
                                                 # of each workload, for `hipmem replay`
     python3 torch_allocators.py --record DIR --workloads varlen_infer --varlen-seed 11 --passes 1
@@ -503,7 +505,7 @@ def cpu_list(text):
     return cpus
 
 
-def run_child(script, workload, allocator, args):
+def run_child(script, workload, allocator, args, rep=0):
     cmd = [sys.executable, script, "--child", "--workload", workload, "--allocator", allocator,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
            "--varlen-seed", str(args.varlen_seed)]
@@ -517,6 +519,13 @@ def run_child(script, workload, allocator, args):
         cmd += ["--cpus", args.cpus]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if args.logs:
+        # Everything the child printed (with HIPMEM_LOG=debug, the pool's
+        # own account of its growths, releases, waits and plans).
+        os.makedirs(args.logs, exist_ok=True)
+        with open(os.path.join(args.logs, f"{workload}-{allocator}-rep{rep}.log"), "w") as f:
+            f.write(p.stdout)
+            f.write(p.stderr)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
             r = json.loads(line[7:])
@@ -595,6 +604,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--record", default="", help="record PyTorch memory snapshots into this folder (native allocator)")
     ap.add_argument("--json", default="", help="write every result here")
+    ap.add_argument("--logs", default="", help="write each child's output (stdout and stderr) to a file "
+                    "in this folder: with HIPMEM_LOG=debug, what hipmem's pool did")
     ap.add_argument("--cpus", default="", help="run every child on these CPUs (e.g. 0-7): the same cores "
                     "for every allocator, less noise in the step times of CPU-bound workloads")
     args = ap.parse_args()
@@ -623,7 +634,7 @@ def main():
         order = allocators if rep % 2 == 0 else list(reversed(allocators))
         for w in workloads:
             for a in order:
-                r = run_child(script, w, a, args)
+                r = run_child(script, w, a, args, rep)
                 r["rep"] = rep
                 results.append(r)
                 if args.json:

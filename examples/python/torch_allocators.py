@@ -38,6 +38,10 @@ where an allocator learns):
   hipmem-keep  hipmem keeping memory it no longer needs, as PyTorch's
                allocators do (no idle release: HIPMEM_TORCH_IDLE_RELEASE_MS=0;
                not in the default set)
+  hipmem-nowait  hipmem whose large growths (256 MiB or more) do not wait for
+               the GPU to finish the stream's frees before giving memory
+               back (HIPMEM_POOL_GROWTH_WAIT=0: only frees already complete
+               go back first; not in the default set)
   hipmem-direct  hipmem with tensors' allocations going to it straight from
                PyTorch's allocator interface, past the pluggable allocator's
                locked map of live blocks (hipmem_torch.use_hipmem(lib,
@@ -127,6 +131,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_LEND"] = "0"
     if name == "hipmem-keep":
         os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
+    if name == "hipmem-nowait":
+        os.environ["HIPMEM_POOL_GROWTH_WAIT"] = "0"
     if name == "hipmem-zone":
         os.environ["HIPMEM_TORCH_ZONE"] = "1"
     if name == "pluggable-async":

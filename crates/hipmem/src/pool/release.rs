@@ -94,6 +94,18 @@ fn step_ns(ms: u64) -> u64 {
 /// `PoolCore::idle_clock_ns` when idle release runs on the wall clock.
 pub(super) const WALL_CLOCK: u64 = u64::MAX;
 
+/// Whether a large growth waits for its stream's pending frees before it
+/// gives memory back ([`PoolCore::release_before_large_growth`]). The wait
+/// is a host-device synchronization: live variable-length inference on an
+/// H100 waited 17.6-57.9 ms at three of its growths per process, where the
+/// GPU ran behind. `HIPMEM_POOL_GROWTH_WAIT=0` gives back only the frees
+/// already known complete, as a smaller growth does (for comparison; not
+/// yet measured live against the wait).
+fn large_growth_waits() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HIPMEM_POOL_GROWTH_WAIT").map(|v| v != "0").unwrap_or(true))
+}
+
 impl PoolCore {
     // ---- idle release --------------------------------------------------------------------
 
@@ -277,7 +289,7 @@ impl PoolCore {
         }
         // (A small growth of a pool with zone placement gives back only what
         // is known free: waiting costs a synchronization per growth.)
-        if want >= LARGE_REQUEST {
+        if want >= LARGE_REQUEST && large_growth_waits() {
             self.wait_for_own_frees(rt, slot.stream_id());
         } else {
             self.promote_completed(rt, slot);

@@ -134,6 +134,9 @@ pub(crate) struct PoolCore {
     /// lent group's units are used through one, `lend.rs`): the pool then
     /// lends nothing.
     pub(super) lending_refused: AtomicBool,
+    /// Whether growths also lend units whose frees are pending on their
+    /// stream (`lend.rs`; [`super::MemPool::set_pending_lending`]).
+    pub(super) lend_pending: AtomicBool,
     /// Idle release (`release.rs`): the window in milliseconds (0: off) and
     /// what the pool needed in the current and the last window.
     pub(super) idle_window_ms: AtomicU64,
@@ -202,6 +205,7 @@ impl PoolCore {
             arena_growth: AtomicBool::new(false),
             lending: AtomicBool::new(false),
             lending_refused: AtomicBool::new(false),
+            lend_pending: AtomicBool::new(super::lend::pending_by_default()),
             idle_window_ms: AtomicU64::new(0),
             idle: Mutex::new(super::release::IdleWindows::new()),
             idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),

@@ -30,7 +30,13 @@
 //!   against 25 776 without lending; lending at every growth, 164 thousand).
 //! - Only after the pool's first steps (its heap's first 2048 frees,
 //!   `FIRST_STEPS` in `backing/mod.rs`, where the measurements are), and only
-//!   memory whose frees are known complete (global free).
+//!   memory whose frees are known complete (global free) or still pending
+//!   on the growth's own stream: its work queued before those frees runs
+//!   before the block's, so the alias may serve the block at once, and a
+//!   large growth need not wait for the GPU to give that memory back
+//!   (`release.rs`). Such a loan's home may still be in use by that work:
+//!   it comes home pending as its frees were (`VirtualRange::busy`), and
+//!   its group goes back only once they are known complete.
 //! - The slow path sends wholly free loans home with no driver call (home
 //!   unshadowed, the loan shadowed); the release paths unmap loans with no
 //!   unit in use, and a group goes back when every unit is free where it is
@@ -170,6 +176,13 @@ fn pick(
     (tail, middle, head, left)
 }
 
+/// How much of `need` bytes a lending growth could cover with `runs` (at
+/// most `most` wholly free groups, a group's end run before them and a
+/// group's start run after them), as [`layout`] would pick them.
+pub fn coverable(need: u64, g: u64, runs: &[Source], most: usize) -> u64 {
+    need - pick(need, g, runs, most, true).3
+}
+
 /// Places `[tail][wholes][new units][head]` from `block` on.
 fn place(
     block: u64,
@@ -257,6 +270,14 @@ pub fn layout(
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("HIPMEM_POOL_LEND").map(|v| v != "0").unwrap_or(true))
+}
+
+/// Whether new pools lend units whose frees are still pending on the
+/// growth's own stream (off unless `HIPMEM_POOL_LEND_PENDING=1`; per pool,
+/// `MemPool::set_pending_lending`).
+pub fn pending_by_default() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HIPMEM_POOL_LEND_PENDING").is_ok_and(|v| v == "1"))
 }
 
 /// The whole units of unit size `g` inside `[start, end)` of a group at

@@ -542,6 +542,25 @@ impl Heap {
             .map(|b| (b.addr, b.size, BlockKind::of(b.state)))
     }
 
+    /// The free blocks that overlap `[from, to)` and that stream `stream`
+    /// may use at once (global, or pending on that stream), in address
+    /// order: (address, size, owner).
+    pub fn usable_free_blocks_between(&self, from: u64, to: u64, stream: u64) -> Vec<(u64, u64, Owner)> {
+        let lowest = self.segments.range(..=from).next_back().map_or(from, |(&base, _)| base);
+        self.segments
+            .range(lowest..to)
+            .flat_map(move |(_, seg)| {
+                let first = if seg.base >= from { self.block_at(seg.base) } else { self.holding(from) };
+                self.walk(first).take_while(move |b| b.addr < to)
+            })
+            .filter(move |b| b.addr + b.size > from && usable_by(b.state, stream))
+            .filter_map(|b| match b.state {
+                State::Free(owner) => Some((b.addr, b.size, owner)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The free block that ends exactly at `addr` and that stream `stream`
     /// may use at once (global, or pending on that stream), if any: its size.
     pub fn usable_free_ending_at(&self, addr: u64, stream: u64) -> u64 {
@@ -670,6 +689,44 @@ impl Heap {
         self.set_state(i, State::Shadowed);
         self.reserved -= size;
         true
+    }
+
+    /// [`Heap::shadow`] for memory that stream `stream` may use at once:
+    /// `[addr, addr + size)` inside one free block that is global or
+    /// pending on that stream. Returns the block's owner (a pending owner:
+    /// the memory is still in use by that stream's work queued before the
+    /// free, so its physical memory may only serve that stream, after that
+    /// work, until the free completes), or None if the range is not such
+    /// memory.
+    pub fn shadow_usable(&mut self, addr: u64, size: u64, stream: u64) -> Option<Owner> {
+        let i = self.run_holding(addr)?;
+        let b = *self.node(i);
+        if !usable_by(b.state, stream) || addr + size > b.addr + b.size || size == 0 {
+            return None;
+        }
+        let owner = self.take_range(addr, size)?;
+        self.allocated -= size;
+        let i = self.block_at(addr).expect("taken above");
+        self.set_state(i, State::Shadowed);
+        self.reserved -= size;
+        Some(owner)
+    }
+
+    /// [`Heap::unshadow_part`], the memory freed as `owner` had freed it
+    /// (pending on its stream until that free completes, or global).
+    pub fn unshadow_part_as(&mut self, addr: u64, size: u64, owner: Owner) -> bool {
+        if self.cut_out(addr, size, State::Shadowed).is_none() {
+            return false;
+        }
+        match self.block_at(addr) {
+            Some(i) if self.node(i).state == State::Shadowed && self.node(i).size == size => {
+                self.set_state(i, State::Allocated)
+            }
+            _ => return false,
+        }
+        self.allocated += size;
+        self.reserved += size;
+        self.release_block(addr, owner)
     }
 
     /// Turns the shadowed block at `addr` (of `size` bytes) back into global

@@ -261,7 +261,7 @@ impl PoolCore {
         };
         let kept: &[(u64, u64)] = if hidden.is_some() { &kept } else { &[] };
         let kept_bases: Vec<u64> = kept.iter().map(|g| g.0).collect();
-        self.release_unused_to(&rt, 0);
+        self.release_unused_to_later(&rt, 0);
         let t2 = Instant::now();
         // The free runs left, largest first (at most MAX_PIECES).
         let mut runs = lock(&self.heap).global_free_blocks(MIN_PIECE);

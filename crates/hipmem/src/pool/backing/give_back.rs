@@ -10,22 +10,17 @@ use crate::backend::DevicePtr;
 use crate::backend::virtual_memory::VirtualMemory;
 use crate::pool::core::{CallCounts, PoolCore, lock};
 use crate::pool::lend::Loan;
-use crate::pool::placement::{BlockKind, CLASSES};
+use crate::pool::placement::{BlockKind, CLASSES, Owner};
 use crate::runtime::{MemoryKind, Runtime};
 
 impl PoolCore {
     /// Releases unused memory: whole free segments (largest first), or
     /// granules not in use (the longest unused first), until `bytes` are
     /// released or none is left, keeping at least `floor` bytes reserved.
-    /// Returns the bytes released.
-    pub(crate) fn release_unused(&self, rt: &Runtime, bytes: u64, floor: u64) -> u64 {
-        self.release_unused_keeping(rt, bytes, floor, None)
-    }
-
-    /// [`PoolCore::release_unused`]; with `keep`, the physical allocations
+    /// Returns the bytes released. With `keep`, the physical allocations
     /// on virtual memory are unmapped but not given back: they are listed
     /// there (counted as released) for the growth that follows
-    /// ([`PoolCore::grow_reusing`]).
+    /// ([`PoolCore::grow_reusing`]) or the release worker.
     pub(in crate::pool) fn release_unused_keeping(
         &self,
         rt: &Runtime,
@@ -153,6 +148,43 @@ impl PoolCore {
         }
     }
 
+    /// Whether loans taken from frees still pending on `stream` are out
+    /// (`lend.rs`): the pool keeps the stream's clock for them.
+    pub(in crate::pool) fn has_busy_loans(&self, stream: u64) -> bool {
+        let Backing::Virtual(range) = &self.backing else { return false };
+        lock(range).as_ref().is_some_and(|vr| {
+            vr.busy.values().any(|o| matches!(o, Owner::Stream { stream: s, .. } if *s == stream))
+        })
+    }
+
+    /// For each stream whose pending frees loans were taken from, the tag
+    /// below which its frees are known complete (read before the heap is
+    /// locked).
+    fn completed_clocks(&self, vr: &VirtualRange) -> Vec<(u64, u64)> {
+        vr.busy_streams().into_iter().filter_map(|s| Some((s, self.clock_of(s)?.completed_tag()))).collect()
+    }
+
+    /// How much of a growth of `want` bytes on `stream` lending could cover
+    /// now (`lend.rs`): free runs of groups, global or pending on that
+    /// stream.
+    pub(in crate::pool) fn lendable_for(&self, stream: u64, want: u64) -> u64 {
+        let Backing::Virtual(range) = &self.backing else { return 0 };
+        let guard = lock(range);
+        let Some(vr) = guard.as_ref() else { return 0 };
+        let sources = vr.lendable(&lock(&self.heap), Some(stream));
+        crate::pool::lend::coverable(want, vr.granularity, &sources, crate::pool::lend::MOST_SOURCES)
+    }
+
+    /// Whether frees owned as `owner` are known complete (global memory
+    /// always; a stream's pending frees once its clock has passed them; a
+    /// stream the pool no longer knows: not known).
+    fn owner_complete(&self, owner: Owner) -> bool {
+        match owner {
+            Owner::Global => true,
+            Owner::Stream { stream, tag } => self.clock_of(stream).is_some_and(|c| tag < c.completed_tag()),
+        }
+    }
+
     /// Gives back the unmapped physical allocations in `unmapped` on the
     /// release worker (`deferred.rs`): what the allocation path gives back.
     pub(in crate::pool) fn release_later(&self, unmapped: Unmapped) {
@@ -185,17 +217,19 @@ impl PoolCore {
             return;
         }
         let Backing::Virtual(range) = &self.backing else { return };
-        let Ok(guard) = range.try_lock() else { return };
-        let Some(vr) = guard.as_ref() else { return };
-        vr.send_free_loans_home(&mut lock(&self.heap));
+        let Ok(mut guard) = range.try_lock() else { return };
+        let Some(vr) = guard.as_mut() else { return };
+        let completed = self.completed_clocks(vr);
+        vr.send_free_loans_home(&mut lock(&self.heap), &completed);
     }
 
     /// Unmaps every loan that holds no unit in use there (`lend.rs`):
     /// wholly free ones go home first. Returns how many went.
     pub(super) fn unmap_idle_loans(&self, vm: &dyn VirtualMemory, vr: &mut VirtualRange) -> usize {
+        let completed = self.completed_clocks(vr);
         let gone: Vec<(u64, Loan)> = {
             let mut heap = lock(&self.heap);
-            vr.send_free_loans_home(&mut heap);
+            vr.send_free_loans_home(&mut heap, &completed);
             let idle: Vec<(u64, Loan)> = vr
                 .loans
                 .iter()
@@ -240,9 +274,19 @@ impl PoolCore {
         keep: Option<&mut Unmapped>,
     ) -> bool {
         let g = vr.granularity;
+        // A loan taken from frees still pending keeps its group until they
+        // are known complete (`lend.rs`): its home may still be in use by
+        // the work queued before them.
+        let loans: Vec<u64> = vr.loans.iter().filter(|(_, l)| l.group == base).map(|(&at, _)| at).collect();
+        if loans.iter().any(|at| vr.busy.get(at).is_some_and(|&o| !self.owner_complete(o))) {
+            return false;
+        }
         let mut heap = lock(&self.heap);
         if heap.reserved().saturating_sub(gr.len) < floor || vr.group_idle(&heap, base, gr.len).is_none() {
             return false;
+        }
+        for at in &loans {
+            vr.busy.remove(at);
         }
         // Every unit is free where it is used (checked above): every
         // mapping of the group becomes unbacked, free and shadowed blocks

@@ -13,9 +13,19 @@ use crate::error::{Error, Result};
 use crate::pool::AccessFlags;
 use crate::pool::core::{CallCounts, MAX_GROWTH_STEP, MIN_SEGMENT, PoolCore, lock};
 use crate::pool::lend::{self, Source};
-use crate::pool::placement::{BLOCK_ALIGN, CLASSES};
+use crate::pool::placement::{BLOCK_ALIGN, CLASSES, Owner};
 use crate::pool::remap::{self, Donor, Hole};
 use crate::runtime::{Allocation, MemoryKind, Runtime};
+
+/// Who asks a growth ([`PoolCore::grow_virtual`]).
+#[derive(Copy, Clone, Debug)]
+pub(in crate::pool) struct Asker {
+    /// The stream asking.
+    pub(in crate::pool) stream: u64,
+    /// Whether groups' free runs (also those pending on the stream) are
+    /// lent to the block even where it sets no new peak.
+    pub(in crate::pool) lend: bool,
+}
 
 /// What a growth asks of [`PoolCore::map_for`].
 #[derive(Copy, Clone, Debug)]
@@ -28,6 +38,10 @@ struct Ask {
     stream: u64,
     /// Whether granules not in use elsewhere may be moved under the block.
     use_donors: bool,
+    /// Whether groups' free runs are lent also where the growth sets no
+    /// new peak (a large growth that did not wait for its stream's frees,
+    /// `release.rs`).
+    lend_anyway: bool,
 }
 
 impl PoolCore {
@@ -43,12 +57,13 @@ impl PoolCore {
     /// [`PoolCore::grow`]; `zone`: for a zone block (`zone.rs`), in the
     /// zone's part of the address range.
     pub(crate) fn grow_in(&self, rt: &Runtime, want: u64, zone: bool, stream: u64) -> Result<(u64, u64)> {
-        self.grow_reusing(rt, want, zone, stream, Vec::new())
+        self.grow_reusing(rt, want, zone, stream, Vec::new(), false)
     }
 
     /// [`PoolCore::grow`], mapping the physical allocations in `unmapped`
     /// where memory of their size is needed; the rest go back before
-    /// anything is created.
+    /// anything is created. `lend`: groups' free runs (also those pending
+    /// on `stream`) are lent to the block even where it sets no new peak.
     pub(in crate::pool) fn grow_reusing(
         &self,
         rt: &Runtime,
@@ -56,9 +71,10 @@ impl PoolCore {
         zone: bool,
         stream: u64,
         mut unmapped: Unmapped,
+        lend: bool,
     ) -> Result<(u64, u64)> {
         if let Backing::Virtual(range) = &self.backing {
-            let grown = self.grow_virtual(rt, range, want, zone, stream, &mut unmapped);
+            let grown = self.grow_virtual(rt, range, want, zone, Asker { stream, lend }, &mut unmapped);
             // What the growth did not map again goes back off this thread.
             self.release_later(unmapped);
             return grown;
@@ -109,9 +125,10 @@ impl PoolCore {
         range: &Mutex<Option<VirtualRange>>,
         want: u64,
         zone: bool,
-        stream: u64,
+        asker: Asker,
         unmapped: &mut Unmapped,
     ) -> Result<(u64, u64)> {
+        let Asker { stream, lend } = asker;
         let vm = rt
             .backend()
             .virtual_memory()
@@ -142,7 +159,7 @@ impl PoolCore {
             } else {
                 (vr.physical_bytes() / 32).min(want.saturating_mul(2)).max(want)
             };
-            let ask = Ask { want, span, stream, use_donors: false };
+            let ask = Ask { want, span, stream, use_donors: false, lend_anyway: lend };
             match self.map_for(vm, vr, class, ask, unmapped) {
                 Ok(found) => return Ok(found),
                 // Addresses, not memory, may have run out: loans holding
@@ -231,15 +248,20 @@ impl PoolCore {
             }
         }
         // 3. Map: granules not in use elsewhere, new ones for the rest.
-        let mut result =
-            self.map_for(vm, vr, class, Ask { want, span: want, stream, use_donors: true }, &mut Vec::new());
+        let mut result = self.map_for(
+            vm,
+            vr,
+            class,
+            Ask { want, span: want, stream, use_donors: true, lend_anyway: false },
+            &mut Vec::new(),
+        );
         if result.is_err() && self.evict_aliases(vm, vr, Some(class), usize::MAX) > 0 {
             // Addresses ran out in this class: its shadowed aliases went.
             result = self.map_for(
                 vm,
                 vr,
                 class,
-                Ask { want, span: want, stream, use_donors: true },
+                Ask { want, span: want, stream, use_donors: true, lend_anyway: false },
                 &mut Vec::new(),
             );
         }
@@ -373,7 +395,7 @@ impl PoolCore {
         ask: Ask,
         unmapped: &mut Unmapped,
     ) -> Result<(u64, u64)> {
-        let Ask { want, span, stream, use_donors } = ask;
+        let Ask { want, span, stream, use_donors, lend_anyway } = ask;
         let g = vr.granularity;
         let span = span.max(want);
         let group_min = self.growth_mapping();
@@ -425,7 +447,7 @@ impl PoolCore {
             // out in a hole of their own. Only if that creates less than the
             // plan above (which may join free memory around its hole). (Not
             // for a plan's new piece, which is one group of its own.)
-            let mut lent: Vec<(Source, u64)> = Vec::new();
+            let mut lent: Vec<(Source, u64, Owner)> = Vec::new();
             let arena =
                 self.exact_growth.load(Ordering::Relaxed) || self.arena_growth.load(Ordering::Relaxed);
             if lend::enabled()
@@ -447,17 +469,23 @@ impl PoolCore {
                     before: plan.prefix.map_or(0, |p| p.1),
                 };
                 let spaces: Vec<(u64, u64)> = holes.iter().map(|h| (h.start, h.size)).collect();
-                let layout = (heap.reserved() + planned_new > peak)
-                    .then(|| lend::layout(want, g, &vr.lendable(&heap), growth, &spaces, lend::MOST_SOURCES))
+                // (Frees still pending on this stream lend too: its later
+                // work, this block's, runs after the work before them.)
+                let pending_too = self.lend_pending.load(Ordering::Relaxed).then_some(stream);
+                let layout = (lend_anyway || heap.reserved() + planned_new > peak)
+                    .then(|| {
+                        let sources = vr.lendable(&heap, pending_too);
+                        lend::layout(want, g, &sources, growth, &spaces, lend::MOST_SOURCES)
+                    })
                     .flatten()
                     .filter(|l| (l.new_units.len() as u64) * g < planned_new);
                 if let Some(l) = layout {
                     let mut shadowed = Vec::new();
                     for &(s, at) in &l.lent {
-                        if !heap.shadow(s.at, s.loan.len) {
-                            break;
+                        match heap.shadow_usable(s.at, s.loan.len, stream) {
+                            Some(owner) => shadowed.push((s, at, owner)),
+                            None => break,
                         }
-                        shadowed.push((s, at));
                     }
                     if shadowed.len() == l.lent.len() {
                         // The runs the plan was to join and the layout does
@@ -480,8 +508,8 @@ impl PoolCore {
                         };
                         lent = shadowed;
                     } else {
-                        for (s, _) in shadowed {
-                            heap.unshadow(s.at, s.loan.len);
+                        for (s, _, owner) in shadowed {
+                            heap.unshadow_part_as(s.at, s.loan.len, owner);
                         }
                     }
                 }
@@ -525,9 +553,9 @@ impl PoolCore {
         // Lent units first: each in an alias of its whole group (the driver
         // maps a physical allocation only whole), access once for aliases
         // that follow each other.
-        let mut loans_made: Vec<(Source, u64)> = Vec::new();
-        let mut loans_failed: Vec<Source> = Vec::new();
-        for &(s, at) in &lent {
+        let mut loans_made: Vec<(Source, u64, Owner)> = Vec::new();
+        let mut loans_failed: Vec<(Source, Owner)> = Vec::new();
+        for &(s, at, owner) in &lent {
             let (alias, whole) = s.loan.alias(at);
             let handle = vr.groups.get(&s.loan.group).map(|gr| gr.handle);
             let mapped = match handle {
@@ -539,13 +567,13 @@ impl PoolCore {
             match mapped {
                 Ok(()) => {
                     CallCounts::add(&self.calls.maps);
-                    loans_made.push((s, at));
+                    loans_made.push((s, at, owner));
                 }
                 Err(e) => {
                     // Made new instead (below), and never asked again.
                     tracing::warn!(target: "hipmem", "pool {:#x}: mapping a second alias of a group failed ({e}); the pool lends no more", self.id);
                     self.lending_refused.store(true, Ordering::Relaxed);
-                    loans_failed.push(s);
+                    loans_failed.push((s, owner));
                     plan.new_granules.extend((at..at + s.loan.len).step_by(g as usize));
                 }
             }
@@ -553,22 +581,22 @@ impl PoolCore {
         if !loans_failed.is_empty() {
             plan.new_granules.sort_unstable();
         }
-        let spans: Vec<(u64, u64)> = loans_made.iter().map(|(s, at)| s.loan.alias(*at)).collect();
+        let spans: Vec<(u64, u64)> = loans_made.iter().map(|(s, at, _)| s.loan.alias(*at)).collect();
         let mut kept = Vec::with_capacity(loans_made.len());
         for run in adjacent_runs(&spans) {
             let start = spans[run.start].0;
             let (last, whole) = spans[run.end - 1];
             match give_access(vm, &access, start, last + whole - start) {
                 Ok(()) => {
-                    for (s, _) in &loans_made[run.clone()] {
+                    for (s, _, _) in &loans_made[run.clone()] {
                         CallCounts::add_bytes(&self.calls.bytes_lent, s.loan.len);
                     }
                     kept.extend_from_slice(&loans_made[run]);
                 }
                 Err(e) => {
-                    for (&(alias, whole), &(s, _)) in spans[run.clone()].iter().zip(&loans_made[run]) {
+                    for (&(alias, whole), &(s, _, owner)) in spans[run.clone()].iter().zip(&loans_made[run]) {
                         let _ = vm.mem_unmap(DevicePtr(alias), whole);
-                        loans_failed.push(s);
+                        loans_failed.push((s, owner));
                     }
                     failed.get_or_insert(e);
                 }
@@ -709,8 +737,11 @@ impl PoolCore {
         for old in undo {
             heap.unshadow(old, g);
         }
-        for &(s, at) in &loans_made {
-            tracing::trace!(target: "hipmem::pool", "lent {} units of the group at {:#x} at={at:#x}", s.loan.len / g, s.loan.group);
+        for &(s, at, owner) in &loans_made {
+            tracing::trace!(target: "hipmem::pool", "lent {} units of the group at {:#x} at={at:#x} ({owner:?})", s.loan.len / g, s.loan.group);
+            if owner != Owner::Global {
+                vr.busy.insert(at, owner);
+            }
             let (alias, whole) = s.loan.alias(at);
             // The alias is used only where the lent units are: the rest of
             // it is shadowed at once (never free, so no neighbour's free
@@ -728,9 +759,9 @@ impl PoolCore {
             // does a group: it goes home at the next slow allocation.
             heap.note_group(at, s.loan.len);
         }
-        for s in loans_failed {
-            // The units are used at home again.
-            heap.unshadow(s.at, s.loan.len);
+        for (s, owner) in loans_failed {
+            // The units are used at home again (owned as before).
+            heap.unshadow_part_as(s.at, s.loan.len, owner);
         }
         self.reserved_high.fetch_max(heap.reserved(), Ordering::AcqRel);
         // The runs the block was to join go back to the free space (and

@@ -21,7 +21,10 @@ mod range;
 pub(crate) use range::VirtualRange;
 use range::{ALIASES_HIGH, ALIASES_LOW, Alias, GROUPED_UNIT, Group, Phys, Switch};
 
-/// How a pool gets memory from the backend.
+/// How a pool gets memory from the backend. (One per pool, held in place
+/// for the pool's life: the range's size does not matter, boxing it would
+/// add a pointer chase to every growth.)
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Backing {
     /// Separate device allocations (segments); blocks coalesce within one.
     Segments,
@@ -367,6 +370,15 @@ impl PoolCore {
     /// call: a growth of at least half of `bytes` in new units is one
     /// physical allocation, mapped and given access once, released whole
     /// (0: every unit alone).
+    /// [`super::MemPool::set_pending_lending`].
+    pub(crate) fn set_pending_lending(&self, on: bool) -> Result<()> {
+        if !matches!(self.backing, Backing::Virtual(_)) {
+            return Err(Error::InvalidValue("a pool on segments lends nothing".into()));
+        }
+        self.lend_pending.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
     pub(crate) fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
         if !matches!(self.backing, Backing::Virtual(_)) {
             return Err(Error::InvalidValue("a pool on segments maps nothing".into()));
@@ -404,6 +416,18 @@ impl PoolCore {
             vr.refilled = std::time::Instant::now();
         }
         Ok(())
+    }
+
+    /// Whether a growth may lend units whose frees are still pending on its
+    /// stream (`lend.rs`): on virtual memory, past the first steps, with
+    /// lending on and never refused by the backend. Such a pool does not
+    /// wait for the stream's frees before a large growth (`release.rs`).
+    pub(in crate::pool) fn lends_pending_frees(&self) -> bool {
+        matches!(self.backing, Backing::Virtual(_))
+            && crate::pool::lend::enabled()
+            && self.lend_pending.load(Ordering::Relaxed)
+            && !self.lending_refused.load(Ordering::Relaxed)
+            && lock(&self.heap).frees() >= FIRST_STEPS
     }
 
     /// Whether the pool gives unused memory back before it grows for a large

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::*;
 use crate::pool::lend::{self, Loan, Source};
-use crate::pool::placement::{BlockKind, Heap};
+use crate::pool::placement::{BlockKind, Heap, Owner};
 use crate::pool::remap::{Cover, Donor};
 
 /// Most mappings per physical granule before the least recently used
@@ -43,6 +43,12 @@ pub(crate) struct VirtualRange {
     pub(in crate::pool) groups: BTreeMap<u64, Group>,
     /// Groups' free units mapped elsewhere, by address (`lend.rs`).
     pub(in crate::pool) loans: BTreeMap<u64, Loan>,
+    /// Loans (by address) of units whose frees were still pending on the
+    /// growth's stream when it took them: how those frees were owned. Their
+    /// home may still be used by that stream's work queued before the
+    /// frees, so it comes back pending as they were, and their group goes
+    /// back only once they are known complete.
+    pub(in crate::pool) busy: BTreeMap<u64, Owner>,
     /// The last id given to a unit of a group.
     pub(super) next_unit: u64,
     pub(super) clock: u64,
@@ -90,6 +96,7 @@ impl VirtualRange {
             phys: HashMap::new(),
             groups: BTreeMap::new(),
             loans: BTreeMap::new(),
+            busy: BTreeMap::new(),
             next_unit: 0,
             clock: 0,
             tokens: 0.0,
@@ -132,15 +139,27 @@ impl VirtualRange {
         std::iter::once((None, base, len)).chain(loans).collect()
     }
 
-    /// Runs of the groups' units that are global free at home (`lend.rs`).
-    pub(super) fn lendable(&self, heap: &Heap) -> Vec<Source> {
+    /// Runs of the groups' units that are free at home (`lend.rs`): global
+    /// free, and with `stream` also those pending on that stream (memory
+    /// whose frees it made and has not finished: usable by its own later
+    /// work, in stream order).
+    pub(super) fn lendable(&self, heap: &Heap, stream: Option<u64>) -> Vec<Source> {
         let g = self.granularity;
         let mut runs = Vec::new();
         for (&base, gr) in &self.groups {
-            for (addr, len, kind) in heap.blocks_between(base, base + gr.len) {
-                if kind != BlockKind::Free {
-                    continue;
-                }
+            let free: Vec<(u64, u64)> = match stream {
+                Some(s) => heap
+                    .usable_free_blocks_between(base, base + gr.len, s)
+                    .into_iter()
+                    .map(|b| (b.0, b.1))
+                    .collect(),
+                None => heap
+                    .blocks_between(base, base + gr.len)
+                    .filter(|b| b.2 == BlockKind::Free)
+                    .map(|b| (b.0, b.1))
+                    .collect(),
+            };
+            for (addr, len) in free {
                 if let Some((start, len)) = lend::whole_units(addr, addr + len, base, gr.len, g) {
                     let loan = Loan { group: base, offset: start - base, len, whole: gr.len };
                     runs.push(Source { at: start, loan });
@@ -162,15 +181,38 @@ impl VirtualRange {
     /// Sends every wholly free loan home with no driver call: its units are
     /// used at their addresses in their group again (shadowed there while
     /// lent) and the loan's addresses are shadowed instead (its alias stays
-    /// mapped until [`PoolCore::unmap_idle_loans`]).
-    pub(super) fn send_free_loans_home(&self, heap: &mut Heap) {
+    /// mapped until [`PoolCore::unmap_idle_loans`]). A loan taken from
+    /// frees still pending ([`VirtualRange::busy`]) comes home pending as
+    /// they were: free for their stream at once, for the others once they
+    /// are known complete (`completed`: each such stream's clock, as
+    /// [`Heap::promote`] takes it, from [`VirtualRange::busy_streams`]).
+    pub(super) fn send_free_loans_home(&mut self, heap: &mut Heap, completed: &[(u64, u64)]) {
         for (at, l) in self.free_loans(heap) {
             let home = l.group + l.offset;
             if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
-                heap.unshadow_part(home, l.len);
+                let owner = self.busy.remove(&at).unwrap_or(Owner::Global);
+                heap.unshadow_part_as(home, l.len, owner);
                 heap.forget_group(at);
             }
         }
+        for &(stream, below) in completed {
+            heap.promote(stream, below);
+        }
+    }
+
+    /// The streams whose pending frees loans were taken from ([`VirtualRange::busy`]).
+    pub(super) fn busy_streams(&self) -> Vec<u64> {
+        let mut streams: Vec<u64> = self
+            .busy
+            .values()
+            .filter_map(|o| match *o {
+                Owner::Stream { stream, .. } => Some(stream),
+                Owner::Global => None,
+            })
+            .collect();
+        streams.sort_unstable();
+        streams.dedup();
+        streams
     }
 
     /// Whether every unit of the group at `base` (`len` bytes) is global

@@ -42,6 +42,10 @@ where an allocator learns):
                the GPU to finish the stream's frees before giving memory
                back (HIPMEM_POOL_GROWTH_WAIT=0: only frees already complete
                go back first; not in the default set)
+  hipmem-lendpending  hipmem whose growths also lend memory whose frees
+               are still pending on their stream, so that a large growth
+               need not wait for the GPU to finish them first
+               (HIPMEM_POOL_LEND_PENDING=1; not in the default set)
   hipmem-direct  hipmem with tensors' allocations going to it straight from
                PyTorch's allocator interface, past the pluggable allocator's
                locked map of live blocks (hipmem_torch.use_hipmem(lib,
@@ -133,6 +137,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = "0"
     if name == "hipmem-nowait":
         os.environ["HIPMEM_POOL_GROWTH_WAIT"] = "0"
+    if name == "hipmem-lendpending":
+        os.environ["HIPMEM_POOL_LEND_PENDING"] = "1"
     if name == "hipmem-zone":
         os.environ["HIPMEM_TORCH_ZONE"] = "1"
     if name == "pluggable-async":
@@ -428,6 +434,15 @@ def make_workload(torch, name, steps, varlen_seed=7):
     raise SystemExit(f"unknown workload {name}")
 
 
+def cpu_now():
+    """The CPU this process last ran on (Linux: /proc/self/stat's 39th field), or None."""
+    try:
+        with open("/proc/self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def child(args):
     if args.cpus:
         os.sched_setaffinity(0, cpu_list(args.cpus))
@@ -453,14 +468,25 @@ def child(args):
     # hipmem: its pool's driver calls (maps, unmaps, physical allocations
     # and releases) at the start of each pass, and at the end.
     calls_at = []
-    for _ in range(max(1, args.passes)):
+    # Per step of the last pass, to tell a slow step's cause: the CPU the
+    # process ran on at the step's end, the host thread's CPU time (a spin
+    # while CUDA synchronizes counts too), and hipmem's driver calls.
+    step_cpu, step_thread_ms, step_calls = [], [], []
+    for p in range(max(1, args.passes)):
         calls_at.append(stats().get("backend_calls"))
         times = []
+        last = p == max(1, args.passes) - 1
         for i in range(args.warmup, args.warmup + args.steps):
-            t0 = time.perf_counter()
+            c0 = stats().get("backend_calls") if last else None
+            t0, th0 = time.perf_counter(), time.thread_time()
             step(i)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
+            if last:
+                step_thread_ms.append(round((time.thread_time() - th0) * 1e3, 3))
+                step_cpu.append(cpu_now())
+                c1 = stats().get("backend_calls")
+                step_calls.append(None if c0 is None else c1 - c0)
         passes.append(times)
     times = passes[-1]
     s = stats()
@@ -491,6 +517,9 @@ def child(args):
         "first_pass_step_ms": statistics.median(passes[0]) * 1e3,
         # Every timed step, pass by pass (in --json's output).
         "pass_step_ms": [[round(t * 1e3, 3) for t in p] for p in passes],
+        # The last pass, step by step: the CPU at its end, the host thread's
+        # CPU time, hipmem's driver calls (None for PyTorch's allocators).
+        "last_pass_cpu": step_cpu, "last_pass_thread_ms": step_thread_ms, "last_pass_calls": step_calls,
         # hipmem: its pool's driver calls in the timed steps, and in the last
         # pass alone (None for PyTorch's allocators).
         "backend_calls_timed": timed_calls, "backend_calls_last_pass": last_pass_calls,

@@ -24,14 +24,17 @@
 //! a hole of its own, or the free memory before the growth's hole followed
 //! by the last three ([`layout`]); a run in a group's middle cannot be used.
 //!
-//! - Only where the growth would take the pool past its high watermark:
+//! - Only where the growth would take the pool past its high watermark
+//!   (or is a large one lending its stream's pending frees instead of
+//!   waiting for them, below):
 //!   below it, memory held does not count, and each loan costs a mapping
 //!   (replayed: 27 332 backend calls over the 90 variable-length cases
 //!   against 25 776 without lending; lending at every growth, 164 thousand).
 //! - Only after the pool's first steps (its heap's first 2048 frees,
 //!   `FIRST_STEPS` in `backing/mod.rs`, where the measurements are), and only
-//!   memory whose frees are known complete (global free) or still pending
-//!   on the growth's own stream: its work queued before those frees runs
+//!   memory whose frees are known complete (global free), or, with pending
+//!   lending on (`MemPool::set_pending_lending`, off by default), still
+//!   pending on the growth's own stream: its work queued before those frees runs
 //!   before the block's, so the alias may serve the block at once, and a
 //!   large growth need not wait for the GPU to give that memory back
 //!   (`release.rs`). Such a loan's home may still be in use by that work:

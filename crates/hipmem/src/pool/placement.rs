@@ -531,6 +531,24 @@ impl Heap {
     /// The blocks that overlap `[from, to)`, in address order: (address,
     /// size, what it is).
     pub fn blocks_between(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, u64, BlockKind)> + '_ {
+        self.nodes_between(from, to).map(|b| (b.addr, b.size, BlockKind::of(b.state)))
+    }
+
+    /// The free blocks that overlap `[from, to)` and that `stream` may use
+    /// at once (global, or pending on that stream; with None, global only),
+    /// in address order: (address, size).
+    pub fn free_blocks_between(&self, from: u64, to: u64, stream: Option<u64>) -> Vec<(u64, u64)> {
+        self.nodes_between(from, to)
+            .filter(|b| match stream {
+                Some(s) => usable_by(b.state, s),
+                None => b.state == State::Free(Owner::Global),
+            })
+            .map(|b| (b.addr, b.size))
+            .collect()
+    }
+
+    /// The blocks that overlap `[from, to)`, in address order.
+    fn nodes_between(&self, from: u64, to: u64) -> impl Iterator<Item = &Block> + '_ {
         let lowest = self.segments.range(..=from).next_back().map_or(from, |(&base, _)| base);
         self.segments
             .range(lowest..to)
@@ -539,26 +557,6 @@ impl Heap {
                 self.walk(first).take_while(move |b| b.addr < to)
             })
             .filter(move |b| b.addr + b.size > from)
-            .map(|b| (b.addr, b.size, BlockKind::of(b.state)))
-    }
-
-    /// The free blocks that overlap `[from, to)` and that stream `stream`
-    /// may use at once (global, or pending on that stream), in address
-    /// order: (address, size, owner).
-    pub fn usable_free_blocks_between(&self, from: u64, to: u64, stream: u64) -> Vec<(u64, u64, Owner)> {
-        let lowest = self.segments.range(..=from).next_back().map_or(from, |(&base, _)| base);
-        self.segments
-            .range(lowest..to)
-            .flat_map(move |(_, seg)| {
-                let first = if seg.base >= from { self.block_at(seg.base) } else { self.holding(from) };
-                self.walk(first).take_while(move |b| b.addr < to)
-            })
-            .filter(move |b| b.addr + b.size > from && usable_by(b.state, stream))
-            .filter_map(|b| match b.state {
-                State::Free(owner) => Some((b.addr, b.size, owner)),
-                _ => None,
-            })
-            .collect()
     }
 
     /// The free block that ends exactly at `addr` and that stream `stream`
@@ -682,13 +680,7 @@ impl Heap {
     /// its physical memory is about to be used at another address. Returns
     /// false if the range is not global free memory.
     pub fn shadow(&mut self, addr: u64, size: u64) -> bool {
-        if !self.carve_global(addr, size) {
-            return false;
-        }
-        let i = self.block_at(addr).expect("carved above");
-        self.set_state(i, State::Shadowed);
-        self.reserved -= size;
-        true
+        self.shadow_where(addr, size, |state| state == State::Free(Owner::Global)).is_some()
     }
 
     /// [`Heap::shadow`] for memory that stream `stream` may use at once:
@@ -699,9 +691,14 @@ impl Heap {
     /// work, until the free completes), or None if the range is not such
     /// memory.
     pub fn shadow_usable(&mut self, addr: u64, size: u64, stream: u64) -> Option<Owner> {
-        let i = self.run_holding(addr)?;
-        let b = *self.node(i);
-        if !usable_by(b.state, stream) || addr + size > b.addr + b.size || size == 0 {
+        self.shadow_where(addr, size, |state| usable_by(state, stream))
+    }
+
+    /// Makes `[addr, addr + size)`, inside one free block whose state `ok`
+    /// accepts, shadowed; returns the block's owner.
+    fn shadow_where(&mut self, addr: u64, size: u64, ok: impl Fn(State) -> bool) -> Option<Owner> {
+        let b = *self.node(self.run_holding(addr)?);
+        if !ok(b.state) || addr + size > b.addr + b.size || size == 0 {
             return None;
         }
         let owner = self.take_range(addr, size)?;
@@ -715,9 +712,18 @@ impl Heap {
     /// [`Heap::unshadow_part`], the memory freed as `owner` had freed it
     /// (pending on its stream until that free completes, or global).
     pub fn unshadow_part_as(&mut self, addr: u64, size: u64, owner: Owner) -> bool {
-        if self.cut_out(addr, size, State::Shadowed).is_none() {
-            return false;
-        }
+        self.cut_out(addr, size, State::Shadowed).is_some() && self.unshadow_as(addr, size, owner)
+    }
+
+    /// Turns the shadowed block at `addr` (of `size` bytes) back into global
+    /// free memory (its physical memory is used here again), coalescing.
+    pub fn unshadow(&mut self, addr: u64, size: u64) -> bool {
+        self.unshadow_as(addr, size, Owner::Global)
+    }
+
+    /// [`Heap::unshadow`], the memory free as `owner` (global, or pending
+    /// on a stream).
+    fn unshadow_as(&mut self, addr: u64, size: u64, owner: Owner) -> bool {
         match self.block_at(addr) {
             Some(i) if self.node(i).state == State::Shadowed && self.node(i).size == size => {
                 self.set_state(i, State::Allocated)
@@ -727,20 +733,6 @@ impl Heap {
         self.allocated += size;
         self.reserved += size;
         self.release_block(addr, owner)
-    }
-
-    /// Turns the shadowed block at `addr` (of `size` bytes) back into global
-    /// free memory (its physical memory is used here again), coalescing.
-    pub fn unshadow(&mut self, addr: u64, size: u64) -> bool {
-        match self.block_at(addr) {
-            Some(i) if self.node(i).state == State::Shadowed && self.node(i).size == size => {
-                self.set_state(i, State::Allocated)
-            }
-            _ => return false,
-        }
-        self.allocated += size;
-        self.reserved += size;
-        self.release_block(addr, Owner::Global)
     }
 
     /// [`Heap::unshadow`] for `[addr, addr + size)` inside one shadowed
@@ -841,19 +833,6 @@ impl Heap {
             self.runs.remove(&to);
         }
         m
-    }
-
-    /// Splits the global free block holding `[addr, addr + size)` so that the
-    /// range is a block of its own (left marked allocated, unindexed, its
-    /// bytes counted as allocated: the caller changes its state at once).
-    fn carve_global(&mut self, addr: u64, size: u64) -> bool {
-        if !self.is_global_free(addr, size) || size == 0 {
-            return false;
-        }
-        let owner = self.take_range(addr, size);
-        debug_assert_eq!(owner, Some(Owner::Global));
-        self.allocated -= size;
-        true
     }
 
     /// Removes a reservation whose addresses are all unbacked; false if any

@@ -277,7 +277,11 @@ impl PoolCore {
         // A loan taken from frees still pending keeps its group until they
         // are known complete (`lend.rs`): its home may still be in use by
         // the work queued before them.
-        let loans: Vec<u64> = vr.loans.iter().filter(|(_, l)| l.group == base).map(|(&at, _)| at).collect();
+        let loans: Vec<u64> = if vr.busy.is_empty() {
+            Vec::new()
+        } else {
+            vr.loans.iter().filter(|(_, l)| l.group == base).map(|(&at, _)| at).collect()
+        };
         if loans.iter().any(|at| vr.busy.get(at).is_some_and(|&o| !self.owner_complete(o))) {
             return false;
         }

@@ -147,19 +147,7 @@ impl VirtualRange {
         let g = self.granularity;
         let mut runs = Vec::new();
         for (&base, gr) in &self.groups {
-            let free: Vec<(u64, u64)> = match stream {
-                Some(s) => heap
-                    .usable_free_blocks_between(base, base + gr.len, s)
-                    .into_iter()
-                    .map(|b| (b.0, b.1))
-                    .collect(),
-                None => heap
-                    .blocks_between(base, base + gr.len)
-                    .filter(|b| b.2 == BlockKind::Free)
-                    .map(|b| (b.0, b.1))
-                    .collect(),
-            };
-            for (addr, len) in free {
+            for (addr, len) in heap.free_blocks_between(base, base + gr.len, stream) {
                 if let Some((start, len)) = lend::whole_units(addr, addr + len, base, gr.len, g) {
                     let loan = Loan { group: base, offset: start - base, len, whole: gr.len };
                     runs.push(Source { at: start, loan });

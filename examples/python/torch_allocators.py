@@ -293,6 +293,12 @@ def varlen_model(torch, dev):
     return gpt(torch, 24, 16, 1024, 50304, 2048).to(dev).eval()
 
 
+# When the last step finished enqueuing its work, before it waited for the
+# GPU (time.perf_counter()); set by the steps that can tell (variable-length
+# inference), so that a slow step can be told host-bound from GPU-bound.
+ENQUEUED = [None]
+
+
 def infer_batch(torch, model, gen, b, t):
     """One batch of variable-length inference: `b` sequences of `t` random
     tokens, bf16 autocast; returns the sum of the next tokens (synchronizes)."""
@@ -301,7 +307,9 @@ def infer_batch(torch, model, gen, b, t):
         logits = model(x)
         # Only the last position's logits leave the step (generation).
         nxt = logits[:, -1, :].float().softmax(-1).argmax(-1)
-    return int(nxt.sum().item())
+    total = nxt.sum()
+    ENQUEUED[0] = time.perf_counter()
+    return int(total.item())
 
 
 def make_workload(torch, name, steps, varlen_seed=7):
@@ -434,6 +442,44 @@ def make_workload(torch, name, steps, varlen_seed=7):
     raise SystemExit(f"unknown workload {name}")
 
 
+class SmClock:
+    """The GPU's current SM clock in MHz through NVML (read only), or None
+    where NVML is not there: a slow step on a GPU clocked lower is the
+    GPU's, not the allocator's."""
+
+    def __init__(self, torch):
+        self.get = None
+        try:
+            import ctypes
+
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() != 0:
+                return
+            handle = ctypes.c_void_p()
+            bus = torch.cuda.get_device_properties(torch.cuda.current_device())
+            bus_id = "{:08x}:{:02x}:{:02x}.0".format(
+                getattr(bus, "pci_domain_id", 0), getattr(bus, "pci_bus_id", 0), getattr(bus, "pci_device_id", 0))
+            if lib.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode(), ctypes.byref(handle)) != 0:
+                # (Where PyTorch does not tell the bus: the only GPU there is.)
+                count = ctypes.c_uint()
+                if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or count.value != 1:
+                    return
+                if lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
+                    return
+            mhz = ctypes.c_uint()
+
+            def get():
+                # NVML_CLOCK_SM = 1
+                return mhz.value if lib.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(mhz)) == 0 else None
+
+            self.get = get
+        except (OSError, AttributeError):
+            self.get = None
+
+    def __call__(self):
+        return self.get() if self.get else None
+
+
 def cpu_now():
     """The CPU this process last ran on (Linux: /proc/self/stat's 39th field), or None."""
     try:
@@ -472,6 +518,11 @@ def child(args):
     # process ran on at the step's end, the host thread's CPU time (a spin
     # while CUDA synchronizes counts too), and hipmem's driver calls.
     step_cpu, step_thread_ms, step_calls = [], [], []
+    # And where the step can tell: how long the host took to enqueue the
+    # step's work (the rest of the step was the wait for the GPU), and the
+    # GPU's SM clock at the step's end.
+    step_enqueue_ms, step_sm_mhz = [], []
+    sm_clock = SmClock(torch)
     for p in range(max(1, args.passes)):
         calls_at.append(stats().get("backend_calls"))
         times = []
@@ -479,10 +530,13 @@ def child(args):
         for i in range(args.warmup, args.warmup + args.steps):
             c0 = stats().get("backend_calls") if last else None
             t0, th0 = time.perf_counter(), time.thread_time()
+            ENQUEUED[0] = None
             step(i)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             if last:
+                step_enqueue_ms.append(None if ENQUEUED[0] is None else round((ENQUEUED[0] - t0) * 1e3, 3))
+                step_sm_mhz.append(sm_clock())
                 step_thread_ms.append(round((time.thread_time() - th0) * 1e3, 3))
                 step_cpu.append(cpu_now())
                 c1 = stats().get("backend_calls")
@@ -520,6 +574,9 @@ def child(args):
         # The last pass, step by step: the CPU at its end, the host thread's
         # CPU time, hipmem's driver calls (None for PyTorch's allocators).
         "last_pass_cpu": step_cpu, "last_pass_thread_ms": step_thread_ms, "last_pass_calls": step_calls,
+        # Where the step tells (variable-length inference): the host's time to
+        # enqueue it; and the GPU's SM clock at its end (NVML; None without).
+        "last_pass_enqueue_ms": step_enqueue_ms, "last_pass_sm_mhz": step_sm_mhz,
         # hipmem: its pool's driver calls in the timed steps, and in the last
         # pass alone (None for PyTorch's allocators).
         "backend_calls_timed": timed_calls, "backend_calls_last_pass": last_pass_calls,

@@ -137,6 +137,10 @@ pub(crate) struct PoolCore {
     /// Whether growths also lend units whose frees are pending on their
     /// stream (`lend.rs`; [`super::MemPool::set_pending_lending`]).
     pub(super) lend_pending: AtomicBool,
+    /// The most one physical piece of a first-steps growth holds (`u64::MAX`:
+    /// `HIPMEM_POOL_FIRST_PIECE_MIB`, else units alone;
+    /// [`super::MemPool::set_first_steps_piece`]).
+    pub(super) first_piece: AtomicU64,
     /// Idle release (`release.rs`): the window in milliseconds (0: off) and
     /// what the pool needed in the current and the last window.
     pub(super) idle_window_ms: AtomicU64,
@@ -206,6 +210,7 @@ impl PoolCore {
             lending: AtomicBool::new(false),
             lending_refused: AtomicBool::new(false),
             lend_pending: AtomicBool::new(super::lend::pending_by_default()),
+            first_piece: AtomicU64::new(u64::MAX),
             idle_window_ms: AtomicU64::new(0),
             idle: Mutex::new(super::release::IdleWindows::new()),
             idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),

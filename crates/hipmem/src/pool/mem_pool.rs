@@ -407,14 +407,35 @@ impl MemPool {
     /// physical allocation (up to 128 MiB each), mapped and given access in
     /// one call each, and released only whole (when all of them are free);
     /// a pool of eight times `bytes` or more grows by at least `bytes`. On
-    /// a GPU a mapping of 64 MiB or more costs about 1 µs per MiB, one of
-    /// up to 32 MiB about 25 µs (`hipmem bench vmm`, `chunk_ops`). The
+    /// a GPU a physical allocation costs about as much to create, map and
+    /// give access to whatever its size up to 32 MiB (about 40 µs on an
+    /// H100, so about 20 µs per MiB for one of 2 MiB, 1.3 for 32), and one of
+    /// 128 MiB about 0.5 µs per MiB (docs/pool-measurements.md). The
     /// default is 128 MiB (`HIPMEM_POOL_GROUP_MIB` sets another for new
     /// pools); 0 maps each unit alone, so that trim and the release
     /// threshold can give back any free unit. Pools made for sharing (a
     /// handle type) always map units alone. InvalidValue for other pools.
     pub fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
         self.own("map memory in units")?.set_growth_mapping(bytes)
+    }
+
+    /// Sets the most one physical allocation of a hipmem pool on virtual
+    /// memory holds where a growth in its first steps (its first 2048
+    /// frees, where a training run makes its long-lived state) needs two
+    /// units or more: the growth is cut into pieces of powers of two units
+    /// up to `bytes`, each created, mapped and given access in one call and
+    /// released whole, instead of one physical allocation per unit. On an
+    /// H100 an allocation of up to 32 MiB costs about as much as one of 2
+    /// MiB, so 8 MiB pieces took replayed PyTorch training runs' first
+    /// steps from about twice the driver's pool's time to about as much.
+    /// Off by default (`0`, or `HIPMEM_POOL_FIRST_PIECE_MIB` for new pools):
+    /// a workload without a repeating step, such as variable-length
+    /// inference, keeps its warm-up's pieces under its later batches, and
+    /// held up to 1.058 of its peak with 8 MiB pieces against 1.024 without
+    /// (docs/pool-measurements.md). InvalidValue for a pool on segments or
+    /// another process's pool.
+    pub fn set_first_steps_piece(&self, bytes: u64) -> Result<()> {
+        self.own("map pieces")?.set_first_steps_piece(bytes)
     }
 
     /// Lets a hipmem pool on virtual memory lend to a growth the units of

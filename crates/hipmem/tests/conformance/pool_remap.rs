@@ -371,6 +371,69 @@ fn a_large_growth_is_one_mapping_released_only_whole() {
     s.synchronize().unwrap();
 }
 
+/// In its first steps a pool that only grows maps a growth of several units
+/// one physical allocation per unit by default; with
+/// [`MemPool::set_first_steps_piece`] it cuts the growth into pieces of
+/// powers of two units up to the piece, one physical allocation, one
+/// mapping each (fewer driver calls), the data intact, and a piece goes
+/// back only whole.
+#[test]
+fn first_steps_growths_are_cut_into_pieces_when_asked() {
+    if std::env::var_os("HIPMEM_POOL_FIRST_PIECE_MIB").is_some() {
+        return;
+    }
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, "first_steps_growths_are_cut_into_pieces_when_asked") else { return };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let u = unit(&pool);
+    let s = stream0(&rt);
+    // By default: one physical allocation per unit.
+    let before = pool.backend_calls().unwrap();
+    let a = pool.alloc_raw(7 * u, &s).unwrap();
+    assert_eq!(pool.backend_calls().unwrap().granules_created - before.granules_created, 7);
+    rt.free_async(a, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0);
+    crate::expect_err(pool.set_first_steps_piece(u64::MAX), 1, &["piece"]);
+    // Pieces of at most four units: eleven units are 4 + 4 + 2 + 1.
+    pool.set_first_steps_piece(4 * u).unwrap();
+    let before = pool.backend_calls().unwrap();
+    let big = pool.alloc_raw(11 * u, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.granules_created - before.granules_created, 4, "four physical allocations");
+    assert_eq!(after.maps - before.maps, 4, "four mappings");
+    assert_eq!(pool.stats().reserved_current, 11 * u);
+    let mut sizes: Vec<u64> = pool.physical_pieces().unwrap().iter().map(|p| p.size).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, vec![u, 2 * u, 4 * u, 4 * u]);
+    fill_u32(&rt, big, 11 * u, 0x5a5a_0011, &s);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, big, 11 * u).iter().all(|&v| v == 0x5a5a_0011));
+    // One unit in use again: its piece stays, the others go back.
+    rt.free_async(big, &s).unwrap();
+    let inside = pool.alloc_raw(u, &s).unwrap();
+    fill_u32(&rt, inside, u, 0x5a5a_0012, &s);
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let pieces = pool.physical_pieces().unwrap();
+    assert_eq!(pieces.len(), 1, "{pieces:?}");
+    assert!(pieces[0].start <= inside.0 && inside.0 + u <= pieces[0].start + pieces[0].size);
+    assert_eq!(pool.stats().reserved_current, pieces[0].size);
+    assert!(read_u32s(&rt, inside, u).iter().all(|&v| v == 0x5a5a_0012));
+    rt.free_async(inside, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let st = pool.stats();
+    assert_eq!((st.reserved_current, st.used_current), (0, 0));
+    let end = pool.backend_calls().unwrap();
+    assert_eq!(end.granules_released - before.granules_released, 4, "each piece once, whole");
+    pool.check_invariants().unwrap();
+    // A pool on segments has no pieces to cut.
+    let segments = MemPool::create_with_backing(&rt, PoolProps::default(), PoolBacking::Segments).unwrap();
+    crate::expect_err(segments.set_first_steps_piece(8 * MIB), 1, &["segments"]);
+}
+
 /// The address map shows where free memory lies: a physical piece that a
 /// live block shares keeps its free bytes held ([`FreeSplit`]'s
 /// `beside_live`), and once the block is freed the whole piece is free.

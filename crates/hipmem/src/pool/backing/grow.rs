@@ -400,7 +400,7 @@ impl PoolCore {
         let span = span.max(want);
         let group_min = self.growth_mapping();
         let least_group = least_plain_group(group_min);
-        let (mut plan, owners, lent) = {
+        let (mut plan, owners, lent, first_steps) = {
             let mut heap = lock(&self.heap);
             let first_steps = heap.frees() < FIRST_STEPS;
             let reserved = vr.physical_bytes();
@@ -542,7 +542,7 @@ impl PoolCore {
                 let last = *plan.new_granules.last().expect("n > 0");
                 plan.new_granules.extend((1..=least - n).map(|i| last + i * g));
             }
-            (plan, owners, lent)
+            (plan, owners, lent, first_steps)
         };
         tracing::trace!(target: "hipmem::pool", want, moved = plan.reuse.len(), new = plan.new_granules.len(), "remapping");
         // Without the heap's lock: map.
@@ -622,13 +622,19 @@ impl PoolCore {
         // New units in one run, enough of them: one physical allocation and
         // one mapping (a pool that only grows, and is not shared: its units
         // never move, and export hands out one handle per unit).
+        // In a run's first steps, a growth of two units or more is mapped
+        // in pieces of at most [`PoolCore::first_steps_piece`] (powers of
+        // two), not unit by unit: each costs about as much as one unit.
+        let piece = self.first_steps_piece();
+        let pieces = first_steps && piece > g && plan.new_granules.len() > 1;
         let grouped = failed.is_none()
             && !use_donors
             && group_min > 0
             && self.props.handle_types == 0
             && plan.reuse.is_empty()
             && (plan.new_granules.len() as u64 * g >= least_group
-                || self.arena_growth.load(Ordering::Relaxed))
+                || self.arena_growth.load(Ordering::Relaxed)
+                || pieces)
             && plan.new_granules.windows(2).all(|w| w[1] == w[0] + g);
         let mut groups: Vec<(u64, Group)> = Vec::new();
         if grouped {
@@ -645,6 +651,16 @@ impl PoolCore {
             let least = (least_group / g).max(1) as usize;
             let mut chunks = Vec::new();
             let mut i = 0;
+            if pieces && (n as u64) * g < least_group {
+                let most = (piece / g).max(1) as usize;
+                while i < n {
+                    // The largest power of two of units that is left, at most `most`.
+                    let left = (n - i).min(most);
+                    let len = 1usize << left.ilog2();
+                    chunks.push(&plan.new_granules[i..i + len]);
+                    i += len;
+                }
+            }
             while i < n {
                 let mut len = per.min(n - i);
                 if n - i - len < least {

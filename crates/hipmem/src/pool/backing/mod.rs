@@ -144,7 +144,9 @@ fn least_plain_group(group_min: u64) -> u64 {
 const MAX_GROUP: u64 = 128 << 20;
 
 /// The heap's frees that make a run's *first steps*: in them a pool lends
-/// nothing (`lend.rs`) and pads no small growth to a whole group. Those
+/// nothing (`lend.rs`), pads no small growth to a whole group, and maps a
+/// growth under 64 MiB unit by unit (or, where asked, in pieces of up to
+/// [`PoolCore::first_steps_piece`]). Those
 /// steps make the run's long-lived state (weights, an optimizer's state,
 /// DDP's gradient buckets) while its first activations come and go.
 ///
@@ -173,6 +175,29 @@ const MAX_GROUP: u64 = 128 << 20;
 ///   plan gives those units back one by one (the two-GPU job: 46-52 ms
 ///   against 30-34).
 const FIRST_STEPS: u64 = 2048;
+
+/// The most one physical piece holds where a growth in a run's first steps
+/// is cut into pieces ([`PoolCore::first_steps_piece`]): 0, every unit alone.
+///
+/// On an H100 a physical allocation costs about the same to create, map,
+/// give access to, unmap and release whatever its size up to 32 MiB (71 µs
+/// for 2 MiB, 74 for 8, 90 for 32: a CUDA probe, `docs/pool-measurements.md`),
+/// so a growth of 48 MiB unit by unit costs 24 times what six pieces of 8
+/// MiB cost. With 8 MiB pieces, replayed (`hipmem replay TRACE --pool vmm`),
+/// the recorded training runs' backend calls fell from 4610 to 1598 (GPT-2),
+/// 3650 to 1204 (CNN) and 2540 to 835 (rank 0 of the two-GPU job), and on an
+/// H100 their replay time per operation from about twice the driver's
+/// pool's to about as much (over three rounds: GPT-2 0.82 of it, the
+/// two-GPU job 0.89, the CNN 1.39 with one slow round); their later steps
+/// held 1.002, 1.004 and 1.015 of their peaks (1.003, 1.005 and 1.006
+/// unit by unit). Not the default: variable-length inference's warm-up
+/// pieces stay under its later batches, and live on an H100 two of three
+/// processes held 1.042 and 1.058 of their peak (1.008-1.024 unit by unit),
+/// with 24-32 driver calls in each pass's largest batches; replayed at ten
+/// idle-release windows, 22 of 180 cases were above 1.03 against 16. Larger
+/// pieces hold more where long-lived state lands in them: with 16 or 32 MiB
+/// the two-GPU job held 1.035 and 1.038.
+const FIRST_STEPS_PIECE: u64 = 0;
 
 /// How many of the driver's granules make one of the pool's physical units
 /// (`HIPMEM_POOL_UNIT_GRANULES`, default 1: 2 MiB where the driver maps
@@ -345,6 +370,40 @@ impl PoolCore {
             return Err(Error::InvalidValue("the pool has mapped memory already; its unit is fixed".into()));
         }
         self.unit.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The most a physical piece of a growth in a run's first steps
+    /// ([`FIRST_STEPS`]) holds: such a growth of two units or more is cut
+    /// into pieces of powers of two units, up to this; a piece is one
+    /// physical allocation, goes back whole and is lent as a group is. One
+    /// unit or less (the default, [`FIRST_STEPS_PIECE`]): every unit alone.
+    /// Set with [`PoolCore::set_first_steps_piece`], else
+    /// `HIPMEM_POOL_FIRST_PIECE_MIB`. A pool that maps units alone
+    /// ([`PoolCore::growth_mapping`] 0) cuts no pieces.
+    pub(crate) fn first_steps_piece(&self) -> u64 {
+        match self.first_piece.load(Ordering::Relaxed) {
+            u64::MAX => {
+                static ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+                *ENV.get_or_init(|| {
+                    std::env::var("HIPMEM_POOL_FIRST_PIECE_MIB")
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .map_or(FIRST_STEPS_PIECE, |mib| mib.saturating_mul(1 << 20))
+                })
+            }
+            n => n,
+        }
+    }
+
+    pub(crate) fn set_first_steps_piece(&self, bytes: u64) -> Result<()> {
+        if !matches!(self.backing, Backing::Virtual(_)) {
+            return Err(Error::InvalidValue("a pool on segments maps nothing".into()));
+        }
+        if bytes == u64::MAX {
+            return Err(Error::InvalidValue(format!("{bytes} bytes is not a piece size")));
+        }
+        self.first_piece.store(bytes, Ordering::Relaxed);
         Ok(())
     }
 

@@ -624,9 +624,14 @@ impl PoolCore {
         // never move, and export hands out one handle per unit).
         // In a run's first steps, a growth of two units or more is mapped
         // in pieces of at most [`PoolCore::first_steps_piece`] (powers of
-        // two), not unit by unit: each costs about as much as one unit.
+        // two), not unit by unit: each costs about as much as one unit. (Not
+        // a plan's arena, which is one group.)
         let piece = self.first_steps_piece();
-        let pieces = first_steps && piece > g && plan.new_granules.len() > 1;
+        let pieces = first_steps
+            && piece > g
+            && plan.new_granules.len() > 1
+            && !self.growth_is_exact()
+            && !self.arena_growth.load(Ordering::Relaxed);
         let grouped = failed.is_none()
             && !use_donors
             && group_min > 0

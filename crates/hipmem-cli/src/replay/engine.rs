@@ -37,6 +37,10 @@ pub enum PoolKind {
     /// The default pool mapping each unit alone
     /// (`MemPool::set_growth_mapping(0)`), for comparison.
     VmmUnits,
+    /// The default pool mapping a run's first-steps growths in pieces of
+    /// up to 8 MiB (`MemPool::set_first_steps_piece`), for comparison; not
+    /// in [`PoolKind::ALL`].
+    VmmPieces,
     /// hipmem's pool on separate device allocations.
     Segments,
     /// The driver's own pool (cuMemPool*, cuda only).
@@ -46,7 +50,8 @@ pub enum PoolKind {
 }
 
 impl PoolKind {
-    /// Every kind, in the order of the report.
+    /// Every kind replayed when `--pool` names none, in the order of the
+    /// report (not [`PoolKind::VmmPieces`], which is named when wanted).
     pub const ALL: [PoolKind; 6] = [
         PoolKind::Vmm,
         PoolKind::VmmLeastMemory,
@@ -62,6 +67,7 @@ impl PoolKind {
             PoolKind::Vmm => "hipmem-vmm",
             PoolKind::VmmLeastMemory => "hipmem-vmm-lowmem",
             PoolKind::VmmUnits => "hipmem-vmm-units",
+            PoolKind::VmmPieces => "hipmem-vmm-pieces",
             PoolKind::Segments => "hipmem-segments",
             PoolKind::Driver => "driver-pool",
             PoolKind::Malloc => "malloc",
@@ -74,6 +80,7 @@ impl PoolKind {
             "vmm" | "hipmem-vmm" => Some(PoolKind::Vmm),
             "vmm-lowmem" | "hipmem-vmm-lowmem" => Some(PoolKind::VmmLeastMemory),
             "vmm-units" | "hipmem-vmm-units" => Some(PoolKind::VmmUnits),
+            "vmm-pieces" | "hipmem-vmm-pieces" => Some(PoolKind::VmmPieces),
             "segments" | "hipmem-segments" => Some(PoolKind::Segments),
             "driver" | "driver-pool" => Some(PoolKind::Driver),
             "malloc" | "direct" => Some(PoolKind::Malloc),
@@ -83,7 +90,14 @@ impl PoolKind {
 
     /// Whether this is one of hipmem's own pools.
     pub fn is_hipmem(self) -> bool {
-        matches!(self, PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmUnits | PoolKind::Segments)
+        matches!(
+            self,
+            PoolKind::Vmm
+                | PoolKind::VmmLeastMemory
+                | PoolKind::VmmUnits
+                | PoolKind::VmmPieces
+                | PoolKind::Segments
+        )
     }
 }
 
@@ -256,7 +270,11 @@ impl Target {
     ) -> Result<Target, String> {
         let props = PoolProps { device, ..Default::default() };
         let pool = match kind {
-            PoolKind::Vmm | PoolKind::VmmLeastMemory | PoolKind::VmmUnits | PoolKind::Segments => {
+            PoolKind::Vmm
+            | PoolKind::VmmLeastMemory
+            | PoolKind::VmmUnits
+            | PoolKind::VmmPieces
+            | PoolKind::Segments => {
                 let backing = if kind == PoolKind::Segments {
                     PoolBacking::Segments
                 } else {
@@ -274,6 +292,9 @@ impl Target {
                 }
                 if kind == PoolKind::VmmUnits {
                     pool.set_growth_mapping(0).map_err(|e| e.to_string())?;
+                }
+                if kind == PoolKind::VmmPieces {
+                    pool.set_first_steps_piece(8 << 20).map_err(|e| e.to_string())?;
                 }
                 pool
             }

@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::AccessFlags;
 use super::core::{CallCounts, PoolCore, lock};
@@ -218,6 +218,12 @@ fn unit_granules() -> u64 {
     })
 }
 
+/// A size in bytes from environment variable `var`, given in MiB; None
+/// where it is not set or not a number.
+fn env_mib(var: &str) -> Option<u64> {
+    std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()).map(|mib| mib.saturating_mul(1 << 20))
+}
+
 /// Turns the mapping `[at, at + len)`, which holds only global free and
 /// shadowed blocks, back into unbacked addresses (it is about to be
 /// unmapped).
@@ -385,25 +391,26 @@ impl PoolCore {
         match self.first_piece.load(Ordering::Relaxed) {
             u64::MAX => {
                 static ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-                *ENV.get_or_init(|| {
-                    std::env::var("HIPMEM_POOL_FIRST_PIECE_MIB")
-                        .ok()
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .map_or(FIRST_STEPS_PIECE, |mib| mib.saturating_mul(1 << 20))
-                })
+                *ENV.get_or_init(|| env_mib("HIPMEM_POOL_FIRST_PIECE_MIB").unwrap_or(FIRST_STEPS_PIECE))
             }
             n => n,
         }
     }
 
     pub(crate) fn set_first_steps_piece(&self, bytes: u64) -> Result<()> {
+        self.set_size(&self.first_piece, bytes, "piece size")
+    }
+
+    /// Stores a size setting of a pool on virtual memory (`u64::MAX` is
+    /// taken: it reads "not set"); `what` names the size in the error.
+    fn set_size(&self, setting: &AtomicU64, bytes: u64, what: &str) -> Result<()> {
         if !matches!(self.backing, Backing::Virtual(_)) {
             return Err(Error::InvalidValue("a pool on segments maps nothing".into()));
         }
         if bytes == u64::MAX {
-            return Err(Error::InvalidValue(format!("{bytes} bytes is not a piece size")));
+            return Err(Error::InvalidValue(format!("{bytes} bytes is not a {what}")));
         }
-        self.first_piece.store(bytes, Ordering::Relaxed);
+        setting.store(bytes, Ordering::Relaxed);
         Ok(())
     }
 
@@ -414,21 +421,12 @@ impl PoolCore {
         match self.group.load(Ordering::Relaxed) {
             u64::MAX => {
                 static ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-                *ENV.get_or_init(|| {
-                    std::env::var("HIPMEM_POOL_GROUP_MIB")
-                        .ok()
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .map_or(DEFAULT_GROWTH_MAPPING, |mib| mib.saturating_mul(1 << 20))
-                })
+                *ENV.get_or_init(|| env_mib("HIPMEM_POOL_GROUP_MIB").unwrap_or(DEFAULT_GROWTH_MAPPING))
             }
             n => n,
         }
     }
 
-    /// Sets the least a pool on virtual memory that only grows maps in one
-    /// call: a growth of at least half of `bytes` in new units is one
-    /// physical allocation, mapped and given access once, released whole
-    /// (0: every unit alone).
     /// [`super::MemPool::set_pending_lending`].
     pub(crate) fn set_pending_lending(&self, on: bool) -> Result<()> {
         if !matches!(self.backing, Backing::Virtual(_)) {
@@ -438,15 +436,12 @@ impl PoolCore {
         Ok(())
     }
 
+    /// Sets the least a pool on virtual memory that only grows maps in one
+    /// call: a growth of at least half of `bytes` in new units is one
+    /// physical allocation, mapped and given access once, released whole
+    /// (0: every unit alone).
     pub(crate) fn set_growth_mapping(&self, bytes: u64) -> Result<()> {
-        if !matches!(self.backing, Backing::Virtual(_)) {
-            return Err(Error::InvalidValue("a pool on segments maps nothing".into()));
-        }
-        if bytes == u64::MAX {
-            return Err(Error::InvalidValue(format!("{bytes} bytes is not a mapping size")));
-        }
-        self.group.store(bytes, Ordering::Relaxed);
-        Ok(())
+        self.set_size(&self.group, bytes, "mapping size")
     }
 
     /// The pool's budget for moving memory.

@@ -36,10 +36,17 @@ pub(crate) struct IdleWindows {
     quiet: u32,
     /// Steps without growth a release needs (two windows; doubles each
     /// time the pool grows again within two windows of a release: a loop
-    /// that needs what was released). A peak left behind needs one window.
+    /// that needs what was released).
     needed: u32,
+    /// Steps without growth a peak left behind needs (one window; doubles
+    /// each time a peak the pool gave back comes back, see
+    /// [`PEAK_COMES_BACK_WITHIN`]).
+    peak_needed: u32,
     /// Growths when the last release was made, and the steps since.
     released_at: Option<(u64, u32)>,
+    /// The most the peaks given back since the last growth had needed
+    /// (releases by the rule for a peak left behind only).
+    released_peak: Option<u64>,
 }
 
 impl IdleWindows {
@@ -51,7 +58,9 @@ impl IdleWindows {
             growths: 0,
             quiet: 0,
             needed: 2 * STEPS,
+            peak_needed: STEPS,
             released_at: None,
+            released_peak: None,
         }
     }
 
@@ -73,6 +82,23 @@ impl IdleWindows {
         (most(&self.earlier[EARLIER + 1 - STEPS as usize..]), most(&self.earlier))
     }
 }
+
+/// A peak left behind that the pool gave back and then grew for again
+/// (to 7/8 of what it had needed) within this many steps (16 windows: 1.6 s
+/// of 100 ms windows) *came back*: the next one waits twice as long before
+/// it goes back, up to [`MOST_QUIET_STEPS`]. A variable-length inference
+/// loop that comes back to the same largest batch every pass otherwise
+/// gives that batch's memory back between passes and maps it again at the
+/// next, with the GPU idle while it waits for the stream's frees and maps
+/// (about 2 ms a batch on an H100). A warm-up's peak that later steps never
+/// reach again still goes back after one window. (Halving the wait again
+/// when a growth after a peak's release is not that peak held more:
+/// 12 cases above 1.03 in the replay below instead of 9.) Replayed
+/// (`examples/python/replay_sweep.py`, 18 variable-length recordings at ten
+/// windows from 25 to 300 ms), 9 of 180 cases held more than 1.03 of their
+/// peak by placement and 22 kept the warm-up's peak, against 16 and 21
+/// before; the second halves made 44 thousand backend calls, not 56.
+const PEAK_COMES_BACK_WITHIN: u32 = 16 * STEPS;
 
 /// Steps kept before the current one: two windows.
 const EARLIER: usize = 2 * STEPS as usize - 1;
@@ -187,15 +213,16 @@ impl PoolCore {
     /// still growing (a loop learning its steps) keeps what it has, and
     /// one that grows again within two windows of a release (a loop that
     /// needed the free memory between its blocks) waits twice as long next
-    /// time, up to 64 windows. Only what no block uses and every free of
-    /// which is complete goes; a running plan's memory stays.
+    /// time, up to 64 windows; so does a peak left behind that comes back
+    /// ([`PEAK_COMES_BACK_WITHIN`]). Only what no block uses and every free
+    /// of which is complete goes; a running plan's memory stays.
     pub(super) fn release_if_idle(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64) {
         let ms = self.idle_window_ms.load(Ordering::Relaxed);
         if ms == 0 {
             return;
         }
         let need = self.used_current().saturating_add(want);
-        let (keep, reserved) = {
+        let (keep, reserved, peak) = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
             // (The window read above: one step length for the clock and the count.)
@@ -211,9 +238,19 @@ impl PoolCore {
             // loop still growing (learning its steps) keeps what it has.
             let growths = self.growths.load(Ordering::Relaxed);
             if growths != w.growths {
+                let peak = w.released_peak.take();
                 if let Some((at, since)) = w.released_at.take() {
                     if growths != at && since < 2 * STEPS {
                         w.needed = (w.needed * 2).min(MOST_QUIET_STEPS);
+                    }
+                    // (What the last window needed: the growth's step is
+                    // in it, since the first request after a step's end
+                    // looks. Two windows hold more than one peak too often:
+                    // replayed, 14 cases above 1.03 and 25 warm-up peaks
+                    // kept, against 9 and 22.)
+                    let came_back = peak.is_some_and(|p| window.saturating_mul(8) >= p.saturating_mul(7));
+                    if growths != at && since < PEAK_COMES_BACK_WITHIN && came_back {
+                        w.peak_needed = (w.peak_needed * 2).min(MOST_QUIET_STEPS);
                     }
                 }
                 (w.growths, w.quiet) = (growths, 0);
@@ -226,15 +263,16 @@ impl PoolCore {
             // Read once, for both rules and the check below. (The heap's
             // lock is never held while the idle lock is taken.)
             let reserved = lock(&self.heap).reserved();
-            let keep = if w.quiet >= w.needed {
-                two_windows
-            } else if w.quiet >= STEPS && reserved / 2 > window {
-                // A peak left behind: after one window without growth.
-                window.max(two_windows / 2)
+            let (keep, peak) = if w.quiet >= w.needed {
+                (two_windows, None)
+            } else if w.quiet >= w.peak_needed && reserved / 2 > window {
+                // A peak left behind: after one window without growth
+                // (longer for a peak that came back).
+                (window.max(two_windows / 2), Some(two_windows))
             } else {
                 return;
             };
-            (keep.max(self.release_threshold.load(Ordering::Relaxed)), reserved)
+            (keep.max(self.release_threshold.load(Ordering::Relaxed)), reserved, peak)
         };
         if reserved <= keep.saturating_add(keep / 16) {
             return;
@@ -257,6 +295,7 @@ impl PoolCore {
             // The quiet steps go on counting: while the pool does not
             // grow, each step gives back what the last window did not need.
             w.released_at = Some((w.growths, 0));
+            w.released_peak = w.released_peak.max(peak);
         }
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: idle release: {released} of {reserved} bytes (the last window needed {keep})", self.id);
     }

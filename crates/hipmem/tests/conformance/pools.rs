@@ -1072,6 +1072,79 @@ fn idle_release_runs_on_the_callers_clock() {
     pool.check_invariants().unwrap();
 }
 
+/// A peak left behind goes back after one window, but a peak that the
+/// pool gave back and then needed again (a loop that comes back to the same
+/// largest batch) waits twice as long the next time, so that its memory is
+/// not given back and mapped again every pass; after two windows without
+/// growth it still goes. Live blocks keep their data throughout.
+#[test]
+fn a_peak_that_comes_back_is_kept_longer() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    let _ = pool.set_first_steps_piece(0);
+    pool.set_planning(false).unwrap();
+    pool.set_idle_release(Some(Duration::from_millis(100))).unwrap();
+    pool.set_idle_clock(Some(Duration::ZERO)).unwrap();
+    let keep = pool.alloc_raw(MIB, &s).unwrap();
+    fill_u32(&rt, keep, MIB, 0x9ea4_0001, &s);
+    // The frees are known complete (a synchronization with a threshold
+    // that keeps everything, so that it releases nothing itself).
+    let complete = || {
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).unwrap();
+        s.synchronize().unwrap();
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, 0).unwrap();
+    };
+    let mut k = 0;
+    // One small request of a size not seen before at `t` ms; the reserved
+    // bytes after it.
+    let mut at = |t: u64| {
+        pool.set_idle_clock(Some(Duration::from_millis(t))).unwrap();
+        k += 1;
+        let p = pool.alloc_raw(64 * 1024 + k * 4096, &s).unwrap();
+        rt.free_async(p, &s).unwrap();
+        pool.stats().reserved_current
+    };
+    // The same peak (96 MiB) every 400 ms; small requests every 25 ms.
+    let mut seen = Vec::new();
+    for round in 0..2u64 {
+        let t0 = round * 400;
+        pool.set_idle_clock(Some(Duration::from_millis(t0))).unwrap();
+        let peak: Vec<DevicePtr> = (0..12).map(|_| pool.alloc_raw(8 * MIB, &s).unwrap()).collect();
+        for (i, &p) in peak.iter().enumerate() {
+            fill_u32(&rt, p, MIB, 0x9ea4_1000 | (round as u32) << 8 | i as u32, &s);
+        }
+        s.synchronize().unwrap();
+        for (i, &p) in peak.iter().enumerate() {
+            let v = read_u32s(&rt, p, MIB);
+            assert!(
+                v.iter().all(|&x| x == 0x9ea4_1000 | (round as u32) << 8 | i as u32),
+                "round {round} block {i}"
+            );
+        }
+        for p in peak {
+            rt.free_async(p, &s).unwrap();
+        }
+        complete();
+        let reserved: Vec<u64> = (1..16).map(|i| at(t0 + 25 * i)).collect();
+        seen.push(reserved);
+    }
+    let (first, second) = (&seen[0], &seen[1]);
+    // Round 0: the peak goes back (at least half of it) one window after
+    // the growth was seen (at 25 ms): by 150 ms.
+    assert!(first[0] >= 96 * MIB, "the peak is held at first: {first:?}");
+    assert!(first[5] <= 56 * MIB, "a peak left behind goes back after one window: {first:?}");
+    // Round 1: the same peak came back; one window after, it is still held.
+    assert!(second[5] >= 96 * MIB, "a peak that came back waits longer: {second:?}");
+    // Two windows without growth: it goes all the same.
+    assert!(second[14] <= 8 * MIB, "after two windows it goes: {second:?}");
+    assert!(read_u32s(&rt, keep, MIB).iter().all(|&v| v == 0x9ea4_0001), "a live block keeps its data");
+    pool.set_idle_clock(None).unwrap();
+    rt.free_async(keep, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}
+
 /// Zone placement (`MemPool::set_zone_placement`): off by default, refused
 /// where the pool cannot have it, and with it on, steps whose sizes vary
 /// keep every block's data while the pool learns which blocks are live at

@@ -22,16 +22,32 @@ operation with more memory in wholly free physical pieces than the bound
 allows: the pool still held the warm-up's memory when the peaks were reset
 (idle release had not yet given it back), which is not placement.
 
+With --passes N, each of the fifteen one-pass variable-length recordings
+(6 warm-up batches, then 10 batches of shapes seen for the first time,
+which PyTorch runs slowly while it chooses kernels) is replayed with N more
+passes over the same 10 batches appended, their time compressed so that a
+pass takes --pass-ms (150 ms: the speed of a live run's later passes), and
+the second half starts at the first appended pass: the steady state that
+`torch_allocators.py`'s measured pass and a long-running server see, where
+the largest batches come back every pass. The training runs are left out,
+and no case is set apart as a warm-up's peak: memory held from the first
+pass into the next is held for batches that come back.
+
+    python3 examples/python/replay_sweep.py --passes 2 --windows 25,50,100,200
+
 Needs only Python 3 and a built `hipmem` binary (no GPU, no PyTorch). The
 environment passes through, so `HIPMEM_POOL_*` settings reach every replay.
 Exit status: 0, or 1 if a replay failed.
 """
 import argparse
+import gzip
 import json
 import os
+import pickle
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "crates", "hipmem-cli", "fixtures", "traces", "pytorch")
@@ -66,8 +82,51 @@ def find_hipmem(given):
     return "hipmem"
 
 
-def replay(hipmem, path, late, windows, bound, zone=False):
-    """One trace at every window: a list of dicts, one per window."""
+def with_passes(hipmem, path, late, passes, pass_ms, tmp):
+    """A copy of the one-pass recording at `path` with `passes` more passes
+    over its timed batches (the events from operation `late` on), each
+    compressed to `pass_ms`, 5 ms apart: (its path, the operation where the
+    first appended pass starts)."""
+    out = subprocess.run([hipmem, "replay", path, "--pool", "vmm", "--idle-sweep", "100", "--json"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"counting {path}'s operations failed: {out.stderr.strip()[-400:]}")
+    ops = json.loads(out.stdout)["ops"]
+    with gzip.open(path, "rb") as f:
+        snap = pickle.load(f)
+    events = snap["device_traces"][0]
+    # The event where operation `late` (allocations and frees, counted as
+    # the replay counts them from the recording's start) begins.
+    n, start = 0, None
+    for i, e in enumerate(events):
+        if e["action"] in ("alloc", "free_requested"):
+            if n == late:
+                start = i
+                break
+            n += 1
+    if start is None:
+        raise RuntimeError(f"{path} has no operation {late}")
+    timed = [e for e in events[start:] if e["action"] in ("alloc", "free_requested", "free_completed")]
+    first, last = timed[0]["time_us"], timed[-1]["time_us"]
+    scale = pass_ms * 1000.0 / max(1, last - first)
+    out_events = list(events)
+    end = events[-1]["time_us"]
+    for _ in range(passes):
+        base = end + 5000
+        for e in timed:
+            out_events.append(dict(e, time_us=int(base + (e["time_us"] - first) * scale)))
+        end = out_events[-1]["time_us"]
+    snap["device_traces"] = [out_events]
+    dst = os.path.join(tmp, os.path.basename(path).replace(".pickle.gz", f"_passes{passes}.pickle.gz"))
+    with gzip.open(dst, "wb") as f:
+        pickle.dump(snap, f)
+    return dst, ops
+
+
+def replay(hipmem, path, late, windows, bound, zone=False, warmup=True):
+    """One trace at every window: a list of dicts, one per window. (With
+    `warmup` false the second half does not begin after a warm-up, so no
+    case is set apart as a warm-up's peak kept.)"""
     cmd = [hipmem, "replay", path, "--pool", "vmm", "--idle-sweep", windows, "--json"]
     if zone:
         cmd.append("--zone")
@@ -86,7 +145,7 @@ def replay(hipmem, path, late, windows, bound, zone=False):
         free = p.get("free_at_peak_second_half") or {}
         # Held at the second half's first operation, with more memory in
         # wholly free pieces than the bound allows: the warm-up's.
-        kept = (p["peak_reserved_op_second_half"] == start
+        kept = (warmup and p["peak_reserved_op_second_half"] == start
                 and free.get("in_whole_pieces", 0) > (bound - 1) * p["peak_live_second_half"])
         rows.append({
             "window_ms": w["idle_release_ms"],
@@ -107,9 +166,27 @@ def main():
     ap.add_argument("--only", default="", help="only traces whose label contains this (e.g. varlen)")
     ap.add_argument("--json", default="", help="write every case here")
     ap.add_argument("--zone", action="store_true", help="replay with zone placement (hipmem replay --zone)")
+    ap.add_argument("--passes", type=int, default=0,
+                    help="append this many passes over the one-pass variable-length recordings' timed batches "
+                         "and measure from the first (the steady state; training runs left out)")
+    ap.add_argument("--pass-ms", type=float, default=150.0, help="the length of an appended pass, in ms")
     args = ap.parse_args()
     hipmem = find_hipmem(args.hipmem)
     traces = [t for t in default_traces() if args.only in t[0]]
+    tmp = None
+    if args.passes > 0:
+        tmp = tempfile.TemporaryDirectory(prefix="replay-sweep-")
+        made = []
+        for label, path, late in traces:
+            if "seed" not in label:
+                continue
+            try:
+                dst, start = with_passes(hipmem, path, late, args.passes, args.pass_ms, tmp.name)
+            except (RuntimeError, OSError, ValueError, KeyError) as e:
+                print(f"{label}: error: {e}", file=sys.stderr)
+                return 1
+            made.append((f"{label}, +{args.passes} passes", dst, start))
+        traces = made
     windows = [int(w) for w in args.windows.split(",") if w]
 
     results = []
@@ -118,7 +195,7 @@ def main():
     print(f"{'trace'.ljust(width)}  " + "  ".join(f"{w:>5} ms" for w in windows) + "  calls (second halves)")
     for label, path, late in traces:
         try:
-            rows = replay(hipmem, path, late, args.windows, args.bound, args.zone)
+            rows = replay(hipmem, path, late, args.windows, args.bound, args.zone, warmup=args.passes == 0)
         except (RuntimeError, OSError, ValueError, KeyError) as e:
             print(f"{label.ljust(width)}  error: {e}", file=sys.stderr)
             failed = True
@@ -145,7 +222,9 @@ def main():
               f"{len(kept)} with the warm-up's peak kept; {calls} backend calls")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"windows": windows, "bound": args.bound, "cases": results}, f, indent=1)
+            json.dump({"windows": windows, "bound": args.bound, "passes": args.passes, "cases": results}, f, indent=1)
+    if tmp is not None:
+        tmp.cleanup()
     return 1 if failed else 0
 
 

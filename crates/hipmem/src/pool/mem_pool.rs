@@ -485,7 +485,11 @@ impl MemPool {
     /// grown for two windows (a pool that grows again right after a release
     /// waits longer next time); where it holds more than twice what the last
     /// window needed (a peak left behind), memory beyond the larger of that
-    /// and half of the two windows' need goes after one window. Memory a block uses, or whose free has not completed, never
+    /// and half of the two windows' need goes after one window; a peak that
+    /// the pool gave back and grew for again (to 7/8 of its need) within 16
+    /// windows makes the next one wait twice as long, up to 64 windows (a
+    /// loop's largest batch, which comes back every pass, then keeps its
+    /// memory). Memory a block uses, or whose free has not completed, never
     /// goes, nor does a running plan's arena. hipmem's PyTorch interface
     /// turns it on for the pools it allocates from
     /// (`HIPMEM_TORCH_IDLE_RELEASE_MS`, default 100; 0: off). InvalidValue

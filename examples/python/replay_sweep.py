@@ -87,8 +87,7 @@ def with_passes(hipmem, path, late, passes, pass_ms, tmp):
     over its timed batches (the events from operation `late` on), each
     compressed to `pass_ms`, 5 ms apart: (its path, the operation where the
     first appended pass starts)."""
-    out = subprocess.run([hipmem, "replay", path, "--pool", "vmm", "--idle-sweep", "100", "--json"],
-                         capture_output=True, text=True)
+    out = subprocess.run([hipmem, "replay", path, "--pool", "vmm", "--json"], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"counting {path}'s operations failed: {out.stderr.strip()[-400:]}")
     ops = json.loads(out.stdout)["ops"]

@@ -238,9 +238,9 @@ impl PoolCore {
             // loop still growing (learning its steps) keeps what it has.
             let growths = self.growths.load(Ordering::Relaxed);
             if growths != w.growths {
-                let peak = w.released_peak.take();
-                if let Some((at, since)) = w.released_at.take() {
-                    if growths != at && since < 2 * STEPS {
+                let released_peak = w.released_peak.take();
+                if let Some((_, since)) = w.released_at.take().filter(|&(at, _)| at != growths) {
+                    if since < 2 * STEPS {
                         w.needed = (w.needed * 2).min(MOST_QUIET_STEPS);
                     }
                     // (What the last window needed: the growth's step is
@@ -248,8 +248,9 @@ impl PoolCore {
                     // looks. Two windows hold more than one peak too often:
                     // replayed, 14 cases above 1.03 and 25 warm-up peaks
                     // kept, against 9 and 22.)
-                    let came_back = peak.is_some_and(|p| window.saturating_mul(8) >= p.saturating_mul(7));
-                    if growths != at && since < PEAK_COMES_BACK_WITHIN && came_back {
+                    let came_back =
+                        released_peak.is_some_and(|p| window.saturating_mul(8) >= p.saturating_mul(7));
+                    if since < PEAK_COMES_BACK_WITHIN && came_back {
                         w.peak_needed = (w.peak_needed * 2).min(MOST_QUIET_STEPS);
                     }
                 }

@@ -294,8 +294,8 @@ def varlen_model(torch, dev):
 
 
 # When the last step finished enqueuing its work, before it waited for the
-# GPU (time.perf_counter()); set by the steps that can tell (variable-length
-# inference), so that a slow step can be told host-bound from GPU-bound.
+# GPU (time.perf_counter()); set by every workload's step but alloc_calls's,
+# so that a slow step can be told host-bound from GPU-bound.
 ENQUEUED = [None]
 
 
@@ -334,6 +334,7 @@ def make_workload(torch, name, steps, varlen_seed=7):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            ENQUEUED[0] = time.perf_counter()
             losses.append(loss.item())
 
         def check():
@@ -371,6 +372,7 @@ def make_workload(torch, name, steps, varlen_seed=7):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            ENQUEUED[0] = time.perf_counter()
             losses.append(loss.item())
 
         def check():
@@ -405,6 +407,7 @@ def make_workload(torch, name, steps, varlen_seed=7):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            ENQUEUED[0] = time.perf_counter()
             losses.append(loss.item())
             del x
 
@@ -518,9 +521,10 @@ def child(args):
     # process ran on at the step's end, the host thread's CPU time (a spin
     # while CUDA synchronizes counts too), and hipmem's driver calls.
     step_cpu, step_thread_ms, step_calls = [], [], []
-    # And where the step can tell: how long the host took to enqueue the
-    # step's work (the rest of the step was the wait for the GPU), and the
-    # GPU's SM clock at the step's end.
+    # And how long the host took to enqueue the step's work (the rest of the
+    # step was the wait for the GPU; a step of a training workload's main
+    # thread also waits for the backward pass's thread), and the GPU's SM
+    # clock at the step's end.
     step_enqueue_ms, step_sm_mhz = [], []
     sm_clock = SmClock(torch)
     for p in range(max(1, args.passes)):
@@ -574,8 +578,8 @@ def child(args):
         # The last pass, step by step: the CPU at its end, the host thread's
         # CPU time, hipmem's driver calls (None for PyTorch's allocators).
         "last_pass_cpu": step_cpu, "last_pass_thread_ms": step_thread_ms, "last_pass_calls": step_calls,
-        # Where the step tells (variable-length inference): the host's time to
-        # enqueue it; and the GPU's SM clock at its end (NVML; None without).
+        # The host's time to enqueue it (every workload but alloc_calls marks it); and
+        # the GPU's SM clock at its end (NVML; None without).
         "last_pass_enqueue_ms": step_enqueue_ms, "last_pass_sm_mhz": step_sm_mhz,
         # hipmem: its pool's driver calls in the timed steps, and in the last
         # pass alone (None for PyTorch's allocators).

@@ -9,7 +9,9 @@
 //! - Each stream is a queue with its own worker thread; asynchronous calls
 //!   return before their work runs. The null stream follows HIP's legacy
 //!   semantics: it waits for all blocking streams of its device, and they
-//!   wait for it.
+//!   wait for it. An event recorded on a stream with nothing left to run is
+//!   complete when the record returns (no worker thread in between, so a
+//!   query right after it gives the same answer in every run).
 
 pub mod config;
 mod device_info;
@@ -480,6 +482,16 @@ impl Backend for HostBackend {
             )));
         }
         let generation = e.begin_record();
+        // On a stream with nothing left to run (and, on the legacy null
+        // stream, no blocking stream either) the record completes here, as a
+        // device's would at once: otherwise whether a query right after it
+        // sees it complete depends on when the stream's worker thread runs,
+        // and a replay into a pool (which asks its streams' markers before
+        // it grows) would differ from run to run.
+        if self.stream_query(stream)? {
+            e.complete(generation);
+            return Ok(());
+        }
         self.enqueue(stream, Op::RecordEvent(e, generation))?;
         Ok(())
     }
@@ -566,5 +578,39 @@ impl Backend for HostBackend {
             Op::Delay { duration, flag: flag.0, value: flag_value },
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_on_an_idle_stream_is_complete_at_once_and_one_after_work_is_not() {
+        let b = HostBackend::new(HostConfig { devices: 1, ..HostConfig::default() }).unwrap();
+        let stream = b.stream_create(0, StreamFlags { non_blocking: true }).unwrap();
+        let event = b.event_create(0, EventFlags { disable_timing: true, ..Default::default() }).unwrap();
+        for _ in 0..100 {
+            b.event_record(event, stream).unwrap();
+            assert!(b.event_query(event).unwrap(), "a record on an idle stream was not complete at once");
+        }
+        // Behind queued work the record waits for it.
+        let flag = b.mem_alloc(0, 4).unwrap();
+        b.launch_delay(Duration::from_millis(200), flag, 1, stream).unwrap();
+        b.event_record(event, stream).unwrap();
+        assert!(!b.event_query(event).unwrap(), "a record behind 200 ms of work completed at once");
+        b.event_synchronize(event).unwrap();
+        assert!(b.event_query(event).unwrap());
+        // The legacy null stream's record also waits for a busy blocking stream.
+        let blocking = b.stream_create(0, StreamFlags { non_blocking: false }).unwrap();
+        b.launch_delay(Duration::from_millis(200), flag, 2, blocking).unwrap();
+        b.event_record(event, RawStream::null(0)).unwrap();
+        assert!(
+            !b.event_query(event).unwrap(),
+            "the null stream's record did not wait for a blocking stream"
+        );
+        b.device_synchronize(0).unwrap();
+        assert!(b.event_query(event).unwrap());
+        b.mem_free(0, flag).unwrap();
     }
 }

@@ -270,7 +270,8 @@ impl HostEvent {
         s.recorded
     }
 
-    fn complete(&self, generation: u64) {
+    /// Marks record `generation` complete (a later one stays as it is).
+    pub fn complete(&self, generation: u64) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if generation > s.done {
             s.done = generation;

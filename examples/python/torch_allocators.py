@@ -62,6 +62,10 @@ over the same inputs (--passes): "step ms" is the second pass's median,
 inference), a shape's first step is dominated by PyTorch choosing kernels
 for it and varies by a third between processes under every allocator; the
 second pass compares the allocators. The memory peaks cover both passes.
+Each pass starts after a full garbage collection, and Python's collector is
+off in the timed steps (--gc on leaves it on): a full collection cost a
+side-stream step 0.5-1 ms, in whichever step the interpreter's object count
+triggers it, which differs between allocators.
 
     python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
@@ -85,6 +89,7 @@ stream intact) and the parent reports a failed check as a failure.
 """
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -492,6 +497,68 @@ def cpu_now():
         return None
 
 
+class GcTimer:
+    """Python's garbage collections and the time they took (gc.callbacks):
+    a collection lands inside whichever step the interpreter's count of new
+    objects happens to trigger it (a full one cost a side-stream step 0.5-1
+    ms on an H100 machine)."""
+
+    def __init__(self):
+        self.ms, self.count, self._t = 0.0, 0, None
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase, info):
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif self._t is not None:
+            self.ms += (time.perf_counter() - self._t) * 1e3
+            self.count += 1
+            self._t = None
+
+    def read(self):
+        return self.ms, self.count
+
+
+def threads_now():
+    """Every thread of this process (Linux: /proc/self/task): tid -> (name,
+    the CPU it last ran on, its user+system CPU time in clock ticks); empty
+    where /proc cannot be read."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        try:
+            out[int(tid)] = (name, int(fields[36]), int(fields[11]) + int(fields[12]))
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def thread_report(start, ends):
+    """The threads that used CPU time between `start` and the last snapshot
+    in `ends` (one per step): name, CPU milliseconds, and the CPUs each was
+    last seen on at a step's end, busiest first."""
+    if not ends:
+        return []
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    rows = []
+    for tid, (name, _, ticks) in ends[-1].items():
+        used = ticks - start.get(tid, (name, 0, 0))[2]
+        if used > 0:
+            seen = sorted({e[tid][1] for e in ends if tid in e})
+            rows.append({"thread": name, "cpu_ms": round(used * 1e3 / hz), "cpus": seen})
+    return sorted(rows, key=lambda r: -r["cpu_ms"])
+
+
 def child(args):
     if args.cpus:
         os.sched_setaffinity(0, cpu_list(args.cpus))
@@ -527,24 +594,48 @@ def child(args):
     # clock at the step's end.
     step_enqueue_ms, step_sm_mhz = [], []
     sm_clock = SmClock(torch)
+    # Python's collector: off in the timed steps unless --gc on (as timeit
+    # does: a collection lands in whichever step the interpreter's
+    # allocation count triggers it, and that count differs between
+    # allocators, since reading hipmem's statistics makes Python objects
+    # of its own: without the collection before each pass and with the
+    # collector on, every hipmem process of the side stream ran its 20th
+    # timed step 0.5-1 ms slow, and no native one did). Each pass starts
+    # after a full collection; its steps' collection time is recorded
+    # either way.
+    gc_timer = GcTimer()
+    step_gc_ms = []
+    # Every thread's CPUs and CPU time over the last pass (who competes for
+    # the cores the process runs on).
+    threads_start, threads_at_steps = {}, []
     for p in range(max(1, args.passes)):
         calls_at.append(stats().get("backend_calls"))
         times = []
         last = p == max(1, args.passes) - 1
+        if last:
+            threads_start = threads_now()
+        gc.collect()
+        if args.gc == "off":
+            gc.disable()
         for i in range(args.warmup, args.warmup + args.steps):
             c0 = stats().get("backend_calls") if last else None
+            g0 = gc_timer.read()[0]
             t0, th0 = time.perf_counter(), time.thread_time()
             ENQUEUED[0] = None
             step(i)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
+            g1 = gc_timer.read()[0]
             if last:
                 step_enqueue_ms.append(None if ENQUEUED[0] is None else round((ENQUEUED[0] - t0) * 1e3, 3))
                 step_sm_mhz.append(sm_clock())
                 step_thread_ms.append(round((time.thread_time() - th0) * 1e3, 3))
                 step_cpu.append(cpu_now())
+                threads_at_steps.append(threads_now())
+                step_gc_ms.append(round(g1 - g0, 3))
                 c1 = stats().get("backend_calls")
                 step_calls.append(None if c0 is None else c1 - c0)
+        gc.enable()
         passes.append(times)
     times = passes[-1]
     s = stats()
@@ -581,6 +672,11 @@ def child(args):
         # The host's time to enqueue it (every workload but alloc_calls marks it); and
         # the GPU's SM clock at its end (NVML; None without).
         "last_pass_enqueue_ms": step_enqueue_ms, "last_pass_sm_mhz": step_sm_mhz,
+        # Python's garbage collections in each step of the last pass (ms; 0
+        # with --gc off, the default).
+        "last_pass_gc_ms": step_gc_ms, "gc": args.gc,
+        # The threads that ran in the last pass: CPU time and the CPUs seen.
+        "last_pass_threads": thread_report(threads_start, threads_at_steps),
         # hipmem: its pool's driver calls in the timed steps, and in the last
         # pass alone (None for PyTorch's allocators).
         "backend_calls_timed": timed_calls, "backend_calls_last_pass": last_pass_calls,
@@ -613,6 +709,7 @@ def run_child(script, workload, allocator, args, rep=0):
         cmd += ["--record", args.record]
     if args.cpus:
         cmd += ["--cpus", args.cpus]
+    cmd += ["--gc", args.gc]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if args.logs:
@@ -702,6 +799,9 @@ def main():
     ap.add_argument("--json", default="", help="write every result here")
     ap.add_argument("--logs", default="", help="write each child's output (stdout and stderr) to a file "
                     "in this folder: with HIPMEM_LOG=debug, what hipmem's pool did")
+    ap.add_argument("--gc", choices=["off", "on"], default="off",
+                    help="Python's garbage collector in the timed steps (default off, as timeit: a "
+                    "collection lands in whichever step the interpreter's allocation count triggers it)")
     ap.add_argument("--cpus", default="", help="run every child on these CPUs (e.g. 0-7): the same cores "
                     "for every allocator, less noise in the step times of CPU-bound workloads")
     args = ap.parse_args()

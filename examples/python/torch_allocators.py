@@ -63,9 +63,10 @@ inference), a shape's first step is dominated by PyTorch choosing kernels
 for it and varies by a third between processes under every allocator; the
 second pass compares the allocators. The memory peaks cover both passes.
 Each pass starts after a full garbage collection, and Python's collector is
-off in the timed steps (--gc on leaves it on): a full collection cost a
-side-stream step 0.5-1 ms, in whichever step the interpreter's object count
-triggers it, which differs between allocators.
+off in the timed steps (--gc on leaves it on): a collection lands in
+whichever step the interpreter's object count triggers it, which differs
+between allocators (with neither, every hipmem process of the side stream
+ran its 20th step 0.5-1 ms slow, and no native one did).
 
     python3 torch_allocators.py --lib path/to/libhipmem.so            # everything
     python3 torch_allocators.py --workloads gpt_train,varlen_infer --reps 3 --json out.json
@@ -488,23 +489,31 @@ class SmClock:
         return self.get() if self.get else None
 
 
-def cpu_now():
-    """The CPU this process last ran on (Linux: /proc/self/stat's 39th field), or None."""
+def proc_stat(path):
+    """A /proc stat file (Linux): (the thread's name, the CPU it last ran on,
+    its user+system CPU time in clock ticks), or None where it cannot be read."""
     try:
-        with open("/proc/self/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[36])
+        with open(path) as f:
+            text = f.read()
+        fields = text.rsplit(")", 1)[1].split()
+        return text[text.index("(") + 1:text.rindex(")")], int(fields[36]), int(fields[11]) + int(fields[12])
     except (OSError, ValueError, IndexError):
         return None
 
 
+def cpu_now():
+    """The CPU this process last ran on, or None."""
+    stat = proc_stat("/proc/self/stat")
+    return stat[1] if stat else None
+
+
 class GcTimer:
-    """Python's garbage collections and the time they took (gc.callbacks):
-    a collection lands inside whichever step the interpreter's count of new
-    objects happens to trigger it (a full one cost a side-stream step 0.5-1
-    ms on an H100 machine)."""
+    """The time Python's garbage collections took (gc.callbacks): a
+    collection lands inside whichever step the interpreter's count of new
+    objects happens to trigger it."""
 
     def __init__(self):
-        self.ms, self.count, self._t = 0.0, 0, None
+        self.ms, self._t = 0.0, None
         gc.callbacks.append(self._note)
 
     def _note(self, phase, info):
@@ -512,35 +521,18 @@ class GcTimer:
             self._t = time.perf_counter()
         elif self._t is not None:
             self.ms += (time.perf_counter() - self._t) * 1e3
-            self.count += 1
             self._t = None
-
-    def read(self):
-        return self.ms, self.count
 
 
 def threads_now():
-    """Every thread of this process (Linux: /proc/self/task): tid -> (name,
-    the CPU it last ran on, its user+system CPU time in clock ticks); empty
-    where /proc cannot be read."""
-    out = {}
+    """Every thread of this process: tid -> proc_stat's (name, CPU, ticks);
+    empty where /proc cannot be read."""
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1:text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        try:
-            out[int(tid)] = (name, int(fields[36]), int(fields[11]) + int(fields[12]))
-        except (ValueError, IndexError):
-            continue
-    return out
+        return {}
+    stats = ((int(tid), proc_stat(f"/proc/self/task/{tid}/stat")) for tid in tids)
+    return {tid: stat for tid, stat in stats if stat}
 
 
 def thread_report(start, ends):
@@ -594,15 +586,10 @@ def child(args):
     # clock at the step's end.
     step_enqueue_ms, step_sm_mhz = [], []
     sm_clock = SmClock(torch)
-    # Python's collector: off in the timed steps unless --gc on (as timeit
-    # does: a collection lands in whichever step the interpreter's
-    # allocation count triggers it, and that count differs between
-    # allocators, since reading hipmem's statistics makes Python objects
-    # of its own: without the collection before each pass and with the
-    # collector on, every hipmem process of the side stream ran its 20th
-    # timed step 0.5-1 ms slow, and no native one did). Each pass starts
-    # after a full collection; its steps' collection time is recorded
-    # either way.
+    # Python's collector (see the module's description): a full collection
+    # before each pass, none in its timed steps unless --gc on; reading
+    # hipmem's statistics makes Python objects that native's reads do not,
+    # so a collection would fall in other steps under each allocator.
     gc_timer = GcTimer()
     step_gc_ms = []
     # Every thread's CPUs and CPU time over the last pass (who competes for
@@ -619,13 +606,13 @@ def child(args):
             gc.disable()
         for i in range(args.warmup, args.warmup + args.steps):
             c0 = stats().get("backend_calls") if last else None
-            g0 = gc_timer.read()[0]
+            g0 = gc_timer.ms
             t0, th0 = time.perf_counter(), time.thread_time()
             ENQUEUED[0] = None
             step(i)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-            g1 = gc_timer.read()[0]
+            g1 = gc_timer.ms
             if last:
                 step_enqueue_ms.append(None if ENQUEUED[0] is None else round((ENQUEUED[0] - t0) * 1e3, 3))
                 step_sm_mhz.append(sm_clock())

@@ -402,7 +402,7 @@ impl PoolCore {
         let least_group = least_plain_group(group_min);
         let (mut plan, owners, lent, first_steps) = {
             let mut heap = lock(&self.heap);
-            let first_steps = heap.frees() < FIRST_STEPS;
+            let first_steps = heap.frees() < super::first_steps();
             let reserved = vr.physical_bytes();
             let holes: Vec<Hole> = heap
                 .unbacked_ranges_of(class)

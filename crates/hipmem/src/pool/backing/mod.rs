@@ -174,7 +174,26 @@ const MAX_GROUP: u64 = 128 << 20;
 ///   5.2 µs per operation against 2.8) and one slower step where the first
 ///   plan gives those units back one by one (the two-GPU job: 46-52 ms
 ///   against 30-34).
+///
+/// `HIPMEM_POOL_FIRST_STEPS` sets another count ([`first_steps`]), so that
+/// a change can be judged over several (`replay_sweep.py --first-steps`):
+/// moving the bound by a few hundred frees, which changes nothing on
+/// purpose, moves how many of the variable-length sweep's 180 cases land
+/// above 1.03 from 8 to 16, while their mean moves by 0.0004.
 const FIRST_STEPS: u64 = 2048;
+
+/// The frees that make a run's first steps: [`FIRST_STEPS`], or
+/// `HIPMEM_POOL_FIRST_STEPS` where it is set to a number (read once).
+pub(super) fn first_steps() -> u64 {
+    static FROM_ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *FROM_ENV.get_or_init(|| first_steps_from(std::env::var("HIPMEM_POOL_FIRST_STEPS").ok().as_deref()))
+}
+
+/// The first steps' frees given the setting's text: a count of frees, else
+/// (unset, or not a number) [`FIRST_STEPS`].
+fn first_steps_from(setting: Option<&str>) -> u64 {
+    setting.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(FIRST_STEPS)
+}
 
 /// The most one physical piece holds where a growth in a run's first steps
 /// is cut into pieces ([`PoolCore::first_steps_piece`]): 0, every unit alone.
@@ -194,7 +213,10 @@ const FIRST_STEPS: u64 = 2048;
 /// pieces stay under its later batches, and live on an H100 two of three
 /// processes held 1.042 and 1.058 of their peak (1.008-1.024 unit by unit),
 /// with 24-32 driver calls in each pass's largest batches; replayed at ten
-/// idle-release windows, 22 of 180 cases were above 1.03 against 16. Larger
+/// idle-release windows over five first-steps bounds (`replay_sweep.py
+/// --first-steps 1700,1900,2048,2200,2400`), 20-22 of 180 cases were above
+/// 1.03 against 8-16 unit by unit, their mean 1.0185-1.0196 against
+/// 1.0157-1.0163: not luck. Larger
 /// pieces hold more where long-lived state lands in them: with 16 or 32 MiB
 /// the two-GPU job held 1.035 and 1.038.
 const FIRST_STEPS_PIECE: u64 = 0;
@@ -481,7 +503,7 @@ impl PoolCore {
             && crate::pool::lend::enabled()
             && self.lend_pending.load(Ordering::Relaxed)
             && !self.lending_refused.load(Ordering::Relaxed)
-            && lock(&self.heap).frees() >= FIRST_STEPS
+            && lock(&self.heap).frees() >= first_steps()
     }
 
     /// Whether the pool gives unused memory back before it grows for a large
@@ -516,5 +538,19 @@ impl PoolCore {
             Backing::Virtual(_) => super::placement::size_class(want),
             Backing::Segments => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_steps_setting_is_a_count_of_frees_or_the_default() {
+        assert_eq!(first_steps_from(None), FIRST_STEPS);
+        assert_eq!(first_steps_from(Some("1700")), 1700);
+        assert_eq!(first_steps_from(Some(" 0 ")), 0);
+        assert_eq!(first_steps_from(Some("many")), FIRST_STEPS);
+        assert_eq!(first_steps_from(Some("-5")), FIRST_STEPS);
     }
 }

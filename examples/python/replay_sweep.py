@@ -248,7 +248,12 @@ def main():
 
     bounds = [None]
     if args.first_steps:
-        bounds = [int(b) for b in args.first_steps.split(",") if b]
+        try:
+            bounds = [int(b) for b in args.first_steps.split(",") if b]
+        except ValueError:
+            ap.error(f"--first-steps takes counts of frees separated by commas, not {args.first_steps!r}")
+        if not bounds or any(b < 0 for b in bounds):
+            ap.error(f"--first-steps takes counts of frees (0 or more), not {args.first_steps!r}")
     results = []
     failed = False
     width = max(len(t[0]) for t in traces)

@@ -78,6 +78,15 @@ ran its 20th step 0.5-1 ms slow, and no native one did).
                                                 # inference on other batch shapes
     python3 torch_allocators.py --lib path/to/libhipmem.so --workloads alloc_calls \
         --allocators native,hipmem,pluggable-async      # each allocator's cost per call
+    python3 torch_allocators.py --lib path/to/libhipmem.so --allocators native,hipmem \
+        --side-by-side 0:1-8,1:9-16     # a round's processes at once, one per GPU, each
+                                        # timed step started in both together
+
+After each step of the last pass the child times a fixed piece of host work
+(`last_pass_probe_ms` in --json): on a virtual machine a CPU runs it, and a
+host-bound step, up to 1.6x slower for seconds at a time, which is most of the
+spread between processes of one allocator. torch_step_ab.py compares
+allocators inside one process, step by step, where that spread cannot reach.
 
 The workloads: gpt_train, varlen_infer, cnn_train, ckpt_train, side_stream
 and, not in the default set, alloc_calls: no GPU work, 4096 tensors of 8
@@ -551,6 +560,20 @@ def thread_report(start, ends):
     return sorted(rows, key=lambda r: -r["cpu_ms"])
 
 
+def host_probe():
+    """Times a fixed piece of host work like a step's own (Python objects
+    made, looked up and dropped; no GPU, no allocator): ms. Taken after each
+    step of the last pass, untimed, it tells whether a slow process had a
+    slow CPU (processes of one allocator ran the same steps at 9 to 21 ms)."""
+    t0 = time.perf_counter()
+    d = {}
+    for i in range(4000):
+        d[i] = (i, str(i))
+    n = sum(len(v[1]) for v in d.values())
+    del d
+    return round((time.perf_counter() - t0) * 1e3 + 0 * n, 4)
+
+
 def child(args):
     if args.cpus:
         os.sched_setaffinity(0, cpu_list(args.cpus))
@@ -585,6 +608,9 @@ def child(args):
     # thread also waits for the backward pass's thread), and the GPU's SM
     # clock at the step's end.
     step_enqueue_ms, step_sm_mhz = [], []
+    # And how long a fixed piece of host work took right after the step
+    # (`host_probe`): how fast this process's CPU ran then.
+    step_probe_ms = []
     sm_clock = SmClock(torch)
     # Python's collector (see the module's description): a full collection
     # before each pass, none in its timed steps unless --gc on; reading
@@ -605,6 +631,12 @@ def child(args):
         if args.gc == "off":
             gc.disable()
         for i in range(args.warmup, args.warmup + args.steps):
+            if args.barrier:
+                # (--side-by-side: the parent starts this step in every
+                # process of the round at once.)
+                print("WAIT", flush=True)
+                if not sys.stdin.readline():
+                    raise SystemExit("the parent went away")
             c0 = stats().get("backend_calls") if last else None
             g0 = gc_timer.ms
             t0, th0 = time.perf_counter(), time.thread_time()
@@ -622,6 +654,7 @@ def child(args):
                 step_gc_ms.append(round(g1 - g0, 3))
                 c1 = stats().get("backend_calls")
                 step_calls.append(None if c0 is None else c1 - c0)
+                step_probe_ms.append(host_probe())
         gc.enable()
         passes.append(times)
     times = passes[-1]
@@ -659,6 +692,8 @@ def child(args):
         # The host's time to enqueue it (every workload but alloc_calls marks it); and
         # the GPU's SM clock at its end (NVML; None without).
         "last_pass_enqueue_ms": step_enqueue_ms, "last_pass_sm_mhz": step_sm_mhz,
+        # The host probe after each step (ms; `host_probe`).
+        "last_pass_probe_ms": step_probe_ms,
         # Python's garbage collections in each step of the last pass (ms; 0
         # with --gc off, the default).
         "last_pass_gc_ms": step_gc_ms, "gc": args.gc,
@@ -714,6 +749,134 @@ def run_child(script, workload, allocator, args, rep=0):
     tail = (p.stderr or p.stdout).strip().splitlines()[-5:]
     return {"workload": workload, "allocator": allocator, "ok": False, "wall_s": time.time() - t0,
             "detail": f"exit {p.returncode}: " + " | ".join(tail)}
+
+
+def side_by_side_slots(text):
+    """"0:0-7,1:16-23+40-47" -> [("0", "0-7"), ("1", "16-23,40-47")]: a GPU
+    and the CPUs its process runs on, per slot of --side-by-side (a slot's
+    CPU ranges joined by "+")."""
+    slots = []
+    for part in text.split(","):
+        gpu, sep, cpus = part.partition(":")
+        cpus = cpus.replace("+", ",")
+        if not gpu.strip().isdigit() or not sep or not cpus.strip():
+            raise SystemExit(f"--side-by-side: {part!r} is not GPU:CPUS (e.g. 0:0-7,1:16-23)")
+        try:
+            cpu_list(cpus)
+        except ValueError:
+            raise SystemExit(f"--side-by-side: {cpus!r} is not a list of CPUs (e.g. 0-7 or 0-3,8)")
+        slots.append((gpu.strip(), cpus.strip()))
+    if len({g for g, _ in slots}) != len(slots):
+        raise SystemExit("--side-by-side: each slot needs a GPU of its own")
+    return slots
+
+
+def run_side_by_side(script, workload, allocators, slots, args, rep):
+    """Runs one process per allocator at the same time, each on its own GPU
+    and CPUs (allocator i on slot (i + rep) mod the slots: every allocator
+    takes every slot in turn), and starts each timed step in all of them at
+    once: what slows the machine down (another tenant, the host's memory)
+    slows every allocator's step alike, and the ratio of two processes of
+    one round compares the allocators, not the moments they ran at."""
+    import queue
+    import tempfile
+    import threading
+    procs = []
+    for i, a in enumerate(allocators):
+        gpu, cpus = slots[(i + rep) % len(slots)]
+        cmd = [sys.executable, script, "--child", "--barrier", "--workload", workload, "--allocator", a,
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
+               "--varlen-seed", str(args.varlen_seed), "--cpus", cpus, "--gc", args.gc]
+        if a == "hipmem-b":
+            cmd += ["--lib", args.lib_b]
+        elif args.lib:
+            cmd += ["--lib", args.lib]
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
+        err = tempfile.TemporaryFile(mode="w+")
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                             bufsize=1, env=env)
+        lines = queue.Queue()
+
+        def pump(out=p.stdout, q=lines):
+            for line in out:
+                q.put(line.rstrip("\n"))
+            q.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        procs.append({"allocator": a, "gpu": gpu, "cpus": cpus, "p": p, "lines": lines, "err": err,
+                      "out": [], "done": False, "t0": time.time()})
+    deadline = time.time() + args.timeout
+    try:
+        while not all(c["done"] for c in procs):
+            waiting = []
+            for c in procs:
+                while not c["done"]:
+                    try:
+                        line = c["lines"].get(timeout=max(0.1, deadline - time.time()))
+                    except queue.Empty:
+                        raise subprocess.TimeoutExpired(c["allocator"], args.timeout)
+                    if line is None:
+                        c["done"] = True
+                        c["wall_s"] = time.time() - c["t0"]
+                    elif line == "WAIT":
+                        waiting.append(c)
+                        break
+                    else:
+                        c["out"].append(line)
+            for c in waiting:
+                c["p"].stdin.write("GO\n")
+                c["p"].stdin.flush()
+    except subprocess.TimeoutExpired:
+        for c in procs:
+            c["p"].kill()
+            c.setdefault("wall_s", time.time() - c["t0"])
+    results = []
+    for c in procs:
+        c["p"].wait()
+        c["err"].seek(0)
+        stderr = c["err"].read()
+        if args.logs:
+            os.makedirs(args.logs, exist_ok=True)
+            with open(os.path.join(args.logs, f"{workload}-{c['allocator']}-rep{rep}.log"), "w") as f:
+                f.write("\n".join(c["out"]) + "\n" + stderr)
+        r = None
+        for line in c["out"]:
+            if line.startswith("RESULT "):
+                r = json.loads(line[7:])
+        if r is None:
+            tail = (stderr or "\n".join(c["out"])).strip().splitlines()[-5:]
+            r = {"workload": workload, "allocator": c["allocator"], "ok": False,
+                 "detail": f"exit {c['p'].returncode}: " + " | ".join(tail)}
+        r.update(wall_s=c["wall_s"], gpu=c["gpu"], cpus=c["cpus"])
+        results.append(r)
+    return results
+
+
+def side_by_side_summary(results, allocators, workloads):
+    """Each allocator against native's process of the same round (which ran
+    its steps at the same moments): the rounds' ratios of median steps, how
+    many of them the allocator won, and the median of the steps' own ratios
+    (step i of the last pass against native's step i)."""
+    for w in workloads:
+        native = {r["rep"]: r for r in results
+                  if r["workload"] == w and r["allocator"] == "native" and r.get("ok")}
+        for a in allocators:
+            if a == "native":
+                continue
+            rounds, steps = [], []
+            for r in results:
+                n = native.get(r.get("rep"))
+                if r["workload"] != w or r["allocator"] != a or not r.get("ok") or n is None:
+                    continue
+                rounds.append(r["step_ms"] / n["step_ms"])
+                mine, theirs = r["pass_step_ms"][-1], n["pass_step_ms"][-1]
+                steps.append(statistics.median(x / y for x, y in zip(mine, theirs)))
+            if rounds:
+                won = sum(x < 1 for x in rounds)
+                print(f"side by side: {w} {a} against native in the same round: "
+                      f"median {statistics.median(rounds):.3f}x over {len(rounds)} rounds "
+                      f"(faster in {won}), steps' ratios {statistics.median(steps):.3f}x; rounds: "
+                      + " ".join(f"{x:.3f}" for x in sorted(rounds)))
 
 
 def summarize(results, allocators, workloads):
@@ -789,6 +952,11 @@ def main():
     ap.add_argument("--gc", choices=["off", "on"], default="off",
                     help="Python's garbage collector in the timed steps (default off, as timeit: a "
                     "collection lands in whichever step the interpreter's allocation count triggers it)")
+    ap.add_argument("--side-by-side", default="", metavar="GPU:CPUS,...",
+                    help="run a round's allocators at the same time, one per slot (a GPU and the CPUs "
+                    "its process runs on, e.g. 0:0-7,1:16-23+40-47; at least as many slots as allocators), "
+                    "each timed step started in all of them at once, slots rotating between rounds")
+    ap.add_argument("--barrier", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cpus", default="", help="run every child on these CPUs (e.g. 0-7): the same cores "
                     "for every allocator, less noise in the step times of CPU-bound workloads")
     args = ap.parse_args()
@@ -813,7 +981,24 @@ def main():
         args.lib_b = os.path.abspath(args.lib_b)
     script = os.path.abspath(__file__)
     results = []
-    for rep in range(args.reps):
+    slots = side_by_side_slots(args.side_by_side) if args.side_by_side else []
+    if slots and len(slots) < len(allocators):
+        raise SystemExit(f"--side-by-side: {len(allocators)} allocators need as many slots, not {len(slots)}")
+    if slots and args.record:
+        raise SystemExit("--side-by-side does not record (--record runs native alone)")
+    for rep in range(args.reps if slots else 0):
+        for w in workloads:
+            for r in run_side_by_side(script, w, allocators, slots, args, rep):
+                r["rep"] = rep
+                results.append(r)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(results, f, indent=1)
+                print(f"rep {rep} {w:13s} {r['allocator']:16s} GPU {r['gpu']} " + (
+                    f"{r['step_ms']:8.1f} ms  reserved {r['reserved_high'] / 2**30:6.2f} GiB  "
+                    f"allocated {r['allocated_high'] / 2**30:6.2f} GiB  {r['detail']}  ({r['wall_s']:.0f} s)"
+                    if r.get("ok") else f"FAILED {r.get('detail', '')}"), flush=True)
+    for rep in range(0 if slots else args.reps):
         order = allocators if rep % 2 == 0 else list(reversed(allocators))
         for w in workloads:
             for a in order:
@@ -829,6 +1014,8 @@ def main():
                     f"allocated {r['allocated_high'] / 2**30:6.2f} GiB  {r['detail']}  ({r['wall_s']:.0f} s)"
                     if r.get("ok") else f"FAILED {r.get('detail', '')}"), flush=True)
     summarize(results, allocators, workloads)
+    if slots:
+        side_by_side_summary(results, allocators, workloads)
     return 0 if all(r.get("ok") for r in results) else 1
 
 

@@ -569,9 +569,9 @@ def host_probe():
     d = {}
     for i in range(4000):
         d[i] = (i, str(i))
-    n = sum(len(v[1]) for v in d.values())
+    sum(len(v[1]) for v in d.values())
     del d
-    return round((time.perf_counter() - t0) * 1e3 + 0 * n, 4)
+    return round((time.perf_counter() - t0) * 1e3, 4)
 
 
 def child(args):
@@ -719,19 +719,25 @@ def cpu_list(text):
     return cpus
 
 
-def run_child(script, workload, allocator, args, rep=0):
+def child_cmd(script, workload, allocator, args, cpus):
+    """The command line of a child running `workload` under `allocator` on
+    `cpus` (empty: any)."""
     cmd = [sys.executable, script, "--child", "--workload", workload, "--allocator", allocator,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
-           "--varlen-seed", str(args.varlen_seed)]
+           "--varlen-seed", str(args.varlen_seed), "--gc", args.gc]
     if allocator == "hipmem-b":
         cmd += ["--lib", args.lib_b]
     elif args.lib:
         cmd += ["--lib", args.lib]
     if args.record:
         cmd += ["--record", args.record]
-    if args.cpus:
-        cmd += ["--cpus", args.cpus]
-    cmd += ["--gc", args.gc]
+    if cpus:
+        cmd += ["--cpus", cpus]
+    return cmd
+
+
+def run_child(script, workload, allocator, args, rep=0):
+    cmd = child_cmd(script, workload, allocator, args, args.cpus)
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if args.logs:
@@ -784,13 +790,7 @@ def run_side_by_side(script, workload, allocators, slots, args, rep):
     procs = []
     for i, a in enumerate(allocators):
         gpu, cpus = slots[(i + rep) % len(slots)]
-        cmd = [sys.executable, script, "--child", "--barrier", "--workload", workload, "--allocator", a,
-               "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
-               "--varlen-seed", str(args.varlen_seed), "--cpus", cpus, "--gc", args.gc]
-        if a == "hipmem-b":
-            cmd += ["--lib", args.lib_b]
-        elif args.lib:
-            cmd += ["--lib", args.lib]
+        cmd = child_cmd(script, workload, a, args, cpus) + ["--barrier"]
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
         err = tempfile.TemporaryFile(mode="w+")
         p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -986,30 +986,26 @@ def main():
         raise SystemExit(f"--side-by-side: {len(allocators)} allocators need as many slots, not {len(slots)}")
     if slots and args.record:
         raise SystemExit("--side-by-side does not record (--record runs native alone)")
-    for rep in range(args.reps if slots else 0):
+    def round_results(rep, w):
+        # A round's processes at once (--side-by-side), or one after another
+        # in an order that alternates between repetitions.
+        if slots:
+            yield from run_side_by_side(script, w, allocators, slots, args, rep)
+            return
+        for a in allocators if rep % 2 == 0 else list(reversed(allocators)):
+            yield run_child(script, w, a, args, rep)
+
+    for rep in range(args.reps):
         for w in workloads:
-            for r in run_side_by_side(script, w, allocators, slots, args, rep):
-                r["rep"] = rep
-                results.append(r)
-                if args.json:
-                    with open(args.json, "w") as f:
-                        json.dump(results, f, indent=1)
-                print(f"rep {rep} {w:13s} {r['allocator']:16s} GPU {r['gpu']} " + (
-                    f"{r['step_ms']:8.1f} ms  reserved {r['reserved_high'] / 2**30:6.2f} GiB  "
-                    f"allocated {r['allocated_high'] / 2**30:6.2f} GiB  {r['detail']}  ({r['wall_s']:.0f} s)"
-                    if r.get("ok") else f"FAILED {r.get('detail', '')}"), flush=True)
-    for rep in range(0 if slots else args.reps):
-        order = allocators if rep % 2 == 0 else list(reversed(allocators))
-        for w in workloads:
-            for a in order:
-                r = run_child(script, w, a, args, rep)
+            for r in round_results(rep, w):
                 r["rep"] = rep
                 results.append(r)
                 if args.json:
                     # Written after every child, so that a run cut short keeps what it measured.
                     with open(args.json, "w") as f:
                         json.dump(results, f, indent=1)
-                print(f"rep {rep} {w:13s} {a:16s} " + (
+                where = f"GPU {r['gpu']} " if "gpu" in r else ""
+                print(f"rep {rep} {w:13s} {r['allocator']:16s} {where}" + (
                     f"{r['step_ms']:8.1f} ms  reserved {r['reserved_high'] / 2**30:6.2f} GiB  "
                     f"allocated {r['allocated_high'] / 2**30:6.2f} GiB  {r['detail']}  ({r['wall_s']:.0f} s)"
                     if r.get("ok") else f"FAILED {r.get('detail', '')}"), flush=True)

@@ -153,7 +153,6 @@ def install(torch, lib):
     h.ab_install.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_char_p, ctypes.c_size_t]
     h.ab_mode.argtypes = [ctypes.c_int]
     dll = ctypes.CDLL(os.path.abspath(lib))
-    dll.hipmem_torch_raise_on_failure(1)
 
     def address(name):
         return ctypes.cast(getattr(dll, name), ctypes.c_void_p).value

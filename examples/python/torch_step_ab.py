@@ -24,8 +24,16 @@ A block goes back to the allocator that made it (its DataPtr's deleter), so
 memory allocated under one allocator and freed while another serves new
 allocations returns where it came from. Both allocators hold their memory at
 once, and hipmem's pool sees only its own steps: memory figures here mean
-nothing (torch_allocators.py measures them), and hipmem's idle release, on
-the wall clock, counts the other allocators' steps as idle time.
+nothing (torch_allocators.py measures them). hipmem's idle release runs on
+the wall clock, where the other allocator's steps would count as idle time:
+with two allocators taking turns, hipmem's steps come half as often as in a
+process of its own, and its pool would give back more often what the next
+pass maps again. So the window is the library's default (100 ms) times the
+allocators taking turns (hipmem's pool then sees as many of its own steps in
+a window as alone), unless HIPMEM_TORCH_IDLE_RELEASE_MS or --hipmem-idle-ms
+sets it. (Variable-length inference, one H100: 1192 and 2279 driver calls
+in the 80 timed steps at 100 ms, 314-1189 in three processes at 200 ms;
+none with idle release off. The driver calls each step made are printed.)
 
 The workload is torch_allocators.py's (6 warm-up steps under each allocator,
 then its 10 timed steps, --passes times). For each timed step index, the
@@ -33,7 +41,10 @@ order of the allocators rotates between passes. Prints, per step index, the
 median step time under each allocator and the host's time to enqueue it, and
 the paired ratio of each allocator to native (median over passes); then the
 ratio of the summed medians, over every step and over the host-bound steps
-alone (those where native's enqueue time is at least 80% of its step).
+alone (those where native's enqueue time is at least 80% of its step), and
+the driver calls hipmem's pool made in the timed steps (each costs
+microseconds: a step that makes them pays for memory given back and made
+again).
 
     python3 torch_step_ab.py --lib path/to/libhipmem.so
     python3 torch_step_ab.py --lib path/to/libhipmem.so --workload cnn_train \\
@@ -54,6 +65,8 @@ import hipmem_torch  # noqa: E402
 import torch_allocators as ta  # noqa: E402
 
 ALLOCATORS = ["native", "hipmem-direct"]
+# hipmem's PyTorch interface's idle-release window on its own (ms).
+DEFAULT_IDLE_MS = 100
 WARMUP, STEPS = 6, 10
 
 HELPER = r"""
@@ -176,6 +189,9 @@ def main():
     ap.add_argument("--varlen-seed", type=int, default=7)
     ap.add_argument("--cpus", default="", help="run on these CPUs (e.g. 1-8)")
     ap.add_argument("--json", default="", help="write every step's time here")
+    ap.add_argument("--hipmem-idle-ms", type=int, default=None,
+                    help="hipmem's idle-release window (default: HIPMEM_TORCH_IDLE_RELEASE_MS if set, "
+                         "else 100 ms times the allocators taking turns; 0: off)")
     args = ap.parse_args()
     allocators = [a for a in args.allocators.split(",") if a]
     bad = [a for a in allocators if a not in MODES]
@@ -186,11 +202,20 @@ def main():
     if args.cpus:
         os.sched_setaffinity(0, ta.cpu_list(args.cpus))
     os.environ.setdefault("HIPMEM_BACKEND", "cuda")
+    # (Read by hipmem on its first allocation, below.)
+    if args.hipmem_idle_ms is not None:
+        if args.hipmem_idle_ms < 0:
+            raise SystemExit("--hipmem-idle-ms must be at least 0")
+        os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"] = str(args.hipmem_idle_ms)
+    else:
+        os.environ.setdefault("HIPMEM_TORCH_IDLE_RELEASE_MS", str(DEFAULT_IDLE_MS * len(allocators)))
+    idle_ms = os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"]
     import gc
 
     import torch
 
     use = install(torch, args.lib)
+    pool = hipmem_torch.Pool(os.path.abspath(args.lib))
     step, check = ta.make_workload(torch, args.workload, WARMUP + STEPS, args.varlen_seed)
     for i in range(WARMUP):
         for a in allocators:
@@ -200,6 +225,11 @@ def main():
     # times[a][k]: step k's times under a, one per pass; enq likewise.
     times = {a: [[] for _ in range(STEPS)] for a in allocators}
     enq = {a: [[] for _ in range(STEPS)] for a in allocators}
+    # calls[k]: the driver calls hipmem's pool made in each of step k's
+    # timed runs under hipmem (maps, unmaps, physical allocations and
+    # releases: each costs microseconds; read outside the timed span).
+    calls = [[] for _ in range(STEPS)]
+    device = torch.cuda.current_device()
     gc.collect()
     gc.disable()
     for p in range(args.passes):
@@ -208,11 +238,14 @@ def main():
             r = (p + k) % len(allocators)
             for a in allocators[r:] + allocators[:r]:
                 use(a)
+                before = pool.backend_calls(device)["calls"] if a != "native" else 0
                 ta.ENQUEUED[0] = None
                 t0 = time.perf_counter()
                 step(i)
                 torch.cuda.synchronize()
                 t1 = time.perf_counter()
+                if a != "native":
+                    calls[k].append(pool.backend_calls(device)["calls"] - before)
                 times[a][k].append((t1 - t0) * 1e3)
                 enq[a][k].append(None if ta.ENQUEUED[0] is None else (ta.ENQUEUED[0] - t0) * 1e3)
     gc.enable()
@@ -223,7 +256,7 @@ def main():
     host_bound = [k for k in range(STEPS)
                   if med_enq["native"][k] is not None and med_enq["native"][k] >= 0.8 * med["native"][k]]
     print(f"{args.workload}: {args.passes} passes, every step under each allocator back to back; "
-          f"check {'ok' if ok else 'FAILED'} ({detail})")
+          f"check {'ok' if ok else 'FAILED'} ({detail}); hipmem's idle-release window {idle_ms} ms")
     print("step  " + "  ".join(f"{a:>14s} ms (enq)" for a in allocators) + "  " +
           "  ".join(f"{a}/native" for a in allocators if a != "native"))
     for k in range(STEPS):
@@ -231,18 +264,20 @@ def main():
         pairs = [statistics.median(x / y for x, y in zip(times[a][k], times["native"][k]))
                  for a in allocators if a != "native"]
         print(f"{k:4d}  " + "  ".join(cells) + "  " + "  ".join(f"{x:.3f}" for x in pairs)
-              + ("  host-bound" if k in host_bound else ""))
+              + f"  driver calls {sum(calls[k])}" + ("  host-bound" if k in host_bound else ""))
     for a in allocators:
         if a == "native":
             continue
         total = sum(med[a]) / sum(med["native"])
         hb = (sum(med[a][k] for k in host_bound) / sum(med["native"][k] for k in host_bound)
               if host_bound else float("nan"))
-        print(f"{a} / native: every step {total:.3f}x, the {len(host_bound)} host-bound steps {hb:.3f}x")
+        print(f"{a} / native: every step {total:.3f}x, the {len(host_bound)} host-bound steps {hb:.3f}x; "
+              f"hipmem's pool made {sum(map(sum, calls))} driver calls in the timed steps "
+              f"({sum(1 for c in calls for x in c if x)} of {sum(map(len, calls))} steps made any)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"workload": args.workload, "allocators": allocators, "passes": args.passes,
-                       "ok": ok, "times_ms": times, "enqueue_ms": enq}, f)
+                       "ok": ok, "hipmem_idle_release_ms": int(idle_ms), "times_ms": times, "enqueue_ms": enq, "hipmem_driver_calls": calls}, f)
     return 0 if ok else 1
 
 

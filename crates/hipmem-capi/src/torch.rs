@@ -32,7 +32,9 @@
 //! stream and every recorded one: no stream reuses it before all the work
 //! queued on them by the free has completed, and none of PyTorch's streams
 //! gets a dependency it did not ask for (the approach of PyTorch's own
-//! `cudaMallocAsync` backend).
+//! `cudaMallocAsync` backend). Where every recorded stream is idle at the
+//! free (a query each), the block is freed on its own stream instead, as
+//! one without records.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -233,11 +235,18 @@ fn unifying_stream(rt: &'static hipmem_rs::Runtime, device: usize) -> Result<&'s
     Ok(slot.get_or_init(|| made))
 }
 
-/// Frees `ptr`, allocated on `stream` and recorded on `others`, on `device`'s
-/// unifying stream once that has waited for `stream` and each of `others`.
-/// If a wait cannot be queued (a recorded stream of another device, say),
-/// every device is synchronized instead (the work is then complete) and the
-/// block freed on `stream`: never reused early.
+/// Frees `ptr`, allocated on `stream` and recorded on `others`.
+///
+/// Where every recorded stream has already finished all its work (a loop
+/// that reads its loss each step frees its batch after that), nothing can
+/// still use the block there: it is freed on its own stream, as a block
+/// without records is, at the cost of one query per recorded stream (the
+/// first busy one ends the queries). Otherwise it is freed on `device`'s
+/// unifying stream once that has waited for `stream` and each of `others`
+/// (two waits and a marker more). If a wait cannot be queued (a recorded
+/// stream of another device, say), every device is synchronized instead (the
+/// work is then complete) and the block freed on `stream`: never reused
+/// early.
 fn free_after_uses(
     rt: &'static hipmem_rs::Runtime,
     device: usize,
@@ -246,6 +255,15 @@ fn free_after_uses(
     others: &[usize],
     release: Release,
 ) -> Result<()> {
+    let mut recorded = others.iter().filter(|&&o| o != stream as usize);
+    // (A query that fails, of a handle that is no stream, say, counts as
+    // busy: the slow path below deals with it.)
+    let idle = recorded.all(|&other| {
+        handles::with_stream_on(rt, device, other as hipStream_t, |s| s.query()).unwrap_or(false)
+    });
+    if idle {
+        return free_on(rt, device, ptr, stream, release);
+    }
     let waited = unifying_stream(rt, device).and_then(|unify| {
         handles::with_stream_on(rt, device, stream, |s| unify.wait_for(s))?;
         for &other in others.iter().filter(|&&o| o != stream as usize) {

@@ -1604,6 +1604,28 @@ fn pytorch_record_stream() {
         assert_eq!(again, q, "the recorded block is reusable once its streams are done");
         hipmem_torch_free(again, N, 0, b);
 
+        // Recorded on a stream that has finished its work by the free: the
+        // block goes back to its own stream as one without records does (its
+        // stream reuses it at once, even while that stream is still busy),
+        // and the record is gone with it.
+        let v = hipmem_torch_malloc(N as isize, 0, a);
+        assert!(!v.is_null());
+        assert_eq!(hipMemcpyAsync(seen, v, N, hipMemcpyDeviceToDevice, b), hipSuccess);
+        hipmem_torch_record_stream(v, b);
+        assert_eq!(hipStreamSynchronize(b), hipSuccess);
+        HOLD.store(0, Ordering::SeqCst);
+        assert_eq!(hipLaunchHostFunc(a, Some(hold), null_mut()), hipSuccess);
+        hipmem_torch_free(v, N, 0, a);
+        assert_eq!(hipGetLastError(), hipSuccess);
+        let w = hipmem_torch_malloc(N as isize, 0, a);
+        assert_eq!(w, v, "recorded on an idle stream: reused by its own (busy) stream at once");
+        HOLD.store(1, Ordering::SeqCst);
+        assert_eq!(hipStreamSynchronize(a), hipSuccess);
+        hipmem_torch_free(w, N, 0, a);
+        let w2 = hipmem_torch_malloc(N as isize, 0, a);
+        assert_eq!(w2, v, "the record went with the free");
+        hipmem_torch_free(w2, N, 0, a);
+
         // A record of a handle that is no stream: the free still happens
         // (after the device is synchronized), nothing is lost or reported.
         let used = stats().used_current;

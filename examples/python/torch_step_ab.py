@@ -210,6 +210,9 @@ def main():
     else:
         os.environ.setdefault("HIPMEM_TORCH_IDLE_RELEASE_MS", str(DEFAULT_IDLE_MS * len(allocators)))
     idle_ms = os.environ["HIPMEM_TORCH_IDLE_RELEASE_MS"]
+    if not idle_ms.strip().isdigit():
+        raise SystemExit(f"HIPMEM_TORCH_IDLE_RELEASE_MS must be a count of milliseconds, not {idle_ms!r}")
+    idle_ms = int(idle_ms)
     import gc
 
     import torch
@@ -230,6 +233,10 @@ def main():
     # releases: each costs microseconds; read outside the timed span).
     calls = [[] for _ in range(STEPS)]
     device = torch.cuda.current_device()
+
+    def driver_calls():
+        return pool.backend_calls(device)["calls"]
+
     gc.collect()
     gc.disable()
     for p in range(args.passes):
@@ -238,14 +245,15 @@ def main():
             r = (p + k) % len(allocators)
             for a in allocators[r:] + allocators[:r]:
                 use(a)
-                before = pool.backend_calls(device)["calls"] if a != "native" else 0
+                hipmem = a != "native"
+                before = driver_calls() if hipmem else 0
                 ta.ENQUEUED[0] = None
                 t0 = time.perf_counter()
                 step(i)
                 torch.cuda.synchronize()
                 t1 = time.perf_counter()
-                if a != "native":
-                    calls[k].append(pool.backend_calls(device)["calls"] - before)
+                if hipmem:
+                    calls[k].append(driver_calls() - before)
                 times[a][k].append((t1 - t0) * 1e3)
                 enq[a][k].append(None if ta.ENQUEUED[0] is None else (ta.ENQUEUED[0] - t0) * 1e3)
     gc.enable()
@@ -277,7 +285,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"workload": args.workload, "allocators": allocators, "passes": args.passes,
-                       "ok": ok, "hipmem_idle_release_ms": int(idle_ms), "times_ms": times, "enqueue_ms": enq, "hipmem_driver_calls": calls}, f)
+                       "ok": ok, "hipmem_idle_release_ms": idle_ms, "times_ms": times, "enqueue_ms": enq,
+                       "hipmem_driver_calls": calls}, f)
     return 0 if ok else 1
 
 

@@ -255,19 +255,19 @@ fn free_after_uses(
     others: &[usize],
     release: Release,
 ) -> Result<()> {
-    let mut recorded = others.iter().filter(|&&o| o != stream as usize);
+    // The recorded streams other than the block's own, as handles.
+    let recorded = || others.iter().filter(|&&o| o != stream as usize).map(|&o| o as hipStream_t);
     // (A query that fails, of a handle that is no stream, say, counts as
     // busy: the slow path below deals with it.)
-    let idle = recorded.all(|&other| {
-        handles::with_stream_on(rt, device, other as hipStream_t, |s| s.query()).unwrap_or(false)
-    });
+    let idle =
+        recorded().all(|other| handles::with_stream_on(rt, device, other, |s| s.query()).unwrap_or(false));
     if idle {
         return free_on(rt, device, ptr, stream, release);
     }
     let waited = unifying_stream(rt, device).and_then(|unify| {
         handles::with_stream_on(rt, device, stream, |s| unify.wait_for(s))?;
-        for &other in others.iter().filter(|&&o| o != stream as usize) {
-            handles::with_stream_on(rt, device, other as hipStream_t, |s| unify.wait_for(s))?;
+        for other in recorded() {
+            handles::with_stream_on(rt, device, other, |s| unify.wait_for(s))?;
         }
         Ok(unify)
     });

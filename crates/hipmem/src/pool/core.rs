@@ -94,6 +94,9 @@ pub(crate) struct PoolCore {
     /// last, under the heap's or this map's lock where one is held, and is
     /// never held while another lock is taken.
     pub(super) slots: Mutex<super::addr_hash::NumMap<Arc<Slot>>>,
+    /// How many slots `slots` holds (written under its lock): with one, the
+    /// pool's used bytes are that slot's, read without the map.
+    pub(super) slot_count: std::sync::atomic::AtomicUsize,
     pub(super) policy: ReusePolicy,
     pub(super) release_threshold: AtomicU64,
     pub(super) reserved_high: AtomicU64,
@@ -185,6 +188,7 @@ impl PoolCore {
             backing,
             heap: Mutex::new(Heap::new()),
             slots: Mutex::new(Default::default()),
+            slot_count: Default::default(),
             policy: ReusePolicy {
                 follow_event_dependencies: AtomicBool::new(true),
                 allow_opportunistic: AtomicBool::new(true),
@@ -296,13 +300,18 @@ impl PoolCore {
         if let Some(s) = recent_slot(self.id, clock.stream_id) {
             return s;
         }
-        let slot = Arc::clone(lock(&self.slots).entry(clock.stream_id).or_insert_with(|| {
-            Arc::new(
-                Slot::new(self.id, Arc::clone(clock), raw)
-                    .with_plan(Arc::clone(&self.plan))
-                    .with_zone(Arc::clone(&self.zone)),
-            )
-        }));
+        let slot = {
+            let mut slots = lock(&self.slots);
+            let slot = Arc::clone(slots.entry(clock.stream_id).or_insert_with(|| {
+                Arc::new(
+                    Slot::new(self.id, Arc::clone(clock), raw)
+                        .with_plan(Arc::clone(&self.plan))
+                        .with_zone(Arc::clone(&self.zone)),
+                )
+            }));
+            self.slot_count.store(slots.len(), Ordering::Release);
+            slot
+        };
         remember_slot(&slot);
         slot
     }

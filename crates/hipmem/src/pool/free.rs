@@ -16,63 +16,63 @@ impl Runtime {
     /// `ptr` lies in memory of a pool (hipmem's or the driver's) of this
     /// runtime, None if it is no pool's.
     pub(crate) fn free_pool_memory_async(&self, ptr: DevicePtr, stream: &CoreStream) -> Option<Result<()>> {
-        // Fast path: the slot this thread used last on this stream; only
-        // that stream's own lock is taken. (Memory that is not a pool block,
-        // such as a mapping of an imported pool, is never in a slot.)
-        // (A pool whose plan runs has most of its blocks in the plan's arena,
-        // freed through the planner: it is asked first.)
-        let fast = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
-            let alive = slot.pool_alive();
-            let planned = alive && slot.has_arena();
-            let done = if planned { FastFree::NotHere } else { slot.free_fast(ptr.0) };
-            (slot.pool_id, done, alive, planned)
-        });
-        let trace = |pool: u64| crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
-        let tried = match fast {
-            Some((pool, FastFree::Done, true, _)) => {
-                trace(pool);
-                return Some(Ok(()));
-            }
-            None => None,
-            // Straight to the planner, without the global lookup; a block it
-            // does not have takes the pool's own path (its slots), and one
-            // of another pool the global lookup below.
-            Some((pool, FastFree::NotHere, true, true)) => {
-                if let Some(core) = table(self).get(pool) {
-                    let s = StreamRef::of(stream);
-                    if core.free_planned(ptr, &s) || core.free_with(ptr, &s, false) {
-                        return Some(Ok(()));
+        // Fast path: the slot the stream carries (of the first pool used on
+        // it, which another thread may have allocated through); only that
+        // stream's own lock is taken. (Memory that is not a pool block, such
+        // as a mapping of an imported pool, is never in a slot.) The
+        // stream's slot comes first: it is one read away, where the thread's
+        // table of slots is a thread-local lookup (several cache lines in a
+        // shared library) and a scan. Everything else is out of line, and
+        // the slot's free has this one call site here, so that the common
+        // case stays short and inlined.
+        let tried = match primary_slot(stream) {
+            // (A pool whose plan runs has most of its blocks in the plan's
+            // arena, freed through the planner: it is asked first, below.)
+            Some(slot) if slot.pool_alive() && !slot.has_arena() => {
+                let done = slot.free_fast(ptr.0);
+                if !matches!(done, FastFree::NotHere) {
+                    crate::trace::free_requested(slot.pool_id, stream.id(), stream.device(), ptr.0, 0);
+                    if let FastFree::Evicted(b) = done {
+                        if let Some(core) = table(self).get(slot.pool_id) {
+                            core.after_free(&core.slot_for(&StreamRef::of(stream)), Some(b));
+                        }
                     }
+                    return Some(Ok(()));
                 }
-                Some(pool)
+                Some(slot.pool_id)
             }
-            Some((pool, FastFree::NotHere, _, _)) => Some(pool),
-            Some((pool, done, _, _)) => {
-                trace(pool);
-                if let Some(core) = table(self).get(pool) {
-                    core.after_free(&core.slot_for(&StreamRef::of(stream)), evicted(done));
+            _ => None,
+        };
+        self.free_pool_memory_slow(ptr, stream, tried)
+    }
+
+    /// [`Runtime::free_pool_memory_async`] past the stream's slot (`tried`:
+    /// the pool whose slot did not have the block, if it was asked): the
+    /// stream's slot where its pool is destroyed or its plan runs, the slot
+    /// this thread used last on the stream, then the pool that holds the
+    /// address.
+    #[inline(never)]
+    fn free_pool_memory_slow(
+        &self,
+        ptr: DevicePtr,
+        stream: &CoreStream,
+        tried: Option<u64>,
+    ) -> Option<Result<()>> {
+        let tried = match tried {
+            Some(pool) => Some(pool),
+            None => {
+                match self.settle_fast_free(ptr, stream, primary_slot(stream).map(|s| try_fast_free(s, ptr)))
+                {
+                    Ok(done) => return Some(done),
+                    Err(pool) => pool,
                 }
-                return Some(Ok(()));
             }
         };
-        // The slot the stream carries (of the first pool used on it), which
-        // another thread may have allocated through: a free on the stream
-        // the block was allocated on needs no global lookup either.
-        if let Some(slot) = primary_slot(stream).filter(|s| tried != Some(s.pool_id)) {
-            match slot.free_fast(ptr.0) {
-                FastFree::Done if slot.pool_alive() => {
-                    trace(slot.pool_id);
-                    return Some(Ok(()));
-                }
-                FastFree::NotHere => {}
-                done => {
-                    trace(slot.pool_id);
-                    if let Some(core) = table(self).get(slot.pool_id) {
-                        core.after_free(slot, evicted(done));
-                    }
-                    return Some(Ok(()));
-                }
-            }
+        let recent = stream_cache::with_recent_slot_of_stream(stream.id(), |slot| {
+            (tried != Some(slot.pool_id)).then(|| try_fast_free(slot, ptr))
+        });
+        if let Ok(done) = self.settle_fast_free(ptr, stream, recent.flatten()) {
+            return Some(done);
         }
         let a = self.allocations().find(ptr.0)?;
         Some(match a.kind {
@@ -89,6 +89,46 @@ impl Runtime {
             },
             _ => return None,
         })
+    }
+
+    /// What a fast free in a slot left to do: `fast` is None where no slot
+    /// was tried, else the slot's pool, the free's outcome, whether the pool
+    /// is alive and whether its plan runs. Ok: the free is done (with its
+    /// result); Err: the pool whose slot did not have the block, if any.
+    fn settle_fast_free(
+        &self,
+        ptr: DevicePtr,
+        stream: &CoreStream,
+        fast: Option<(u64, FastFree, bool, bool)>,
+    ) -> std::result::Result<Result<()>, Option<u64>> {
+        let trace = |pool: u64| crate::trace::free_requested(pool, stream.id(), stream.device(), ptr.0, 0);
+        match fast {
+            None => Err(None),
+            Some((pool, FastFree::Done, true, _)) => {
+                trace(pool);
+                Ok(Ok(()))
+            }
+            // Straight to the planner, without the global lookup; a block it
+            // does not have takes the pool's own path (its slots), and one
+            // of another pool the global lookup.
+            Some((pool, FastFree::NotHere, true, true)) => {
+                if let Some(core) = table(self).get(pool) {
+                    let s = StreamRef::of(stream);
+                    if core.free_planned(ptr, &s) || core.free_with(ptr, &s, false) {
+                        return Ok(Ok(()));
+                    }
+                }
+                Err(Some(pool))
+            }
+            Some((pool, FastFree::NotHere, _, _)) => Err(Some(pool)),
+            Some((pool, done, _, _)) => {
+                trace(pool);
+                if let Some(core) = table(self).get(pool) {
+                    core.after_free(&core.slot_for(&StreamRef::of(stream)), evicted(done));
+                }
+                Ok(Ok(()))
+            }
+        }
     }
 
     /// `hipFree` of pool memory (`a` is the registry's entry for `ptr`):
@@ -125,6 +165,18 @@ impl Runtime {
         let pool = super::table::table_if_made(self)?.imported_containing(ptr)?;
         Some(pool.free_pointer(ptr))
     }
+}
+
+/// A fast free of `ptr` in `slot`: (the slot's pool, what the free did,
+/// whether the pool is alive, whether its plan runs). A pool whose plan runs
+/// has most of its blocks in the plan's arena, freed through the planner:
+/// the slot is not asked then (NotHere), the planner is first.
+#[inline(always)]
+fn try_fast_free(slot: &Slot, ptr: DevicePtr) -> (u64, FastFree, bool, bool) {
+    let alive = slot.pool_alive();
+    let planned = alive && slot.has_arena();
+    let done = if planned { FastFree::NotHere } else { slot.free_fast(ptr.0) };
+    (slot.pool_id, done, alive, planned)
 }
 
 /// The block a fast free evicted from the stream's cache, if any.

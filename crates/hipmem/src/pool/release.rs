@@ -227,7 +227,7 @@ impl PoolCore {
         if ms == 0 {
             return;
         }
-        let need = self.used_current().saturating_add(want);
+        let need = self.used_current_seen_by(slot).saturating_add(want);
         let (keep, reserved, peak) = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
@@ -512,9 +512,11 @@ impl PoolCore {
         };
         let orphan = {
             let mut slots = lock(&self.slots);
-            Arc::clone(slots.entry(ORPHAN_STREAM).or_insert_with(|| {
+            let orphan = Arc::clone(slots.entry(ORPHAN_STREAM).or_insert_with(|| {
                 Arc::new(Slot::new(self.id, Arc::new(StreamClock::new(ORPHAN_STREAM)), slot.raw))
-            }))
+            }));
+            self.slot_count.store(slots.len(), Ordering::Release);
+            orphan
         };
         {
             let mut o = orphan.lock();
@@ -524,7 +526,9 @@ impl PoolCore {
         // Keep the slot while the heap holds blocks pending on it (its clock
         // learns when they complete); otherwise forget it.
         if !lent && !lock(&self.heap).has_pending(stream) {
-            lock(&self.slots).remove(&stream);
+            let mut slots = lock(&self.slots);
+            slots.remove(&stream);
+            self.slot_count.store(slots.len(), Ordering::Release);
         }
     }
 

@@ -39,7 +39,7 @@ use std::sync::atomic::Ordering;
 
 use super::core::{ORPHAN_STREAM, PoolCore, lock};
 use super::placement::{CLASSES, Owner, smaller_run};
-use super::stream_cache::{CACHE_BLOCKS, CachedBlock, Slot};
+use super::stream_cache::Slot;
 use crate::backend::RawStream;
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
@@ -412,26 +412,32 @@ impl PoolCore {
     }
 
     pub(super) fn flush_slot_cache(&self, slot: &Slot) -> bool {
-        // Copied out under the slot's lock, a cache's worth at a time, so
-        // that the cache keeps its capacity (refilling it allocates nothing).
-        let mut buf = [CachedBlock { addr: 0, size: 0, tag: 0 }; CACHE_BLOCKS + 1];
+        // Taken out under the slot's lock by changing places with the slot's
+        // spare vector, so that neither allocates again; given back to the
+        // heap outside it (lock order), then the emptied vector is the spare.
         let mut flushed = false;
+        let mut out = Vec::new();
         loop {
-            let n = {
+            {
                 let mut st = slot.lock();
-                let n = st.cache.len().min(buf.len());
-                buf[..n].copy_from_slice(&st.cache[..n]);
-                st.cache.drain(..n);
-                n
-            };
-            if n == 0 {
-                return flushed;
+                if st.cache.is_empty() {
+                    if st.spare.capacity() < out.capacity() {
+                        st.spare = out;
+                    }
+                    return flushed;
+                }
+                if out.capacity() == 0 {
+                    out = std::mem::take(&mut st.spare);
+                }
+                std::mem::swap(&mut st.cache, &mut out);
             }
             flushed = true;
             let mut heap = lock(&self.heap);
-            for b in &buf[..n] {
+            for b in &out {
                 heap.release_block(b.addr, Owner::Stream { stream: slot.stream_id(), tag: b.tag });
             }
+            drop(heap);
+            out.clear();
         }
     }
 }

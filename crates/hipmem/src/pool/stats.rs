@@ -20,6 +20,16 @@ impl PoolCore {
         total.max(0) as u64
     }
 
+    /// [`PoolCore::used_current`] read by a caller holding `slot` (one of
+    /// this pool's): where it is the pool's only slot, its used bytes,
+    /// without the map of slots.
+    pub(super) fn used_current_seen_by(&self, slot: &Slot) -> u64 {
+        if self.slot_count.load(Ordering::Acquire) == 1 {
+            return slot.lock().used.max(0) as u64;
+        }
+        self.used_current()
+    }
+
     /// Takes an exact sample of the used bytes after `slot` went past its
     /// baseline, raises the high watermark, and rebalances the baselines so
     /// that their sum stays at most the high watermark (see `usage.rs`).

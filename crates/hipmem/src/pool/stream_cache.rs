@@ -59,6 +59,9 @@ pub type LiveMap = super::addr_hash::AddrMap<u64>;
 pub struct SlotState {
     /// Blocks freed on this stream, newest last.
     pub cache: Vec<CachedBlock>,
+    /// An empty vector that changes places with `cache` when the cache goes
+    /// back to the heap (`reuse.rs`), so that neither allocates again.
+    pub spare: Vec<CachedBlock>,
     /// Live blocks allocated on this stream (the most recent one may be in
     /// `recent` instead; use the methods).
     live: LiveMap,
@@ -81,6 +84,7 @@ impl SlotState {
     }
 
     /// Removes a live block; returns its size.
+    #[inline(always)]
     pub fn remove_live(&mut self, addr: u64) -> Option<u64> {
         match self.recent {
             Some((a, s)) if a == addr => {
@@ -118,6 +122,7 @@ impl SlotState {
     }
 
     /// Caches a freed block; returns the oldest block if the cache overflows.
+    #[inline(always)]
     pub fn cache_block(&mut self, block: CachedBlock) -> Option<CachedBlock> {
         self.cache.push(block);
         if self.cache.len() > CACHE_BLOCKS { Some(self.cache.remove(0)) } else { None }
@@ -194,8 +199,10 @@ impl Slot {
         Some((b.addr, b.size, st.used > st.baseline))
     }
 
-    /// Frees a live block of this slot into the stream's cache.
-    #[inline]
+    /// Frees a live block of this slot into the stream's cache. (Always
+    /// inlined: it is the whole of the common free, and `free.rs` calls it
+    /// from the hot path and from the slow one.)
+    #[inline(always)]
     pub fn free_fast(&self, addr: u64) -> FastFree {
         let mut st = self.lock();
         let Some(size) = st.remove_live(addr) else { return FastFree::NotHere };

@@ -316,6 +316,12 @@ impl Runtime {
         let device = stream.device();
         let pools = table(self);
         let id = pools.current_id(device);
+        let default = pools.defaults.get(device).and_then(OnceLock::get);
+        if let Some(pool) = default.filter(|p| id == 0 || p.id == id) {
+            // The common case: the device's default pool, no reference count
+            // touched.
+            return pool.alloc(size, &StreamRef::of(stream));
+        }
         if id != 0 {
             if let Some(c) = pools.get(id).filter(|c| !c.is_destroyed()) {
                 return c.alloc(size, &StreamRef::of(stream));
@@ -324,8 +330,7 @@ impl Runtime {
                 return d.alloc(size, stream.raw());
             }
         }
-        match pools.defaults.get(device).and_then(OnceLock::get) {
-            // The common case: no reference count is touched.
+        match default {
             Some(pool) => pool.alloc(size, &StreamRef::of(stream)),
             None => pools.default_pool(self, device).alloc(size, &StreamRef::of(stream)),
         }

@@ -299,6 +299,70 @@ fn the_current_pool_is_the_default_until_set_and_malloc_async_uses_it() {
 }
 
 #[test]
+fn frees_by_pointer_find_their_pool_whichever_pool_the_stream_used_first() {
+    // A stream carries the slot of the first pool it used; a free by
+    // pointer asks that slot first, then the slot this thread used last on
+    // the stream, then the pool that holds the address. Blocks of two pools
+    // on one stream, freed on this thread and on another one (which has no
+    // slot of its own for either), each go back to their own pool, and the
+    // data of the blocks still live stays.
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let default = rt.default_mem_pool(0).unwrap();
+    default.set_release_threshold(u64::MAX);
+    let other = new_pool(&rt, 0);
+    other.set_release_threshold(u64::MAX);
+
+    let a: Vec<DevicePtr> = (0..4).map(|i| rt.malloc_async(1000 + i * 256, &s).unwrap()).collect();
+    rt.set_mem_pool(0, &other).unwrap();
+    let b: Vec<DevicePtr> = (0..4).map(|i| rt.malloc_async(5000 + i * 256, &s).unwrap()).collect();
+    let used_a: u64 = (0..4).map(|i| granules(1000 + i * 256)).sum();
+    let used_b: u64 = (0..4).map(|i| granules(5000 + i * 256)).sum();
+    assert_eq!(default.stats().used_current, used_a);
+    assert_eq!(other.stats().used_current, used_b);
+    for (i, &p) in a.iter().chain(&b).enumerate() {
+        fill_u32(&rt, p, 1000, 0xA000 + i as u32, &s);
+    }
+
+    // This thread: the second pool's block (the stream's slot is the
+    // first's), then the first pool's.
+    rt.free_async(b[0], &s).unwrap();
+    rt.free_async(a[0], &s).unwrap();
+    assert_eq!(default.stats().used_current, used_a - granules(1000));
+    assert_eq!(other.stats().used_current, used_b - granules(5000));
+
+    // Another thread, alternating the pools.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                for (&p, &q) in b[1..3].iter().zip(&a[1..3]) {
+                    rt.free_async(p, &s).unwrap();
+                    rt.free_async(q, &s).unwrap();
+                }
+            })
+            .join()
+            .unwrap();
+    });
+    assert_eq!(default.stats().used_current, granules(1000 + 3 * 256));
+    assert_eq!(other.stats().used_current, granules(5000 + 3 * 256));
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, a[3], 1000).iter().all(|&v| v == 0xA003), "a live block lost its data");
+    assert!(read_u32s(&rt, b[3], 1000).iter().all(|&v| v == 0xA007), "a live block lost its data");
+
+    // Freed twice: refused, whichever pool.
+    expect_err(rt.free_async(b[1], &s), 1, &[]);
+    expect_err(rt.free_async(a[1], &s), 1, &[]);
+    rt.free_async(a[3], &s).unwrap();
+    rt.free_async(b[3], &s).unwrap();
+    assert_eq!(default.stats().used_current, 0);
+    assert_eq!(other.stats().used_current, 0);
+    rt.device(0).unwrap().set_mem_pool(&default).unwrap();
+    s.synchronize().unwrap();
+    default.check_invariants().unwrap();
+    other.check_invariants().unwrap();
+}
+
+#[test]
 fn dropping_the_last_handle_of_the_current_pool_makes_the_default_current() {
     let rt = private_runtime();
     let s = stream0(&rt);

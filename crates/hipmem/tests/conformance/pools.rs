@@ -1039,6 +1039,94 @@ fn a_large_request_gives_back_unused_memory_before_the_pool_grows() {
     }
 }
 
+/// A large growth waits for its stream's frees (so that their memory goes
+/// back before the pool grows) only where growing could take the pool past
+/// its high watermark. Below it, the growth does not wait for the stream's
+/// queued work: a free held behind a host function stays pending, the
+/// allocation returns before the host function lets the stream go on, and
+/// the pending memory goes back once it completes.
+#[test]
+fn a_large_growth_waits_for_its_streams_frees_only_where_a_new_peak_is_at_stake() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::channel;
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    for below_peak in [true, false] {
+        let pool = new_pool(&rt, 0);
+        pool.set_planning(false).unwrap();
+        // Each unit its own physical allocation (a group goes back only whole).
+        if pool.mapping_unit().is_some() {
+            pool.set_growth_mapping(0).unwrap();
+        }
+        pool.set_attribute(PoolAttribute::ReleaseThreshold, 0).unwrap();
+        if below_peak {
+            // A peak of 1 GiB, given back (trim waits for the release
+            // worker, which gives physical memory back off this thread;
+            // without it, on CUDA, the request below waited for the held
+            // stream).
+            let peak = pool.alloc_raw(1024 * MIB, &s).unwrap();
+            rt.free_async(peak, &s).unwrap();
+            s.synchronize().unwrap();
+            pool.trim_to(0).unwrap();
+            assert!(pool.stats().reserved_current < 8 * MIB, "{:?}", pool.stats());
+        }
+        // A block, and one in the free tail of its last unit that stays
+        // live; the first is freed behind a gate, so its free is pending.
+        let first = pool.alloc_raw(299 * MIB, &s).unwrap();
+        let pin = pool.alloc_raw(MIB / 2, &s).unwrap();
+        fill_u32(&rt, pin, MIB / 2, 0x0617_e001, &s);
+        let (open, gate) = channel::<()>();
+        s.launch_host_func(move || {
+            let _ = gate.recv();
+        })
+        .unwrap();
+        rt.free_async(first, &s).unwrap();
+        // The gate opens after `delay`, or at once when the request returns.
+        let delay = if below_peak { Duration::from_secs(20) } else { Duration::from_millis(200) };
+        let opened = Arc::new(AtomicBool::new(false));
+        let (returned, until_returned) = channel::<()>();
+        let opener = {
+            let opened = Arc::clone(&opened);
+            std::thread::spawn(move || {
+                let _ = until_returned.recv_timeout(delay);
+                opened.store(true, Ordering::SeqCst);
+                let _ = open.send(());
+            })
+        };
+        let next = pool.alloc_raw(400 * MIB, &s).unwrap();
+        let waited = opened.load(Ordering::SeqCst);
+        let _ = returned.send(());
+        opener.join().unwrap();
+        assert_eq!(
+            waited,
+            !below_peak,
+            "below the high watermark: {below_peak}; the request returned with its stream's work {}",
+            if waited { "done" } else { "still queued" }
+        );
+        fill_u32(&rt, next, 400 * MIB, 0x0617_e002, &s);
+        s.synchronize().unwrap();
+        // The free completed: its memory went back (release threshold 0).
+        let st = pool.stats();
+        assert_eq!(st.used_current, granules(MIB / 2) + 400 * MIB);
+        assert!(st.reserved_current <= 400 * MIB + 8 * MIB, "{st:?}");
+        if below_peak {
+            assert!(st.reserved_high <= 1024 * MIB + 8 * MIB, "no new peak: {st:?}");
+        }
+        assert!(
+            read_u32s(&rt, pin, MIB / 2).iter().all(|&v| v == 0x0617_e001),
+            "a live block keeps its data"
+        );
+        let tail = read_u32s(&rt, DevicePtr(next.0 + 400 * MIB - MIB), MIB);
+        assert!(tail.iter().all(|&v| v == 0x0617_e002), "the new block holds what was written");
+        rt.free_async(next, &s).unwrap();
+        rt.free_async(pin, &s).unwrap();
+        s.synchronize().unwrap();
+        pool.check_invariants().unwrap();
+        pool.destroy().unwrap();
+    }
+}
+
 /// Idle release on the caller's clock (`MemPool::set_idle_clock`, what
 /// `hipmem replay` uses to replay a trace on its own time): wall time does
 /// not count, the caller's does, a time earlier than the last counts as the

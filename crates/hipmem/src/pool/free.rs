@@ -32,9 +32,11 @@ impl Runtime {
                 let done = slot.free_fast(ptr.0);
                 if !matches!(done, FastFree::NotHere) {
                     crate::trace::free_requested(slot.pool_id, stream.id(), stream.device(), ptr.0, 0);
+                    // (`slot` is the stream's slot of that pool, as the
+                    // pool's own lookup would find.)
                     if let FastFree::Evicted(b) = done {
                         if let Some(core) = table(self).get(slot.pool_id) {
-                            core.after_free(&core.slot_for(&StreamRef::of(stream)), Some(b));
+                            core.after_free(slot, Some(b));
                         }
                     }
                     return Some(Ok(()));

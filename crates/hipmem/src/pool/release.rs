@@ -322,9 +322,10 @@ impl PoolCore {
     /// unmap and release per unit otherwise. This stream's frees the device
     /// has completed count as unused (asked with a wait only when it has
     /// frees pending and the growth could take the pool past its high
-    /// watermark; below it, only the frees known complete count). What it gives back is unmapped but returned to the
-    /// caller, not released: the growth maps what it can of it
-    /// ([`PoolCore::grow_reusing`]) and gives back the rest.
+    /// watermark; below it, only the frees known complete count). What it
+    /// gives back is unmapped but returned to the caller, not released: the
+    /// growth maps what it can of it ([`PoolCore::grow_reusing`]) and gives
+    /// back the rest.
     /// Returns with it whether the growth lends the stream's pending frees
     /// instead of waiting for them (then also where it sets no new peak).
     pub(super) fn release_before_large_growth(
@@ -356,8 +357,9 @@ impl PoolCore {
         // the watermark no new peak is at stake: what is known free goes
         // back, the growth makes the rest, and the frees' memory goes back
         // once they complete (idle release, trim, the next wait).
-        let new_peak = reserved.saturating_add(want) > self.reserved_high.load(Ordering::Acquire);
-        let waits = want >= LARGE_REQUEST && large_growth_waits() && new_peak;
+        let waits = want >= LARGE_REQUEST
+            && large_growth_waits()
+            && reserved.saturating_add(want) > self.reserved_high.load(Ordering::Acquire);
         let lends = waits && self.lends_instead_of_waiting(slot.stream_id(), want);
         if waits && !lends {
             self.wait_for_own_frees(rt, slot.stream_id());

@@ -502,25 +502,36 @@ impl Runtime {
         if size == 0 {
             return Err(invalid("hipMemUnmap: size 0"));
         }
-        let mut state = table(self).lock();
-        let covered = state.covering(ptr, size, "hipMemUnmap")?;
-        // Out of the registry first: no new work can name the range.
-        let mut removed = Vec::new();
-        for (base, _) in &covered {
-            if let Some(a) =
-                self.allocations().remove_if(DevicePtr(*base), |a| a.kind == MemoryKind::VmmMapping)
-            {
-                removed.push(a);
+        // Out of the table and the registry first (no new work and no other
+        // call can name the range), then the backend's unmap with the table
+        // unlocked: it may wait for the work queued on the devices (the CPU
+        // backend does), and other threads' calls go on meanwhile.
+        let (covered, removed) = {
+            let mut state = table(self).lock();
+            let covered = state.covering(ptr, size, "hipMemUnmap")?;
+            for (base, _) in &covered {
+                state.mappings.remove(base);
             }
-        }
+            let mut removed = Vec::new();
+            for (base, _) in &covered {
+                if let Some(a) =
+                    self.allocations().remove_if(DevicePtr(*base), |a| a.kind == MemoryKind::VmmMapping)
+                {
+                    removed.push(a);
+                }
+            }
+            (covered, removed)
+        };
         if let Err(e) = vm.mem_unmap(ptr, size) {
+            // Still mapped (the backend refused): back in, as they were.
+            let mut state = table(self).lock();
+            for (base, m) in covered {
+                state.mappings.insert(base, m);
+            }
             for a in removed {
                 self.allocations().insert(a);
             }
             return Err(e);
-        }
-        for (base, _) in covered {
-            state.mappings.remove(&base);
         }
         Ok(())
     }

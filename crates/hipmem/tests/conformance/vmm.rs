@@ -169,6 +169,59 @@ fn the_seed_sequence_allocate_reserve_map_set_access_use_free() {
     assert_eq!(rt.pointer_attributes(p.0).unwrap().memory_type, MemoryType::Unregistered);
 }
 
+/// An unmap that waits for the work queued on the devices (the CPU backend's
+/// does, so that no queued kernel touches memory going away) holds up only
+/// its own thread: other threads reserve, create, map and give access to
+/// other ranges meanwhile. A kernel on the mapping is held behind a host
+/// function that lets its stream go on only once those calls returned (or
+/// after 20 s).
+#[test]
+fn an_unmap_waiting_for_queued_work_does_not_hold_up_other_threads_vmm_calls() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let rt = private_runtime();
+    let (h, p, size) = mapped(&rt, 2);
+    let stream = rt.device(0).unwrap().create_stream_with_flags(crate::non_blocking()).unwrap();
+    let (open, gate) = channel::<()>();
+    stream
+        .launch_host_func(move || {
+            let _ = gate.recv();
+        })
+        .unwrap();
+    stream.iota(&ViewOf { rt: &rt, ptr: p, len: 1024 }, 5).unwrap();
+    let opened = AtomicBool::new(false);
+    let (done, until_done) = channel::<()>();
+    std::thread::scope(|sc| {
+        let opened = &opened;
+        sc.spawn(move || {
+            let _ = until_done.recv_timeout(Duration::from_secs(20));
+            opened.store(true, Ordering::SeqCst);
+            let _ = open.send(());
+        });
+        let unmapper = sc.spawn(|| rt.mem_unmap(p, size));
+        // (Time for the unmapper to reach its wait.)
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = Instant::now();
+        let g = gran(&rt);
+        let h2 = rt.mem_create(g, &AllocationProp::device(0), 0).unwrap();
+        let p2 = rt.address_reserve(g, 0, DevicePtr::NULL, 0).unwrap();
+        rt.mem_map(p2, g, 0, h2, 0).unwrap();
+        rt.mem_set_access(p2, g, &[AccessDesc::device(0, AccessFlags::ReadWrite)]).unwrap();
+        let waited = opened.load(Ordering::SeqCst);
+        let took = t0.elapsed();
+        let _ = done.send(());
+        unmapper.join().unwrap().unwrap();
+        assert!(!waited, "the calls returned only once the queued work could go on ({took:?})");
+        stream.synchronize().unwrap();
+        teardown(&rt, h2, p2, g);
+    });
+    // The unmapped range is gone; the rest of the sequence works.
+    expect_err(rt.mem_unmap(p, size), 1, &["not mapped"]);
+    rt.mem_release(h).unwrap();
+    rt.address_free(p, size).unwrap();
+}
+
 /// A raw view for the tests that drive the raw API.
 struct ViewOf<'a> {
     rt: &'a Runtime,

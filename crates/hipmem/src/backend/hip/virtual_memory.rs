@@ -465,29 +465,36 @@ impl VirtualMemory for HipBackend {
             )));
         }
         self.bound(0)?;
+        // Out of the table while the driver unmaps them (the table unlocked:
+        // an unmap may wait for the device's queued work, and other threads'
+        // calls go on meanwhile); their physical allocations stay counted as
+        // mapped until then.
+        let mut taken: Vec<(u64, _)> =
+            bases.iter().filter_map(|b| Some((*b, state.mappings.remove(b)?))).collect();
+        drop(state);
         let mut first = Ok(());
-        for base in &bases {
-            if let Some(m) = state.mappings.get_mut(base) {
-                let done = self.unmap_ranges(v, &mut m.ranges);
-                if first.is_ok() {
-                    first = done;
-                }
+        for (_, m) in &mut taken {
+            let done = self.unmap_ranges(v, &mut m.ranges);
+            if first.is_ok() {
+                first = done;
             }
         }
-        // On an error every mapping stays listed (with what is left of it),
-        // so that unmapping the same range again finishes the job.
-        first?;
-        for base in bases {
-            if let Some(m) = state.mappings.remove(&base) {
-                if let Some(ph) = state.physical.get_mut(&m.id) {
-                    ph.maps = ph.maps.saturating_sub(1);
-                }
-                if let Err(e) = self.collect(v, &mut state, m.id) {
-                    tracing::warn!(target: "hipmem", "releasing physical allocation {:#x} after its last unmap: {e}", m.id);
-                }
+        let mut state = lock(&self.vmm.state);
+        for (base, m) in taken {
+            if !m.ranges.is_empty() {
+                // On an error the mapping stays listed (with what is left of
+                // it), so that unmapping the same range again finishes the job.
+                state.mappings.entry(base).or_insert(m);
+                continue;
+            }
+            if let Some(ph) = state.physical.get_mut(&m.id) {
+                ph.maps = ph.maps.saturating_sub(1);
+            }
+            if let Err(e) = self.collect(v, &mut state, m.id) {
+                tracing::warn!(target: "hipmem", "releasing physical allocation {:#x} after its last unmap: {e}", m.id);
             }
         }
-        Ok(())
+        first
     }
 
     fn mem_set_access(&self, p: DevicePtr, size: u64, device: usize, flags: u32) -> Result<()> {

@@ -13,7 +13,8 @@
 //!   not tell a kernel's reads from its writes);
 //! - unmapping (or lowering access) removes the regions first, drains every
 //!   device, then maps the range back to `PROT_NONE` anonymous memory, so the
-//!   reservation stays and no queued work touches memory that went away.
+//!   reservation stays and no queued work touches memory that went away (an
+//!   unmap drains with the table unlocked, so other threads' calls go on).
 //!
 //! A physical allocation lives while its handle has references or it is mapped.
 
@@ -349,18 +350,27 @@ impl VirtualMemory for HostBackend {
 
     fn mem_unmap(&self, ptr: DevicePtr, size: u64) -> Result<()> {
         let mut state = lock(&self.vmm.state);
-        let bases = Self::covering(&state, ptr, size, "hipMemUnmap")?;
-        let mut registered = false;
-        for &b in &bases {
-            if state.mappings[&b].registered {
-                self.regions.remove_if(b, |r| r.kind == RegionKind::VirtualMapping);
-                registered = true;
+        let bases = loop {
+            let bases = Self::covering(&state, ptr, size, "hipMemUnmap")?;
+            let mut registered = false;
+            for &b in &bases {
+                if let Some(m) = state.mappings.get_mut(&b).filter(|m| m.registered) {
+                    self.regions.remove_if(b, |r| r.kind == RegionKind::VirtualMapping);
+                    m.registered = false;
+                    registered = true;
+                }
             }
-        }
-        if registered {
-            // No new work can name the ranges now; wait for what was queued.
+            if !registered {
+                break bases;
+            }
+            // No new work can name the ranges now; wait for what was queued,
+            // with the table unlocked (other threads' calls go on), then look
+            // again: another thread may have unmapped them, or given access
+            // again (then their regions go and the devices drain once more).
+            drop(state);
             self.drain_all_devices();
-        }
+            state = lock(&self.vmm.state);
+        };
         remap_none(ptr.0, size)?;
         for b in bases {
             if let Some(m) = state.mappings.remove(&b) {

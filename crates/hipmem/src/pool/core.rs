@@ -542,6 +542,10 @@ pub(super) struct CallCounts {
     pub(super) bytes_released: AtomicU64,
     pub(super) bytes_lent: AtomicU64,
     pub(super) released_on_worker: AtomicU64,
+    /// Stream synchronizations the pool made on its own (not in
+    /// [`BackendCalls`](super::BackendCalls), whose layout is the C ABI's:
+    /// [`MemPool::host_waits`](super::MemPool::host_waits)).
+    pub(super) host_waits: AtomicU64,
 }
 
 impl CallCounts {

@@ -372,6 +372,19 @@ impl MemPool {
         }
     }
 
+    /// How many times a hipmem pool has blocked the calling thread until a
+    /// stream's queued work was done, on its own initiative: a large growth
+    /// that could set a new peak waits for its stream's pending frees so
+    /// that their memory goes back first (`pool/release.rs`). The host
+    /// waits there, and the device idles until work is queued again. None
+    /// for the driver's pools and imported ones.
+    pub fn host_waits(&self) -> Option<u64> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => Some(c.calls.host_waits.load(std::sync::atomic::Ordering::Relaxed)),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => None,
+        }
+    }
+
     /// A hipmem pool on virtual memory: the size of its physical units (a
     /// multiple of the driver's mapping granularity), the step in which it
     /// maps, moves and releases memory. None for other pools.

@@ -37,7 +37,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::core::{ORPHAN_STREAM, PoolCore, lock};
+use super::core::{CallCounts, ORPHAN_STREAM, PoolCore, lock};
 use super::placement::{CLASSES, Owner, smaller_run};
 use super::stream_cache::Slot;
 use crate::backend::RawStream;
@@ -364,6 +364,7 @@ impl PoolCore {
         // Frees made after this point get a later tag.
         let before = clock.advance();
         let idle = if wait {
+            CallCounts::add(&self.calls.host_waits);
             rt.backend().stream_synchronize(raw).is_ok()
         } else {
             rt.backend().stream_query(raw).unwrap_or(false)

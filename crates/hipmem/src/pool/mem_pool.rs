@@ -373,10 +373,13 @@ impl MemPool {
     }
 
     /// How many times a hipmem pool has blocked the calling thread until a
-    /// stream's queued work was done, on its own initiative: a large growth
-    /// that could set a new peak waits for its stream's pending frees so
-    /// that their memory goes back first (`pool/release.rs`). The host
-    /// waits there, and the device idles until work is queued again. None
+    /// stream's queued work was done, on its own initiative, so that the
+    /// memory of that stream's pending frees could go back first: a large
+    /// growth that could take the pool past its high watermark
+    /// (`pool/release.rs`; with zone placement any such growth), and a
+    /// plan's start, for every stream (`pool/planned.rs`). The host waits
+    /// there, and the device idles until work is queued again. Stream and
+    /// device synchronizations the caller asks for are not counted. None
     /// for the driver's pools and imported ones.
     pub fn host_waits(&self) -> Option<u64> {
         match &self.pool {

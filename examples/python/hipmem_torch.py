@@ -90,6 +90,16 @@ class Pool:
                                         "granules_released", "maps", "unmaps"))
         return d
 
+    def host_waits(self, device):
+        """How many times `device`'s current pool has blocked the calling
+        thread on a stream of its own accord (`hipmemPoolGetHostWaits`): a
+        growth that could set a new peak waiting for that stream's frees.
+        The GPU idles after each until work is queued again."""
+        n = ctypes.c_uint64()
+        self._check("hipmemPoolGetHostWaits",
+                    self.hip.hipmemPoolGetHostWaits(self._pool(device), ctypes.byref(n)))
+        return n.value
+
     def set_planning(self, device, on):
         """Turns learned layouts of `device`'s current pool on or off
         (`hipmemPoolSetPlanning`)."""

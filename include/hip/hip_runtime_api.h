@@ -801,6 +801,13 @@ typedef struct hipmemBackendCalls {
   uint64_t released_on_worker; /* of granules_released, those given back off the calling threads */
 } hipmemBackendCalls;
 hipError_t hipmemPoolGetBackendCalls(hipMemPool_t mem_pool, hipmemBackendCalls* calls);
+/* hipmem's own: how many times the pool blocked the calling thread until a
+   stream's queued work was done, on its own initiative (a growth that could
+   set a new peak, or a plan's start, waiting for a stream's pending frees);
+   the synchronizations the caller asks for are not counted. A bad pool or a
+   null count: hipErrorInvalidValue; the driver's pools and imported ones:
+   hipErrorNotSupported. */
+hipError_t hipmemPoolGetHostWaits(hipMemPool_t mem_pool, uint64_t* count);
 
 /* ---- device code: symbols, occupancy, launches ------------------------------
  * libhipmem runs no kernels of its own making: under nvcc these are inline

@@ -30,8 +30,9 @@
 //! [`explicit`], [`pinned`], [`managed`], [`pools`], [`vmm`] and
 //! [`runtime_api`] (devices, streams, events, errors); pool IPC is in
 //! [`pools`], with hipmem's own extensions for learned layouts
-//! (`hipmemPoolSetPlanning`, `hipmemPoolGetPlanCounts`) and a pool's backend
-//! calls (`hipmemPoolGetBackendCalls`).
+//! (`hipmemPoolSetPlanning`, `hipmemPoolGetPlanCounts`), a pool's backend
+//! calls (`hipmemPoolGetBackendCalls`) and the times it blocked the caller on
+//! a stream (`hipmemPoolGetHostWaits`).
 //! [`hip_backend_exports`] holds hipmem's own extension for the hip
 //! backend's loopback (`hipmemSetInnerBackend`).
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals, clippy::missing_safety_doc)]

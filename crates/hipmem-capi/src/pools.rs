@@ -277,6 +277,30 @@ pub unsafe extern "C" fn hipmemPoolGetBackendCalls(
     })
 }
 
+/// `hipmemPoolGetHostWaits(pool, &count)` (hipmem's own extension): how
+/// many times the pool has blocked the calling thread until a stream's
+/// queued work was done, on its own initiative (a growth that could take
+/// the pool past its high watermark, or a plan's start, waiting for a
+/// stream's pending frees so that their memory goes back first); the
+/// synchronizations the caller asks for are not counted. A bad pool or a
+/// null `count` is InvalidValue; the driver's pools and pools imported
+/// from another process are NotSupported.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipmemPoolGetHostWaits(mem_pool: hipMemPool_t, count: *mut u64) -> hipError_t {
+    call(|| {
+        let pool = handles::pool(mem_pool)?;
+        non_null(count, "hipmemPoolGetHostWaits: count")?;
+        let n = pool.host_waits().ok_or_else(|| {
+            Error::NotSupported(
+                "hipmemPoolGetHostWaits: the pool is the driver's or another process's; only hipmem's own pools count their waits".into(),
+            )
+        })?;
+        // SAFETY: non-null; points to a writable uint64_t (this function's contract).
+        unsafe { count.write_unaligned(n) };
+        Ok(())
+    })
+}
+
 /// `hipmemPoolSetPlanning(pool, on)` (hipmem's own extension): turns the
 /// pool's learned layouts on (1) or off (0; a running plan ends). `on`
 /// other than 0 or 1, a bad pool, a pool the driver or another process

@@ -435,6 +435,43 @@ fn learned_layouts_extension() {
     }
 }
 
+/// hipmem's own extension hipmemPoolGetHostWaits: it checks its input, and
+/// a pool whose stream has nothing pending never blocks the caller, large
+/// growths included (the blocking case, a growth waiting for its stream's
+/// pending frees, is the conformance suite's
+/// `a_large_growth_waits_for_its_streams_frees_only_where_a_new_peak_is_at_stake`,
+/// through `MemPool::host_waits`, which this function returns).
+#[test]
+fn host_waits_extension() {
+    let _serial = serial();
+    init();
+    unsafe {
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreateWithFlags(&mut s, hipStreamNonBlockingFlag()), hipSuccess);
+        let mut pool: hipMemPool_t = null_mut();
+        assert_eq!(hipMemPoolCreate(&mut pool, &pool_props(0)), hipSuccess);
+        let mut n = u64::MAX;
+        assert_eq!(hipmemPoolGetHostWaits(null_mut(), &mut n), hipErrorInvalidValue);
+        assert_eq!(hipmemPoolGetHostWaits(pool, null_mut()), hipErrorInvalidValue);
+        assert_eq!(n, u64::MAX, "nothing written on an error");
+        assert_eq!(hipmemPoolGetHostWaits(pool, &mut n), hipSuccess);
+        assert_eq!(n, 0, "a new pool has not waited");
+        // Large requests, each growing the pool, the stream's earlier frees
+        // completed (synchronized) first.
+        for mib in [300u64, 400, 520] {
+            let mut p: *mut c_void = null_mut();
+            assert_eq!(hipMallocFromPoolAsync(&mut p, (mib << 20) as usize, pool, s), hipSuccess);
+            assert_eq!(hipFreeAsync(p, s), hipSuccess);
+            assert_eq!(hipStreamSynchronize(s), hipSuccess);
+        }
+        assert_eq!(hipmemPoolGetHostWaits(pool, &mut n), hipSuccess);
+        assert_eq!(n, 0, "nothing was pending: no growth had to wait");
+        assert_eq!(hipMemPoolDestroy(pool), hipSuccess);
+        assert_eq!(hipmemPoolGetHostWaits(pool, &mut n), hipErrorInvalidValue, "stale handle");
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+    }
+}
+
 /// hipmem's own extension hipmemPoolGetBackendCalls: it checks its input,
 /// a new pool has asked nothing of the backend, an allocation that grows
 /// the pool creates and maps physical memory (or allocates a segment), and
@@ -591,6 +628,12 @@ fn pool_ipc() {
             hipmemPoolGetBackendCalls(imp, &mut calls),
             hipErrorNotSupported,
             "imported: its backend calls are the exporting process's"
+        );
+        let mut waits = 0u64;
+        assert_eq!(
+            hipmemPoolGetHostWaits(imp, &mut waits),
+            hipErrorNotSupported,
+            "imported: not hipmem's waits"
         );
 
         // hipMemPoolImportPointer

@@ -232,6 +232,10 @@ def main():
     # timed runs under hipmem (maps, unmaps, physical allocations and
     # releases: each costs microseconds; read outside the timed span).
     calls = [[] for _ in range(STEPS)]
+    # waits[k]: the times hipmem's pool blocked the host on a stream of its
+    # own accord in each of step k's timed runs (a growth waiting for its
+    # stream's frees; the GPU idles after each until work is queued again).
+    waits = [[] for _ in range(STEPS)]
     device = torch.cuda.current_device()
 
     def driver_calls():
@@ -247,6 +251,7 @@ def main():
                 use(a)
                 hipmem = a != "native"
                 before = driver_calls() if hipmem else 0
+                waits_before = pool.host_waits(device) if hipmem else 0
                 ta.ENQUEUED[0] = None
                 t0 = time.perf_counter()
                 step(i)
@@ -254,6 +259,7 @@ def main():
                 t1 = time.perf_counter()
                 if hipmem:
                     calls[k].append(driver_calls() - before)
+                    waits[k].append(pool.host_waits(device) - waits_before)
                 times[a][k].append((t1 - t0) * 1e3)
                 enq[a][k].append(None if ta.ENQUEUED[0] is None else (ta.ENQUEUED[0] - t0) * 1e3)
     gc.enable()
@@ -272,7 +278,8 @@ def main():
         pairs = [statistics.median(x / y for x, y in zip(times[a][k], times["native"][k]))
                  for a in allocators if a != "native"]
         print(f"{k:4d}  " + "  ".join(cells) + "  " + "  ".join(f"{x:.3f}" for x in pairs)
-              + f"  driver calls {sum(calls[k])}" + ("  host-bound" if k in host_bound else ""))
+              + f"  driver calls {sum(calls[k])}  host waits {sum(waits[k])}"
+              + ("  host-bound" if k in host_bound else ""))
     for a in allocators:
         if a == "native":
             continue
@@ -281,12 +288,13 @@ def main():
               if host_bound else float("nan"))
         print(f"{a} / native: every step {total:.3f}x, the {len(host_bound)} host-bound steps {hb:.3f}x; "
               f"hipmem's pool made {sum(map(sum, calls))} driver calls in the timed steps "
-              f"({sum(1 for c in calls for x in c if x)} of {sum(map(len, calls))} steps made any)")
+              f"({sum(1 for c in calls for x in c if x)} of {sum(map(len, calls))} steps made any) "
+              f"and blocked the host on a stream {sum(map(sum, waits))} times")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"workload": args.workload, "allocators": allocators, "passes": args.passes,
                        "ok": ok, "hipmem_idle_release_ms": idle_ms, "times_ms": times, "enqueue_ms": enq,
-                       "hipmem_driver_calls": calls}, f)
+                       "hipmem_driver_calls": calls, "hipmem_host_waits": waits}, f)
     return 0 if ok else 1
 
 

@@ -558,6 +558,11 @@ impl CallCounts {
         counter.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// [`MemPool::host_waits`](super::MemPool::host_waits).
+    pub(super) fn host_waits(&self) -> u64 {
+        self.host_waits.load(Ordering::Relaxed)
+    }
+
     pub(super) fn snapshot(&self) -> super::BackendCalls {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         super::BackendCalls {

@@ -383,7 +383,7 @@ impl MemPool {
     /// for the driver's pools and imported ones.
     pub fn host_waits(&self) -> Option<u64> {
         match &self.pool {
-            PoolRef::Hipmem(c) => Some(c.calls.host_waits.load(std::sync::atomic::Ordering::Relaxed)),
+            PoolRef::Hipmem(c) => Some(c.calls.host_waits()),
             PoolRef::Driver(_) | PoolRef::Imported(_) => None,
         }
     }

@@ -509,11 +509,9 @@ impl Runtime {
         let (covered, removed) = {
             let mut state = table(self).lock();
             let covered = state.covering(ptr, size, "hipMemUnmap")?;
-            for (base, _) in &covered {
-                state.mappings.remove(base);
-            }
             let mut removed = Vec::new();
             for (base, _) in &covered {
+                state.mappings.remove(base);
                 if let Some(a) =
                     self.allocations().remove_if(DevicePtr(*base), |a| a.kind == MemoryKind::VmmMapping)
                 {

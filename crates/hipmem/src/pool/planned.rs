@@ -41,6 +41,22 @@ use crate::error::Result;
 use crate::runtime::Runtime;
 use crate::runtime::ordering::StreamClock;
 
+/// Whether a plan may be laid out in the memory the pool holds before
+/// anything goes back ([`PoolCore::in_place_layout`];
+/// `HIPMEM_POOL_PLAN_IN_PLACE=0` turns it off).
+fn plan_in_place() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HIPMEM_POOL_PLAN_IN_PLACE").map_or(true, |v| v != "0"))
+}
+
+/// The least releasable memory in the free runs for which a plan is laid
+/// out in place as well as the usual way ([`PoolCore::in_place_layout`]):
+/// 32 units of 2 MiB, about 1 ms of unmapping and releasing on a GPU.
+const IN_PLACE_LEAST: u64 = 64 << 20;
+
+/// Free runs (address, length) and a plan's layout in them.
+type Runs = (Vec<(u64, u64)>, super::plan::Layout);
+
 /// The smallest free run a plan is laid out in.
 const MIN_PIECE: u64 = 64 << 10;
 /// The most free runs a plan is laid out in.
@@ -261,14 +277,32 @@ impl PoolCore {
         };
         let kept: &[(u64, u64)] = if hidden.is_some() { &kept } else { &[] };
         let kept_bases: Vec<u64> = kept.iter().map(|g| g.0).collect();
-        self.release_unused_to_later(&rt, 0);
+        let (in_place, foreseen) = match self.in_place_layout() {
+            Some(Ok(chosen)) => (Some(chosen), None),
+            Some(Err(usual)) => (None, Some(usual)),
+            None => (None, None),
+        };
+        let chosen_in_place = in_place.is_some();
+        if !chosen_in_place {
+            self.release_unused_to_later(&rt, 0);
+        }
         let t2 = Instant::now();
-        // The free runs left, largest first (at most MAX_PIECES).
-        let mut runs = lock(&self.heap).global_free_blocks(MIN_PIECE);
-        runs.sort_unstable_by_key(|&(a, len)| (std::cmp::Reverse(len), a));
-        runs.truncate(MAX_PIECES);
-        let sizes: Vec<u64> = runs.iter().map(|r| r.1).collect();
-        let layout = self.plan.lock().layout(&sizes);
+        let (runs, layout) = match in_place {
+            Some((runs, layout)) => (runs, Some(layout)),
+            None => {
+                let runs = self.free_runs_for_plan();
+                // (The usual way's layout, where giving back left the runs
+                // foreseen: not laid out twice.)
+                let layout = match foreseen {
+                    Some((left, layout)) if left == runs => Some(layout),
+                    _ => {
+                        let sizes: Vec<u64> = runs.iter().map(|r| r.1).collect();
+                        self.plan.lock().layout(&sizes)
+                    }
+                };
+                (runs, layout)
+            }
+        };
         let t3 = Instant::now();
         // Take the parts of the runs the plan uses.
         let mut pieces = Vec::new();
@@ -282,6 +316,10 @@ impl PoolCore {
                     pieces.push((addr, 0));
                 }
             }
+        }
+        if chosen_in_place {
+            // What the plan does not use goes back now.
+            self.release_unused_to_later(&rt, 0);
         }
         if let Some(start) = hidden {
             lock(&self.heap).release_block(start, Owner::Global);
@@ -346,6 +384,108 @@ impl PoolCore {
             ms(t3, t4)
         );
         Ok(true)
+    }
+
+    /// The pool's global free runs a plan may be laid out in, largest
+    /// first (at most [`MAX_PIECES`], none under [`MIN_PIECE`]).
+    fn free_runs_for_plan(&self) -> Vec<(u64, u64)> {
+        let mut runs = lock(&self.heap).global_free_blocks(MIN_PIECE);
+        runs.sort_unstable_by_key(|&(a, len)| (std::cmp::Reverse(len), a));
+        runs.truncate(MAX_PIECES);
+        runs
+    }
+
+    /// A plan laid out in the memory the pool holds now, before anything
+    /// goes back: every free run, wholly free units and groups included.
+    /// Chosen only where the pool then holds no more than the usual way
+    /// (giving back all unused memory, then laying the plan out in the
+    /// runs that are left and a new piece): what it keeps mapped under the
+    /// plan's blocks plus its new piece, against the usual way's new
+    /// piece. Each unit kept costs no unmap, no release and no new memory,
+    /// where on an H100 unmapping and releasing a 2 MiB unit take about 27
+    /// µs (`docs/pool-measurements.md`). Returns Ok with the runs (largest
+    /// first) and the layout where it is chosen, Err with the runs the
+    /// usual way foresees and its layout where not; None where little
+    /// could go back (or where `HIPMEM_POOL_PLAN_IN_PLACE=0`).
+    fn in_place_layout(&self) -> Option<std::result::Result<Runs, Runs>> {
+        if !plan_in_place() {
+            return None;
+        }
+        let releasable = self.releasable_spans();
+        if releasable.is_empty() {
+            return None;
+        }
+        let runs = self.free_runs_for_plan();
+        // Where little of the runs could go back, the two ways differ by
+        // little: not worth laying the plan out twice.
+        let in_runs: u64 = runs
+            .iter()
+            .map(|&(addr, len)| {
+                let from = releasable.partition_point(|&(a, l)| a + l <= addr);
+                releasable[from..].iter().take_while(|r| r.0 < addr + len).map(|r| r.1).sum::<u64>()
+            })
+            .sum();
+        if in_runs < IN_PLACE_LEAST {
+            return None;
+        }
+        // The runs the usual way would lay out in: what giving back leaves.
+        let mut left: Vec<(u64, u64)> = Vec::new();
+        for &(addr, len) in &runs {
+            let mut at = addr;
+            let from = releasable.partition_point(|&(a, l)| a + l <= addr);
+            for &(a, l) in releasable[from..].iter().take_while(|&&(a, _)| a < addr + len) {
+                if a > at {
+                    left.push((at, a - at));
+                }
+                at = at.max(a + l);
+            }
+            if addr + len > at {
+                left.push((at, addr + len - at));
+            }
+        }
+        left.retain(|&(_, len)| len >= MIN_PIECE);
+        left.sort_unstable_by_key(|&(a, len)| (std::cmp::Reverse(len), a));
+        left.truncate(MAX_PIECES);
+        let sizes: Vec<u64> = runs.iter().map(|r| r.1).collect();
+        let (here, least) = {
+            let plan = self.plan.lock();
+            (plan.layout(&sizes)?, plan.least_bytes()?)
+        };
+        // Releasable memory under the blocks laid out in place stays.
+        let mut kept = std::collections::BTreeSet::new();
+        for (&(addr, _), &used) in runs.iter().zip(&here.used) {
+            if used == 0 {
+                continue;
+            }
+            let from = releasable.partition_point(|&(a, l)| a + l <= addr);
+            for (i, _) in releasable.iter().enumerate().skip(from).take_while(|(_, r)| r.0 < addr + used) {
+                kept.insert(i);
+            }
+        }
+        let kept_bytes: u64 = kept.iter().map(|&i| releasable[i].1).sum();
+        // (Either way the new piece is mapped in whole units.)
+        let unit = self.mapping_unit().unwrap_or(1).max(1);
+        let held_here = kept_bytes + here.extra.next_multiple_of(unit);
+        // The usual way's new piece holds at least what its runs cannot of
+        // the plan's peak: in place is chosen without laying the plan out
+        // the usual way where it needs no more than that.
+        let usual_least = least.saturating_sub(left.iter().map(|r| r.1).sum()).next_multiple_of(unit);
+        let (chosen, usual) = if held_here <= usual_least {
+            (true, None)
+        } else {
+            let left_sizes: Vec<u64> = left.iter().map(|r| r.1).collect();
+            let usual = self.plan.lock().layout(&left_sizes)?;
+            (held_here <= usual.extra.next_multiple_of(unit), Some(usual))
+        };
+        tracing::debug!(
+            target: "hipmem::pool",
+            "pool {:#x}: a plan laid out in place keeps {kept_bytes} bytes and grows by {}; the usual way grows by {} ({})",
+            self.id,
+            here.extra,
+            usual.as_ref().map_or(format!("at least {usual_least}"), |u| u.extra.to_string()),
+            if chosen { "in place" } else { "the usual way" }
+        );
+        Some(if chosen { Ok((runs, here)) } else { Err((left, usual?)) })
     }
 
     /// Grows by a plan's new piece of `extra` bytes over the kept groups

@@ -468,3 +468,55 @@ fn a_new_plans_arena_keeps_the_memory_of_the_arena_before_it() {
     assert_eq!(pool.stats().used_current, 0);
     pool.check_invariants().unwrap();
 }
+
+/// A plan's first arena is laid out in the memory the first steps left
+/// mapped where that holds no more than giving it back and growing anew:
+/// the units under the plan's blocks stay mapped. The learning steps map
+/// their blocks unit by unit; at the plan's start (everything free) the
+/// pool unmaps at most a quarter of them, creates no more than it unmaps,
+/// and then holds at most 1.03 of the step's peak with every block
+/// keeping its data. (Giving everything back first, the usual way before,
+/// unmapped every unit and created the arena anew.)
+#[test]
+fn a_plan_starts_in_the_memory_the_first_steps_left_mapped() {
+    let rt = private_runtime();
+    let Some(pool) = plan_pool(&rt, "a_plan_starts_in_the_memory_the_first_steps_left_mapped") else {
+        return;
+    };
+    let s = stream0(&rt);
+    step(&rt, &pool, &[&s], 0);
+    let learned = pool.backend_calls().unwrap();
+    assert!(learned.maps >= 16, "the first step maps its blocks unit by unit: {learned:?}");
+    let mut k = 1;
+    while pool.plan_counts().served == 0 && k < 8 {
+        step(&rt, &pool, &[&s], k);
+        k += 1;
+    }
+    let c = pool.plan_counts();
+    assert!(c.served > 0, "a plan serves: {c:?}");
+    let after = pool.backend_calls().unwrap();
+    let unmaps = after.unmaps - learned.unmaps;
+    let created = after.bytes_created - learned.bytes_created;
+    assert!(
+        unmaps * 4 <= learned.maps,
+        "{unmaps} unmaps at the plan's start, of {} units mapped: {learned:?} -> {after:?}",
+        learned.maps
+    );
+    assert!(
+        created <= learned.bytes_created / 4,
+        "{created} bytes created for the arena, {} in the first step: {learned:?} -> {after:?}",
+        learned.bytes_created
+    );
+    s.synchronize().unwrap();
+    reset_peaks(&pool);
+    let mut peak = 0;
+    for k in 10..13 {
+        peak = peak.max(step(&rt, &pool, &[&s], k));
+    }
+    let st = pool.stats();
+    let ratio = st.reserved_high as f64 / peak as f64;
+    assert!(ratio <= 1.03, "the pool holds {} bytes for a peak of {peak} ({ratio:.3})", st.reserved_high);
+    assert_eq!(pool.plan_counts().ended, 0);
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}

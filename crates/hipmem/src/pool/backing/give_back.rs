@@ -351,6 +351,26 @@ impl PoolCore {
         pieces
     }
 
+    /// What giving back all unused memory now would unmap: each wholly free
+    /// unit and each group whose every unit is free (address, length), in
+    /// address order. Empty where the pool is not on virtual memory.
+    pub(in crate::pool) fn releasable_spans(&self) -> Vec<(u64, u64)> {
+        let Backing::Virtual(range) = &self.backing else { return Vec::new() };
+        let guard = lock(range);
+        let Some(vr) = guard.as_ref() else { return Vec::new() };
+        let heap = lock(&self.heap);
+        let g = vr.granularity;
+        let mut spans: Vec<(u64, u64)> = vr.donors(&heap).into_iter().map(|d| (d.active, g)).collect();
+        spans.extend(
+            vr.groups
+                .iter()
+                .filter(|&(&base, gr)| vr.group_idle(&heap, base, gr.len).is_some())
+                .map(|(&base, gr)| (base, gr.len)),
+        );
+        spans.sort_unstable();
+        spans
+    }
+
     /// The longest run of consecutive groups whose every unit is global free
     /// memory: each group's (address, length), in address order (empty if
     /// there is none, or the pool is not on virtual memory). A plan's new

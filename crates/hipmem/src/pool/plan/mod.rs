@@ -65,7 +65,8 @@ use crate::runtime::ordering::StreamClock;
 mod layout;
 mod learn;
 
-use layout::{Entry, Layout, Life, Plan, build, layout, live_at, live_by_position};
+pub use layout::Layout;
+use layout::{Entry, Life, Plan, build, layout, live_at, live_by_position};
 use learn::Learner;
 
 /// The fewest allocations a planned period has.
@@ -667,6 +668,12 @@ impl Planner {
     fn finish_provisional(&mut self) {
         self.end_plan_as(false);
         self.provisional_misses = 0;
+    }
+
+    /// The most bytes the waiting plan's blocks have live at once: no
+    /// layout of it needs less memory.
+    pub fn least_bytes(&self) -> Option<u64> {
+        Some(self.runner.as_ref()?.plan.arena)
     }
 
     /// Lays the waiting plan out in free pieces of memory (their sizes).

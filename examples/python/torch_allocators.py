@@ -46,6 +46,9 @@ where an allocator learns):
                are still pending on their stream, so that a large growth
                need not wait for the GPU to finish them first
                (HIPMEM_POOL_LEND_PENDING=1; not in the default set)
+  hipmem-usualplan  hipmem whose plans give back all unused memory before
+               their arena is laid out, as before 2026-11-28
+               (HIPMEM_POOL_PLAN_IN_PLACE=0; not in the default set)
   hipmem-direct  hipmem with tensors' allocations going to it straight from
                PyTorch's allocator interface, past the pluggable allocator's
                locked map of live blocks (hipmem_torch.use_hipmem(lib,
@@ -156,6 +159,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_LEND_PENDING"] = "1"
     if name == "hipmem-zone":
         os.environ["HIPMEM_TORCH_ZONE"] = "1"
+    if name == "hipmem-usualplan":
+        os.environ["HIPMEM_POOL_PLAN_IN_PLACE"] = "0"
     if name == "pluggable-async":
         return (torch,) + pluggable_async(torch)
     if not name.startswith("hipmem"):

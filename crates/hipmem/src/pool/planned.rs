@@ -410,17 +410,20 @@ impl PoolCore {
 
     /// A plan laid out in the memory the pool holds now, before anything
     /// goes back: every free run, wholly free units and groups included.
+    ///
     /// Chosen only where the pool then holds no more than the usual way
     /// (giving back all unused memory but the arena before, then laying
     /// the plan out in the runs that are left and a new piece over that
     /// arena), but for [`IN_PLACE_SLACK`]: what it keeps mapped under the
     /// plan's blocks (the arena before among them) plus its new piece,
-    /// against the usual way's new piece. Each unit kept costs no unmap, no release and no new memory,
-    /// where on an H100 unmapping and releasing a 2 MiB unit take about 27
-    /// µs (`docs/pool-measurements.md`). Returns Ok with the runs (largest
-    /// first) and the layout where it is chosen, Err with the runs the
-    /// usual way foresees and its layout where not; None where little
-    /// could go back (or where `HIPMEM_POOL_PLAN_IN_PLACE=0`).
+    /// against the usual way's new piece. Each unit kept costs no unmap,
+    /// no release and no new memory, where on an H100 unmapping and
+    /// releasing a 2 MiB unit take about 27 µs (`docs/pool-measurements.md`).
+    ///
+    /// Returns Ok with the runs (largest first) and the layout where it is
+    /// chosen, Err with the runs the usual way foresees and its layout
+    /// where not; None where little could go back (or where
+    /// `HIPMEM_POOL_PLAN_IN_PLACE=0`).
     fn in_place_layout(&self) -> Option<std::result::Result<Runs, Runs>> {
         if !plan_in_place() {
             return None;

@@ -64,6 +64,13 @@ const IN_PLACE_LEAST: u64 = 64 << 20;
 /// 790 units of 2 MiB unmapped and released.
 const IN_PLACE_SLACK: u64 = 256;
 
+/// The spans of `spans` (address, length; sorted, disjoint) that overlap
+/// `[start, end)`, with their indices (none where the range is empty).
+fn overlapping(spans: &[(u64, u64)], start: u64, end: u64) -> impl Iterator<Item = (usize, &(u64, u64))> {
+    let from = spans.partition_point(|&(a, l)| a + l <= start);
+    spans.iter().enumerate().skip(from).take_while(move |(_, r)| start < end && r.0 < end)
+}
+
 /// Free runs (address, length) and a plan's layout in them.
 type Runs = (Vec<(u64, u64)>, super::plan::Layout);
 
@@ -437,10 +444,8 @@ impl PoolCore {
         // little: not worth laying the plan out twice.
         let in_runs: u64 = runs
             .iter()
-            .map(|&(addr, len)| {
-                let from = releasable.partition_point(|&(a, l)| a + l <= addr);
-                releasable[from..].iter().take_while(|r| r.0 < addr + len).map(|r| r.1).sum::<u64>()
-            })
+            .flat_map(|&(addr, len)| overlapping(&releasable, addr, addr + len))
+            .map(|(_, r)| r.1)
             .sum();
         if in_runs < IN_PLACE_LEAST {
             return None;
@@ -449,8 +454,7 @@ impl PoolCore {
         let mut left: Vec<(u64, u64)> = Vec::new();
         for &(addr, len) in &runs {
             let mut at = addr;
-            let from = releasable.partition_point(|&(a, l)| a + l <= addr);
-            for &(a, l) in releasable[from..].iter().take_while(|&&(a, _)| a < addr + len) {
+            for (_, &(a, l)) in overlapping(&releasable, addr, addr + len) {
                 if a > at {
                     left.push((at, a - at));
                 }
@@ -469,16 +473,13 @@ impl PoolCore {
             (plan.layout(&sizes)?, plan.least_bytes()?)
         };
         // Releasable memory under the blocks laid out in place stays.
-        let mut kept = std::collections::BTreeSet::new();
-        for (&(addr, _), &used) in runs.iter().zip(&here.used) {
-            if used == 0 {
-                continue;
-            }
-            let from = releasable.partition_point(|&(a, l)| a + l <= addr);
-            for (i, _) in releasable.iter().enumerate().skip(from).take_while(|(_, r)| r.0 < addr + used) {
-                kept.insert(i);
-            }
-        }
+        // (A group may reach into several runs: counted once.)
+        let kept: std::collections::BTreeSet<usize> = runs
+            .iter()
+            .zip(&here.used)
+            .flat_map(|(&(addr, _), &used)| overlapping(&releasable, addr, addr + used))
+            .map(|(i, _)| i)
+            .collect();
         let kept_bytes: u64 = kept.iter().map(|&i| releasable[i].1).sum();
         // (Either way the new piece is mapped in whole units.)
         let unit = self.mapping_unit().unwrap_or(1).max(1);

@@ -435,6 +435,7 @@ impl PoolCore {
         if !plan_in_place() {
             return None;
         }
+        let t0 = Instant::now();
         let releasable = self.releasable_spans();
         if releasable.is_empty() {
             return None;
@@ -498,11 +499,12 @@ impl PoolCore {
         };
         tracing::debug!(
             target: "hipmem::pool",
-            "pool {:#x}: a plan laid out in place keeps {kept_bytes} bytes and grows by {}; the usual way grows by {} ({})",
+            "pool {:#x}: a plan laid out in place keeps {kept_bytes} bytes and grows by {}; the usual way grows by {} ({}; decided in {:.2} ms)",
             self.id,
             here.extra,
             usual.as_ref().map_or(format!("at least {usual_least}"), |u| u.extra.to_string()),
-            if chosen { "in place" } else { "the usual way" }
+            if chosen { "in place" } else { "the usual way" },
+            t0.elapsed().as_secs_f64() * 1e3
         );
         Some(if chosen { Ok((runs, here)) } else { Err((left, usual?)) })
     }

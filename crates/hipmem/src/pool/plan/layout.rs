@@ -5,6 +5,8 @@
 //! no pool, no backend, no clock.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
 use super::{ALIGN, MIN_ARENA, MIN_PERIOD, MOST_LAID_OUT, Sig};
 
 /// One allocation of a plan.
@@ -117,26 +119,56 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
         if peak_first == largest_first { vec![&largest_first] } else { vec![&largest_first, &peak_first] };
     let variants: Vec<(u64, &[usize])> =
         limits.iter().flat_map(|&l| orders.iter().map(move |&o| (l, o))).collect();
-    let lay = |&(limit, order): &(u64, &[usize])| layout_in_order(lives, period, pieces, limit, order);
-    // Laying out is quadratic in the blocks: many blocks, one thread per variant.
-    let layouts: Vec<Layout> = if lives.len() < 256 {
+    // Laying out is quadratic in the blocks (a training step's thousand
+    // take milliseconds a variant): the variants run on up to as many
+    // threads as the machine has cores, in order, and a variant stops as
+    // soon as its new piece is larger than one a finished variant needs
+    // (it cannot be the least). The first of the least still wins: a
+    // variant stopped needed more than another.
+    let best = AtomicU64::new(u64::MAX);
+    let lay = |&(limit, order): &(u64, &[usize])| {
+        let l = layout_bounded(lives, period, pieces, limit, order, &best).ok()?;
+        best.fetch_min(l.extra, Ordering::Relaxed);
+        Some(l)
+    };
+    let threads = if lives.len() < 256 {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get()).min(variants.len())
+    };
+    let layouts: Vec<Option<Layout>> = if threads <= 1 {
         variants.iter().map(lay).collect()
     } else {
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(v) = variants.get(k) else { break };
+                done.push((k, lay(v)));
+            }
+            done
+        };
+        let mut all: Vec<Option<Layout>> = vec![None; variants.len()];
         std::thread::scope(|scope| {
-            let rest: Vec<_> = variants[1..].iter().map(|v| scope.spawn(move || lay(v))).collect();
-            let mut all = vec![lay(&variants[0])];
-            all.extend(rest.into_iter().filter_map(|h| h.join().ok()));
-            all
-        })
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+            let mine = work();
+            for (k, l) in mine.into_iter().chain(helpers.into_iter().filter_map(|h| h.join().ok()).flatten())
+            {
+                all[k] = l;
+            }
+        });
+        all
     };
     // The first of the least (the order of the limits breaks ties).
-    let mut best: Option<Layout> = None;
-    for l in layouts {
-        if best.as_ref().is_none_or(|b| l.extra < b.extra) {
-            best = Some(l);
+    let mut least: Option<Layout> = None;
+    for l in layouts.into_iter().flatten() {
+        if least.as_ref().is_none_or(|b| l.extra < b.extra) {
+            least = Some(l);
         }
     }
-    best.expect("one layout at least")
+    // (Only a variant's thread failing leaves none: the first, here.)
+    least.unwrap_or_else(|| layout_in_order(lives, period, pieces, variants[0].0, variants[0].1))
 }
 
 /// The limits [`layout`] lays out with (of `u64::MAX`, 256, 64, 16 and
@@ -196,6 +228,23 @@ fn layout_with(lives: &[Life], period: u64, pieces: &[u64], limit: u64, first: O
 /// [`layout`] with the lifetimes placed in `order`, where only blocks of
 /// at most `limit` bytes go in free runs.
 fn layout_in_order(lives: &[Life], period: u64, pieces: &[u64], limit: u64, order: &[usize]) -> Layout {
+    // (With no bound, nothing is given up.)
+    match layout_bounded(lives, period, pieces, limit, order, &AtomicU64::new(u64::MAX)) {
+        Ok(l) | Err(l) => l,
+    }
+}
+
+/// [`layout_in_order`], given up as soon as the new piece must be larger
+/// than `bound` bytes (another layout needs no more than that): Err with
+/// the blocks placed so far.
+fn layout_bounded(
+    lives: &[Life],
+    period: u64,
+    pieces: &[u64],
+    limit: u64,
+    order: &[usize],
+    bound: &AtomicU64,
+) -> Result<Layout, Layout> {
     let new = pieces.len();
     let size_of = |i: usize| lives[i].size.next_multiple_of(ALIGN);
     let mut places = vec![(usize::MAX, 0u64); lives.len()];
@@ -265,13 +314,16 @@ fn layout_in_order(lives: &[Life], period: u64, pieces: &[u64], limit: u64, orde
         places[i] = (piece, off);
         if piece == new {
             top = top.max(off + size);
+            if top > bound.load(Ordering::Relaxed) {
+                return Err(Layout { places, used, extra: top });
+            }
         } else {
             used[piece] = used[piece].max(off + size);
         }
         let k = placed.partition_point(|b| (b.0, b.1) < (piece, off));
         placed.insert(k, (piece, off, off + size, *me));
     }
-    Layout { places, used, extra: top }
+    Ok(Layout { places, used, extra: top })
 }
 
 /// Why a candidate period was not planned.
@@ -535,6 +587,47 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn variants_that_cannot_win_give_up_and_the_first_of_the_least_still_wins() {
+        // 400 blocks (the threaded path) in free runs of several sizes:
+        // from too small for most blocks to room for all of them (where
+        // the first variant needs nothing new and every other gives up).
+        let (m, period) = (1u64 << 20, 800u64);
+        let mut x = 0x51_7cc1_b727_220au64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let lives: Vec<Life> = (0..400)
+            .map(|k| Life { size: (1 + next() % 300) * m / 4, start: 2 * k, len: 1 + next() % 200 })
+            .collect();
+        let at_peak = live_at_peak(&lives, period);
+        for pieces in [vec![3 * m, 2 * m], vec![200 * m, 60 * m, 30 * m], vec![100_000 * m]] {
+            let l = layout(&lives, period, &pieces);
+            assert_valid(&lives, period, &pieces, &l);
+            let mut best: Option<Layout> = None;
+            for limit in [u64::MAX, 256 << 20, 64 << 20, 16 << 20, 4 << 20] {
+                for first in [None, Some(&at_peak[..])] {
+                    let one = layout_with(&lives, period, &pieces, limit, first);
+                    if best.as_ref().is_none_or(|b| one.extra < b.extra) {
+                        best = Some(one);
+                    }
+                }
+            }
+            assert_eq!(Some(l), best, "pieces {pieces:?}");
+        }
+        // A bound the layout cannot keep: given up with the blocks placed
+        // so far; one it keeps: the same layout as with none.
+        let order = placing_order(&lives, None);
+        let whole = layout_in_order(&lives, period, &[], u64::MAX, &order);
+        let tight = layout_bounded(&lives, period, &[], u64::MAX, &order, &AtomicU64::new(whole.extra - 1));
+        assert!(tight.is_err_and(|l| l.extra > whole.extra - 1 && l.places.contains(&(usize::MAX, 0))));
+        let kept = layout_bounded(&lives, period, &[], u64::MAX, &order, &AtomicU64::new(whole.extra));
+        assert_eq!(kept, Ok(whole));
     }
 
     #[test]

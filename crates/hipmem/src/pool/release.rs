@@ -494,9 +494,15 @@ impl PoolCore {
         }
         // Memory that pending blocks absorbed is free for everyone again.
         lock(&self.heap).reclaim_lent(None);
-        // Release whole segments (largest first) or granules, never below `keep`.
+        // Release whole segments (largest first) or granules, never below
+        // `keep`. (A destroyed pool goes through even with nothing to
+        // release: with nothing mapped, it gives its addresses back there.
+        // Its memory has often gone back at a synchronization already, and
+        // each pool on virtual memory reserves twelve times its device's
+        // memory: a process that made and destroyed pools ran out of
+        // addresses on a 141 GB GPU.)
         let reserved = lock(&self.heap).reserved();
-        if reserved > keep {
+        if reserved > keep || self.is_destroyed() {
             if later {
                 let mut unmapped = Vec::new();
                 self.release_unused_and_arena_keeping(rt, reserved - keep, keep, Some(&mut unmapped));

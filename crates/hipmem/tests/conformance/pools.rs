@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use hipmem::pool::handle_type;
 use hipmem::{
-    AccessFlags, DevicePtr, DeviceSlice, FillValue, MemPool, PoolAttribute, PoolProps, Runtime, Stream,
+    AccessFlags, DevicePtr, DeviceSlice, FillValue, MemPool, MemoryType, PoolAttribute, PoolProps, Runtime,
+    Stream,
 };
 
 use crate::{expect_err, host_addr, non_blocking, private_runtime};
@@ -197,6 +198,45 @@ fn the_default_pool_cannot_be_destroyed() {
         assert!(!p.is_null());
         rt.free_async(p, &s).unwrap();
         s.synchronize().unwrap();
+    }
+}
+
+/// A destroyed pool gives its addresses back: also where its memory had gone
+/// back already (at a synchronization, under the default release threshold
+/// of 0), and, where blocks were live when it was destroyed, once the last
+/// of them is freed. A pool on virtual memory reserves twelve times its
+/// device's memory in addresses, and before this a process that made and
+/// destroyed pools ran out of them (this suite, on a 141 GB H200).
+#[test]
+fn a_destroyed_pool_gives_its_addresses_back() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let kind = |p: DevicePtr| rt.pointer_attributes(p.0).unwrap().memory_type;
+    for live_at_destroy in [false, true] {
+        let pool = new_pool(&rt, 0);
+        let p = pool.alloc_raw(MIB, &s).unwrap();
+        assert_eq!(kind(p), MemoryType::Device);
+        if !live_at_destroy {
+            rt.free_async(p, &s).unwrap();
+            s.synchronize().unwrap();
+            assert_eq!(pool.stats().reserved_current, 0, "released at the synchronization");
+        }
+        pool.destroy().unwrap();
+        if live_at_destroy {
+            assert_eq!(kind(p), MemoryType::Device, "a live block of a destroyed pool stays valid");
+            rt.free_async(p, &s).unwrap();
+            s.synchronize().unwrap();
+        }
+        assert_eq!(kind(p), MemoryType::Unregistered, "live at the destruction: {live_at_destroy}");
+    }
+    // Many pools made and destroyed, one after another, each its memory
+    // released at a synchronization first.
+    for _ in 0..64 {
+        let pool = new_pool(&rt, 0);
+        let p = pool.alloc_raw(MIB, &s).expect("addresses for a new pool");
+        rt.free_async(p, &s).unwrap();
+        s.synchronize().unwrap();
+        pool.destroy().unwrap();
     }
 }
 

@@ -23,6 +23,12 @@ pub struct HostConfig {
     /// per second (`HIPMEM_HOST_MIGRATION_BANDWIDTH`, a size such as `16G`,
     /// default 16 GiB/s).
     pub migration_bandwidth: u64,
+    /// Addresses the emulated process may hold reserved for virtual memory
+    /// at once, in bytes (`HIPMEM_HOST_ADDRESS_SPACE`, a size, default 128
+    /// TiB, at least 1 GiB): reserving past it is OutOfMemory, as on a GPU,
+    /// whose address space is finite too (each pool on virtual memory
+    /// reserves twelve times its device's memory).
+    pub address_space: u64,
 }
 
 impl Default for HostConfig {
@@ -33,13 +39,16 @@ impl Default for HostConfig {
             vmm_granularity: 2 << 20,
             fault_latency_ns: 2000,
             migration_bandwidth: 16 << 30,
+            address_space: 128 << 40,
         }
     }
 }
 
 impl HostConfig {
-    /// Reads `HIPMEM_HOST_DEVICES`, `HIPMEM_HOST_MEMORY` and
-    /// `HIPMEM_HOST_VMM_GRANULARITY`; unset variables keep the defaults.
+    /// Reads `HIPMEM_HOST_DEVICES`, `HIPMEM_HOST_MEMORY`,
+    /// `HIPMEM_HOST_VMM_GRANULARITY`, `HIPMEM_HOST_FAULT_LATENCY_NS`,
+    /// `HIPMEM_HOST_MIGRATION_BANDWIDTH` and `HIPMEM_HOST_ADDRESS_SPACE`;
+    /// unset variables keep the defaults.
     pub fn from_env() -> Result<HostConfig> {
         let mut config = HostConfig::default();
         if let Ok(v) = std::env::var("HIPMEM_HOST_DEVICES") {
@@ -63,6 +72,10 @@ impl HostConfig {
         if let Ok(v) = std::env::var("HIPMEM_HOST_MIGRATION_BANDWIDTH") {
             config.migration_bandwidth =
                 parse_size(&v).map_err(|e| e.context(format!("HIPMEM_HOST_MIGRATION_BANDWIDTH={v:?}")))?;
+        }
+        if let Ok(v) = std::env::var("HIPMEM_HOST_ADDRESS_SPACE") {
+            config.address_space =
+                parse_size(&v).map_err(|e| e.context(format!("HIPMEM_HOST_ADDRESS_SPACE={v:?}")))?;
         }
         config.validate()?;
         Ok(config)
@@ -91,6 +104,12 @@ impl HostConfig {
         }
         if self.migration_bandwidth == 0 {
             return Err(Error::InvalidValue("the modelled migration bandwidth must not be 0".into()));
+        }
+        if self.address_space < (1 << 30) {
+            return Err(Error::InvalidValue(format!(
+                "an address space of {} bytes is below the 1 GiB minimum",
+                self.address_space
+            )));
         }
         Ok(())
     }
@@ -139,6 +158,7 @@ mod tests {
         assert!(ok.validate().is_ok());
         assert!(HostConfig { devices: 0, ..ok.clone() }.validate().is_err());
         assert!(HostConfig { memory_per_device: 10, ..ok.clone() }.validate().is_err());
-        assert!(HostConfig { vmm_granularity: 3000, ..ok }.validate().is_err());
+        assert!(HostConfig { vmm_granularity: 3000, ..ok.clone() }.validate().is_err());
+        assert!(HostConfig { address_space: 1 << 20, ..ok }.validate().is_err());
     }
 }

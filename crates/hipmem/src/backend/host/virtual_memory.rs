@@ -111,6 +111,21 @@ fn remap_none(addr: u64, len: u64) -> Result<()> {
 }
 
 impl HostBackend {
+    /// Whether `size` more bytes of addresses fit the emulated address
+    /// space ([`HostConfig::address_space`](super::config::HostConfig::address_space))
+    /// beside the reservations in `state`; OutOfMemory saying how much is
+    /// reserved where not.
+    fn check_address_space(&self, state: &VmmState, size: u64) -> Result<()> {
+        let held: u64 = state.reservations.values().sum();
+        if size > self.config.address_space.saturating_sub(held) {
+            return Err(Error::OutOfMemory(format!(
+                "reserving {size} bytes of addresses: {held} of the emulated address space's {} bytes are reserved already",
+                self.config.address_space
+            )));
+        }
+        Ok(())
+    }
+
     /// Drops a physical allocation once it has neither references nor mappings.
     fn collect(&self, state: &mut VmmState, handle: u64) {
         let dead = state.physical.get(&handle).is_some_and(|p| p.refs == 0 && p.maps == 0);
@@ -225,6 +240,7 @@ impl VirtualMemory for HostBackend {
         }
         let align = alignment.max(g);
         let len = to_usize(size, "reservation")?;
+        self.check_address_space(&lock(&self.vmm.state), size)?;
         let flags = MapFlags::PRIVATE | MapFlags::NORESERVE;
         let map = |at: u64, len: usize| {
             // SAFETY: without MAP_FIXED the address is only a hint: the kernel
@@ -269,7 +285,15 @@ impl VirtualMemory for HostBackend {
                 aligned
             }
         };
-        lock(&self.vmm.state).reservations.insert(base, size);
+        // (Checked again with the reservation made: another thread may have
+        // reserved meanwhile.)
+        let mut state = lock(&self.vmm.state);
+        if let Err(e) = self.check_address_space(&state, size) {
+            drop(state);
+            unmap(base, len);
+            return Err(e);
+        }
+        state.reservations.insert(base, size);
         Ok(DevicePtr(base))
     }
 

@@ -862,9 +862,24 @@ impl PoolCore {
         // One part per size class, each four times the device's memory:
         // addresses are plentiful, physical memory moves between the parts,
         // and lent units (`lend.rs`) leave their homes' addresses taken.
-        let part = (total.saturating_mul(4)).clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
+        // Where the device's addresses run short (every pool of a process
+        // reserves twelve times the device's memory: on a 141 GB H200, a
+        // test suite's pools made side by side ran out), smaller parts, down
+        // to a quarter of the device's memory each.
+        let part_for = |bytes: u64| bytes.clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
+        let least = part_for(total / 4);
+        let mut part = part_for(total.saturating_mul(4));
+        let base = loop {
+            match vm.address_reserve(part * CLASSES as u64, granularity, DevicePtr::NULL) {
+                Ok(base) => break base,
+                Err(Error::OutOfMemory(why)) if part > least => {
+                    tracing::debug!(target: "hipmem::pool", "pool {:#x}: reserving {} bytes of addresses failed ({why}); trying half", self.id, part * CLASSES as u64);
+                    part = part_for(part / 2).max(least);
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let size = part * CLASSES as u64;
-        let base = vm.address_reserve(size, granularity, DevicePtr::NULL)?;
         rt.allocations().insert(Allocation {
             base,
             size,

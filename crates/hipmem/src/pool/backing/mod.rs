@@ -545,6 +545,56 @@ impl PoolCore {
 mod tests {
     use super::*;
 
+    /// A pool whose addresses the device's address space cannot hold at
+    /// their usual size (twelve times the device's memory) reserves smaller
+    /// parts, down to a quarter of the device's memory each, and works; with
+    /// not even that left, a request is OutOfMemory saying so, and it is
+    /// served once addresses are free again (on an emulated device of 1 GiB
+    /// in an address space of 8 GiB).
+    #[test]
+    fn a_pool_reserves_fewer_addresses_where_the_address_space_is_short() {
+        use crate::backend::BackendChoice;
+        use crate::backend::host::HostConfig;
+        use crate::runtime::Runtime;
+        const GIB: u64 = 1 << 30;
+        const MIB: u64 = 1 << 20;
+        let config = HostConfig {
+            devices: 1,
+            memory_per_device: GIB,
+            address_space: 8 * GIB,
+            ..HostConfig::default()
+        };
+        let rt = Runtime::builder().backend(BackendChoice::Host).host_config(config).build().unwrap();
+        let dev = rt.device(0).unwrap();
+        let s = dev.create_stream().unwrap();
+        let pool = dev.create_mem_pool(0, 0).unwrap();
+        assert!(pool.mapping_unit().is_some(), "the host backend has virtual memory");
+        // 12 GiB does not fit, 6 GiB (parts of 2 GiB) does.
+        let p = pool.alloc_raw(600 << 20, &s).expect("served from a smaller reservation");
+        rt.memset(p, crate::backend::FillValue::U8(0x5a), 600 << 20).unwrap();
+        let taken = rt.address_reserve(2 * GIB, 0, crate::backend::DevicePtr::NULL, 0).unwrap();
+        let err = rt.address_reserve(GIB, 0, crate::backend::DevicePtr::NULL, 0).unwrap_err();
+        assert!(matches!(err, Error::OutOfMemory(_)), "{err}");
+        // A second pool finds 0 bytes of addresses left (6 + 2 of 8 GiB).
+        let second = dev.create_mem_pool(0, 0).unwrap();
+        let err = second.alloc_raw(MIB, &s).unwrap_err();
+        assert!(matches!(&err, Error::OutOfMemory(m) if m.contains("addresses")), "{err}");
+        rt.address_free(taken, 2 * GIB).unwrap();
+        // 2 GiB free: still under three parts of 1 GiB.
+        assert!(second.alloc_raw(MIB, &s).is_err());
+        rt.free_async(p, &s).unwrap();
+        s.synchronize().unwrap();
+        // (Its memory went back at the synchronization: it holds none.)
+        assert_eq!(pool.stats().reserved_current, 0);
+        pool.destroy().unwrap();
+        // The first pool's 6 GiB are back: the second reserves 3 parts of
+        // 2 GiB and is served.
+        let q = second.alloc_raw(MIB, &s).expect("served once addresses are free");
+        rt.free_async(q, &s).unwrap();
+        s.synchronize().unwrap();
+        second.check_invariants().unwrap();
+    }
+
     #[test]
     fn the_first_steps_setting_is_a_count_of_frees_or_the_default() {
         assert_eq!(first_steps_from(None), FIRST_STEPS);

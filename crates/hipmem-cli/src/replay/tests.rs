@@ -375,8 +375,12 @@ fn the_slowest_operations_and_the_map_before_an_operation_are_reported() {
     assert!(err.contains("--map-at") && err.contains("operations"), "{err}");
 }
 
+/// Writes `bytes` to a file of its own named after `name` (tests run in
+/// parallel, and several write a file of the same name).
 fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("hipmem-replay-test-{}-{name}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("hipmem-replay-test-{}-{n}-{name}", std::process::id()));
     std::fs::write(&path, bytes).unwrap();
     path
 }

@@ -503,12 +503,13 @@ impl PoolCore {
         // addresses on a 141 GB GPU.)
         let reserved = lock(&self.heap).reserved();
         if reserved > keep || self.is_destroyed() {
+            let bytes = reserved.saturating_sub(keep);
             if later {
                 let mut unmapped = Vec::new();
-                self.release_unused_and_arena_keeping(rt, reserved - keep, keep, Some(&mut unmapped));
+                self.release_unused_and_arena_keeping(rt, bytes, keep, Some(&mut unmapped));
                 self.release_later(unmapped);
             } else {
-                self.release_unused_and_arena(rt, reserved - keep, keep);
+                self.release_unused_and_arena(rt, bytes, keep);
             }
         }
     }

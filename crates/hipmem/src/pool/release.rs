@@ -512,6 +512,25 @@ impl PoolCore {
                 self.release_unused_and_arena(rt, bytes, keep);
             }
         }
+        if self.is_destroyed() {
+            self.leave_table_if_empty(rt);
+        }
+    }
+
+    /// A destroyed pool that holds nothing any more (no block, no memory, no
+    /// addresses) leaves the runtime's table of pools, so that
+    /// synchronizations stop visiting it: a process that makes and destroys
+    /// pools by the hundred would otherwise pay for each of them at every
+    /// synchronization. One with blocks still live stays until their frees
+    /// give back the rest (a free finds its pool in the table).
+    fn leave_table_if_empty(&self, rt: &Runtime) {
+        let holds_nothing = {
+            let heap = lock(&self.heap);
+            heap.allocated() == 0 && heap.reserved() == 0
+        } && self.addresses_given_back();
+        if holds_nothing {
+            super::table::table(rt).forget(self.id);
+        }
     }
 
     /// The stream is being destroyed: its cache goes to the heap (pending,
@@ -572,6 +591,51 @@ impl PoolCore {
 #[cfg(test)]
 mod tests {
     use super::{EARLIER, IdleWindows, STEPS};
+
+    /// A destroyed pool leaves the runtime's table once it holds nothing: at
+    /// once where its memory went back before, else once its last live
+    /// block is freed (until then the free finds it there).
+    #[test]
+    fn a_destroyed_pool_leaves_the_table_once_it_holds_nothing() {
+        use crate::backend::BackendChoice;
+        use crate::backend::host::HostConfig;
+        use crate::pool::table::table;
+        use crate::runtime::Runtime;
+        const MIB: u64 = 1 << 20;
+        let config = HostConfig { devices: 1, memory_per_device: 1 << 30, ..HostConfig::default() };
+        let rt = Runtime::builder().backend(BackendChoice::Host).host_config(config).build().unwrap();
+        let dev = rt.device(0).unwrap();
+        let s = dev.create_stream().unwrap();
+        let pool = dev.create_mem_pool(0, 0).unwrap();
+        let id = pool.id();
+        let p = pool.alloc_raw(MIB, &s).unwrap();
+        rt.free_async(p, &s).unwrap();
+        s.synchronize().unwrap();
+        assert!(table(&rt).get(id).is_some());
+        pool.destroy().unwrap();
+        assert!(table(&rt).get(id).is_none(), "a destroyed pool holding nothing is forgotten");
+        // A block live at the destruction keeps the pool until it is freed.
+        let pool = dev.create_mem_pool(0, 0).unwrap();
+        let id = pool.id();
+        let p = pool.alloc_raw(MIB, &s).unwrap();
+        pool.destroy().unwrap();
+        assert!(table(&rt).get(id).is_some(), "a live block's pool stays");
+        rt.memset(p, crate::backend::FillValue::U8(7), MIB).unwrap();
+        rt.free_async(p, &s).unwrap();
+        s.synchronize().unwrap();
+        assert!(table(&rt).get(id).is_none(), "forgotten once its last block went back");
+        assert_eq!(rt.pointer_attributes(p.0).unwrap().memory_type, crate::runtime::MemoryType::Unregistered);
+        // Pools made and destroyed do not pile up.
+        let before = table(&rt).hipmem_pools_of(0).len();
+        for _ in 0..32 {
+            let pool = dev.create_mem_pool(0, 0).unwrap();
+            let p = pool.alloc_raw(MIB, &s).unwrap();
+            rt.free_async(p, &s).unwrap();
+            s.synchronize().unwrap();
+            pool.destroy().unwrap();
+        }
+        assert_eq!(table(&rt).hipmem_pools_of(0).len(), before);
+    }
 
     /// What the last window and the last two windows needed, step by step:
     /// a peak leaves the window after three more steps and the two windows

@@ -206,6 +206,12 @@ impl PoolTable {
         self.current_ids.get(device).map(|c| c.load(Ordering::Acquire)).unwrap_or(0)
     }
 
+    /// Forgets the hipmem pool `id` (a destroyed pool that holds nothing:
+    /// [`PoolCore`]'s `leave_table_if_empty`).
+    pub(crate) fn forget(&self, id: u64) {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    }
+
     /// A hipmem pool by id. The devices' default pools (what `hipMallocAsync`
     /// uses unless told otherwise) are found without the table's lock.
     pub(crate) fn get(&self, id: u64) -> Option<Arc<PoolCore>> {

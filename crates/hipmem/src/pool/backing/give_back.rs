@@ -399,6 +399,15 @@ impl PoolCore {
         groups[best.0..best.0 + best.1].to_vec()
     }
 
+    /// Whether the pool holds no addresses: on virtual memory, its
+    /// reservation is freed (or was never made); with segments, it has none.
+    pub(in crate::pool) fn addresses_given_back(&self) -> bool {
+        match &self.backing {
+            Backing::Segments => lock(&self.heap).segments().next().is_none(),
+            Backing::Virtual(range) => lock(range).is_none(),
+        }
+    }
+
     /// Whether memory for `len` bytes (rounded up to whole units) can be
     /// mapped at `at`: its addresses are unbacked.
     pub(in crate::pool) fn can_map_at(&self, at: u64, len: u64) -> bool {

@@ -494,25 +494,24 @@ impl PoolCore {
         }
         // Memory that pending blocks absorbed is free for everyone again.
         lock(&self.heap).reclaim_lent(None);
-        // Release whole segments (largest first) or granules, never below
-        // `keep`. (A destroyed pool goes through even with nothing to
-        // release: with nothing mapped, it gives its addresses back there.
-        // Its memory has often gone back at a synchronization already, and
-        // each pool on virtual memory reserves twelve times its device's
-        // memory: a process that made and destroyed pools ran out of
-        // addresses on a 141 GB GPU.)
+        // Release whole segments (largest first) or granules, never below `keep`.
         let reserved = lock(&self.heap).reserved();
-        if reserved > keep || self.is_destroyed() {
-            let bytes = reserved.saturating_sub(keep);
+        if reserved > keep {
             if later {
                 let mut unmapped = Vec::new();
-                self.release_unused_and_arena_keeping(rt, bytes, keep, Some(&mut unmapped));
+                self.release_unused_and_arena_keeping(rt, reserved - keep, keep, Some(&mut unmapped));
                 self.release_later(unmapped);
             } else {
-                self.release_unused_and_arena(rt, bytes, keep);
+                self.release_unused_and_arena(rt, reserved - keep, keep);
             }
         }
+        // A destroyed pool that holds nothing gives its addresses back (its
+        // memory has often gone back at a synchronization already, and a
+        // pool on virtual memory reserves twelve times its device's memory:
+        // a process that made and destroyed pools ran out of addresses on a
+        // 141 GB GPU) and leaves the table.
         if self.is_destroyed() {
+            self.give_back_addresses_if_destroyed(rt);
             self.leave_table_if_empty(rt);
         }
     }

@@ -100,22 +100,41 @@ impl PoolCore {
                         released += gr.len;
                     }
                 }
-                // A destroyed pool with nothing mapped gives its addresses back.
-                let part = vr.size / CLASSES as u64;
-                if self.is_destroyed()
-                    && vr.aliases.is_empty()
-                    && (0..CLASSES as u64).all(|k| lock(&self.heap).remove_reservation(vr.base + k * part))
-                {
-                    rt.allocations()
-                        .remove_if(DevicePtr(vr.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
-                    if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
-                        tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");
-                    }
-                    *guard = None;
-                }
+                self.free_addresses_if_destroyed(rt, vm, &mut guard);
                 released
             }
         }
+    }
+
+    /// A destroyed pool with nothing mapped gives its addresses back: its
+    /// reservation is freed and `guard` (the pool's range) emptied.
+    fn free_addresses_if_destroyed(
+        &self,
+        rt: &Runtime,
+        vm: &dyn VirtualMemory,
+        guard: &mut Option<super::range::VirtualRange>,
+    ) {
+        let Some(vr) = guard.as_ref() else { return };
+        let part = vr.size / CLASSES as u64;
+        if self.is_destroyed()
+            && vr.aliases.is_empty()
+            && (0..CLASSES as u64).all(|k| lock(&self.heap).remove_reservation(vr.base + k * part))
+        {
+            rt.allocations().remove_if(DevicePtr(vr.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+            if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
+                tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");
+            }
+            *guard = None;
+        }
+    }
+
+    /// [`PoolCore::free_addresses_if_destroyed`] on its own, for a destroyed
+    /// pool whose memory went back before it was destroyed (at a
+    /// synchronization): with nothing to release, no give-back reaches it.
+    pub(in crate::pool) fn give_back_addresses_if_destroyed(&self, rt: &Runtime) {
+        let Backing::Virtual(range) = &self.backing else { return };
+        let Some(vm) = rt.backend().virtual_memory() else { return };
+        self.free_addresses_if_destroyed(rt, vm, &mut lock(range));
     }
 
     /// Gives back (on the release worker) the physical allocations in

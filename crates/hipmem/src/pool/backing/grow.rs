@@ -869,17 +869,17 @@ impl PoolCore {
         let part_for = |bytes: u64| bytes.clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
         let least = part_for(total / 4);
         let mut part = part_for(total.saturating_mul(4));
-        let base = loop {
-            match vm.address_reserve(part * CLASSES as u64, granularity, DevicePtr::NULL) {
-                Ok(base) => break base,
+        let (base, size) = loop {
+            let size = part * CLASSES as u64;
+            match vm.address_reserve(size, granularity, DevicePtr::NULL) {
+                Ok(base) => break (base, size),
                 Err(Error::OutOfMemory(why)) if part > least => {
-                    tracing::debug!(target: "hipmem::pool", "pool {:#x}: reserving {} bytes of addresses failed ({why}); trying half", self.id, part * CLASSES as u64);
+                    tracing::debug!(target: "hipmem::pool", "pool {:#x}: reserving {size} bytes of addresses failed ({why}); trying half", self.id);
                     part = part_for(part / 2).max(least);
                 }
                 Err(e) => return Err(e),
             }
         };
-        let size = part * CLASSES as u64;
         rt.allocations().insert(Allocation {
             base,
             size,

@@ -136,30 +136,25 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get()).min(variants.len())
     };
-    let layouts: Vec<Option<Layout>> = if threads <= 1 {
-        variants.iter().map(lay).collect()
-    } else {
-        let next = AtomicUsize::new(0);
-        let work = || {
-            let mut done = Vec::new();
-            loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(v) = variants.get(k) else { break };
-                done.push((k, lay(v)));
-            }
-            done
-        };
-        let mut all: Vec<Option<Layout>> = vec![None; variants.len()];
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-            let mine = work();
-            for (k, l) in mine.into_iter().chain(helpers.into_iter().filter_map(|h| h.join().ok()).flatten())
-            {
-                all[k] = l;
-            }
-        });
-        all
+    // (This thread and `threads - 1` helpers take the variants in order.)
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(v) = variants.get(k) else { break };
+            done.push((k, lay(v)));
+        }
+        done
     };
+    let mut layouts: Vec<Option<Layout>> = vec![None; variants.len()];
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mine = work();
+        for (k, l) in mine.into_iter().chain(helpers.into_iter().filter_map(|h| h.join().ok()).flatten()) {
+            layouts[k] = l;
+        }
+    });
     // The first of the least (the order of the limits breaks ties).
     let mut least: Option<Layout> = None;
     for l in layouts.into_iter().flatten() {

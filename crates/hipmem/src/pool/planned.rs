@@ -490,19 +490,27 @@ impl PoolCore {
         // the usual way where it needs no more than that.
         let usual_least = least.saturating_sub(left.iter().map(|r| r.1).sum()).next_multiple_of(unit);
         let slack = least / IN_PLACE_SLACK;
+        // Otherwise the usual way is laid out, given up as soon as it needs
+        // `held_here - slack` or more (then in place is chosen: laid out to
+        // the end, it would need at least that).
         let (chosen, usual) = if held_here <= usual_least + slack {
             (true, None)
         } else {
             let left_sizes: Vec<u64> = left.iter().map(|r| r.1).collect();
-            let usual = self.plan.lock().layout(&left_sizes)?;
-            (held_here <= usual.extra.next_multiple_of(unit) + slack, Some(usual))
+            match self.plan.lock().layout_within(&left_sizes, held_here - slack - 1)? {
+                Some(usual) => (held_here <= usual.extra.next_multiple_of(unit) + slack, Some(usual)),
+                None => (true, None),
+            }
         };
         tracing::debug!(
             target: "hipmem::pool",
             "pool {:#x}: a plan laid out in place keeps {kept_bytes} bytes and grows by {}; the usual way grows by {} ({}; decided in {:.2} ms)",
             self.id,
             here.extra,
-            usual.as_ref().map_or(format!("at least {usual_least}"), |u| u.extra.to_string()),
+            usual.as_ref().map_or_else(
+                || format!("at least {}", usual_least.max(if chosen { held_here.saturating_sub(slack) } else { 0 })),
+                |u| u.extra.to_string()
+            ),
             if chosen { "in place" } else { "the usual way" },
             t0.elapsed().as_secs_f64() * 1e3
         );

@@ -69,7 +69,9 @@ pub struct Life {
     pub len: u64,
 }
 
-/// Whether two lifetimes on a circle of `period` overlap.
+/// Whether two lifetimes on a circle of `period` overlap (as
+/// `Placed::mark_overlapping` finds them, written plainly).
+#[cfg(test)]
 fn overlaps(a: &Life, b: &Life, period: u64) -> bool {
     // Starts lie in [0, period) and lengths are at most the period, so
     // shifting `b` by one period either way covers every wrap.
@@ -99,10 +101,21 @@ pub struct Layout {
 /// and under several limits on what goes in them: the layout that needs
 /// the least new memory wins.
 pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
+    // (With no bound, no variant gives up: only a variant's thread failing
+    // leaves none, and then the first is laid out here.)
+    layout_within(lives, period, pieces, u64::MAX)
+        .unwrap_or_else(|| layout_in_order(lives, period, pieces, u64::MAX, &placing_order(lives, None)))
+}
+
+/// [`layout`] where it needs at most `most` new bytes: None where every
+/// variant needs more (each gives up as soon as it does, so a caller that
+/// only needs to know whether another way needs less learns it early).
+pub fn layout_within(lives: &[Life], period: u64, pieces: &[u64], most: u64) -> Option<Layout> {
     // Large blocks placed in free runs can strand the space around them;
     // the layout that needs the least new memory wins.
     if pieces.is_empty() {
-        return layout_in_order(lives, period, pieces, u64::MAX, &placing_order(lives, None));
+        let order = placing_order(lives, None);
+        return layout_bounded(lives, period, pieces, u64::MAX, &order, &AtomicU64::new(most)).ok();
     }
     let limits = limits_to_lay_out(lives, pieces);
     // Each limit in two orders: largest first, and the blocks live at the
@@ -120,12 +133,18 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     let variants: Vec<(u64, &[usize])> =
         limits.iter().flat_map(|&l| orders.iter().map(move |&o| (l, o))).collect();
     // Laying out is quadratic in the blocks (a training step's thousand
-    // take milliseconds a variant): the variants run on up to as many
-    // threads as the machine has cores, in order, and a variant stops as
-    // soon as its new piece is larger than one a finished variant needs
-    // (it cannot be the least). The first of the least still wins: a
-    // variant stopped needed more than another.
-    let best = AtomicU64::new(u64::MAX);
+    // take about a millisecond a variant, 1.2-1.8 ms on one H200's host): a
+    // variant stops as soon as its new piece is larger than one a finished
+    // variant needs (it cannot be the least). The variants take turns on
+    // as many threads as there are orders (the first limit's orders side by
+    // side, the usual winners), so that the later ones start with a bound
+    // and mostly stop within microseconds. All at once, no variant had
+    // finished while the others ran, none stopped early, each ran slower
+    // beside the others (1.3-2.6 ms, ten on the H200's sixteen cores), and
+    // starting and joining a thread per variant cost up to 1.5 ms more.
+    // The first of the least still wins: a variant stopped needed more
+    // than another.
+    let best = AtomicU64::new(most);
     let lay = |&(limit, order): &(u64, &[usize])| {
         let l = layout_bounded(lives, period, pieces, limit, order, &best).ok()?;
         best.fetch_min(l.extra, Ordering::Relaxed);
@@ -134,9 +153,28 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
     let threads = if lives.len() < 256 {
         1
     } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get()).min(variants.len())
+        std::thread::available_parallelism().map_or(1, |n| n.get()).min(orders.len())
     };
-    // (This thread and `threads - 1` helpers take the variants in order.)
+    let layouts = lay_out_on_threads(&variants, threads, &lay);
+    // The first of the least (the order of the limits breaks ties).
+    let mut least: Option<Layout> = None;
+    for l in layouts.into_iter().flatten() {
+        if least.as_ref().is_none_or(|b| l.extra < b.extra) {
+            least = Some(l);
+        }
+    }
+    least
+}
+
+/// Runs `lay` on each of `variants` on up to `threads` threads (this one
+/// and helpers, each taking the next variant in order): their results,
+/// in order (None for a variant that gave up or whose thread failed).
+fn lay_out_on_threads<V: Sync>(
+    variants: &[V],
+    threads: usize,
+    lay: &(dyn Fn(&V) -> Option<Layout> + Sync),
+) -> Vec<Option<Layout>> {
+    let threads = threads.min(variants.len()).max(1);
     let next = AtomicUsize::new(0);
     let work = || {
         let mut done = Vec::new();
@@ -155,15 +193,7 @@ pub fn layout(lives: &[Life], period: u64, pieces: &[u64]) -> Layout {
             layouts[k] = l;
         }
     });
-    // The first of the least (the order of the limits breaks ties).
-    let mut least: Option<Layout> = None;
-    for l in layouts.into_iter().flatten() {
-        if least.as_ref().is_none_or(|b| l.extra < b.extra) {
-            least = Some(l);
-        }
-    }
-    // (Only a variant's thread failing leaves none: the first, here.)
-    least.unwrap_or_else(|| layout_in_order(lives, period, pieces, variants[0].0, variants[0].1))
+    layouts
 }
 
 /// The limits [`layout`] lays out with (of `u64::MAX`, 256, 64, 16 and
@@ -229,6 +259,70 @@ fn layout_in_order(lives: &[Life], period: u64, pieces: &[u64], limit: u64, orde
     }
 }
 
+/// The placed blocks of [`layout_bounded`], in (piece, offset) order: the
+/// pass that finds which of them overlap a block in time reads two dense
+/// arrays of `u32` (which the compiler vectorizes), and only the blocks
+/// that overlap are read further (where they lie, a third array).
+#[derive(Default)]
+struct Placed {
+    /// Each block's lifetime's first position (circle positions, which
+    /// [`MAX_PERIOD`](super::MAX_PERIOD) keeps within `u32`).
+    start: Vec<u32>,
+    /// Each block's lifetime's length (at least 1).
+    len: Vec<u32>,
+    /// Where each block lies.
+    at: Vec<Bytes>,
+}
+
+/// Where a placed block lies: its piece and bytes.
+#[derive(Copy, Clone, Debug, Default)]
+struct Bytes {
+    /// First byte.
+    b0: u64,
+    /// One past its last byte.
+    b1: u64,
+    /// Its piece.
+    piece: u32,
+}
+
+impl Placed {
+    fn with_capacity(n: usize) -> Self {
+        Placed { start: Vec::with_capacity(n), len: Vec::with_capacity(n), at: Vec::with_capacity(n) }
+    }
+
+    /// The first block in `piece` or a later one.
+    fn first_in(&self, piece: usize) -> usize {
+        self.at.partition_point(|b| (b.piece as usize) < piece)
+    }
+
+    /// Adds a block, keeping the (piece, offset) order.
+    fn insert(&mut self, piece: usize, b0: u64, b1: u64, start: u32, len: u32) {
+        let k = self.at.partition_point(|b| (b.piece as usize, b.b0) < (piece, b0));
+        self.start.insert(k, start);
+        self.len.insert(k, len);
+        self.at.insert(k, Bytes { b0, b1, piece: piece as u32 });
+    }
+
+    /// Marks in `meet` (one byte per block from `from`, 1 where it does)
+    /// which blocks' lifetimes overlap the arc `[start, start + len)` of a
+    /// circle of `circle` positions (`len` from 1 to `circle`).
+    ///
+    /// Two arcs meet exactly when one's start lies in the other. With `d` the distance from `start` on to a block's
+    /// start: `d < len`, or the distance back, `circle - d`, is below the
+    /// block's length (`d == 0` is the first case). No branches: which
+    /// blocks overlap follows no pattern a branch predictor learns.
+    fn mark_overlapping(&self, from: usize, start: u32, len: u32, circle: u32, meet: &mut [u8]) {
+        // (In `i32`, whose comparisons the baseline x86-64 vector
+        // instructions have: positions and lengths are far below 2^31.)
+        let (start, len, circle) = (start as i32, len as i32, circle as i32);
+        for ((m, &s), &l) in meet.iter_mut().zip(&self.start[from..]).zip(&self.len[from..]) {
+            let d = s as i32 - start;
+            let d = d + ((d >> 31) & circle);
+            *m = u8::from(d < len) | u8::from(circle - d < l as i32);
+        }
+    }
+}
+
 /// [`layout_in_order`], given up as soon as the new piece must be larger
 /// than `bound` bytes (another layout needs no more than that): Err with
 /// the blocks placed so far.
@@ -245,15 +339,24 @@ fn layout_bounded(
     let mut places = vec![(usize::MAX, 0u64); lives.len()];
     let mut used = vec![0u64; pieces.len()];
     let mut top = 0u64;
-    // The placed blocks in (piece, offset) order: (piece, start, end, and
-    // the lifetime, inline so the walk reads memory in order). Walking it,
-    // skipping the lifetimes that do not overlap, gives the busy intervals
-    // already sorted (linear per block, not a sort).
-    let mut placed: Vec<(usize, u64, u64, Life)> = Vec::with_capacity(lives.len());
+    // (Positions, lengths and pieces fit `u32`: see `Placed`.)
+    debug_assert!(period < u64::from(u32::MAX / 2));
+    let circle = period as u32;
+    // Walking the placed blocks in (piece, offset) order, skipping those
+    // whose lifetimes do not overlap, gives the busy intervals already
+    // sorted (linear per block, not a sort).
+    let mut placed = Placed::with_capacity(lives.len());
+    // (Eight bytes more, so the walk reads whole words.)
+    let mut meet = vec![0u8; lives.len() + 8];
     for &i in order {
         let me = &lives[i];
+        let (my_start, my_len) = (me.start as u32, me.len as u32);
         let size = size_of(i);
         let first = if size <= limit { 0 } else { new };
+        let from = placed.first_in(first);
+        let count = placed.at.len() - from;
+        placed.mark_overlapping(from, my_start, my_len, circle, &mut meet[..count]);
+        meet[count..count + 8].fill(0);
         let mut best: Option<(u64, usize, u64)> = None; // (gap, piece, offset)
         // Whether the gap is the best so far; a gap of exactly the block's
         // size cannot be beaten (the first of the least wins), so the walk
@@ -269,28 +372,33 @@ fn layout_bounded(
         let mut at = 0u64;
         let mut new_top_busy = 0u64;
         let mut exact = false;
-        let from = placed.partition_point(|b| b.0 < first);
-        'walk: for &(q, b0, b1, ref other) in &placed[from..] {
-            if !overlaps(me, other, period) {
-                continue;
-            }
-            while piece < q {
-                // No more busy intervals in `piece`: the gap up to its end.
-                let cap = if piece == new { top } else { pieces[piece] };
-                if cap > at && consider(cap - at, piece, at) {
+        // The overlapping blocks, eight marks a word, a set byte at a time.
+        let at_ = &placed.at[from..];
+        'walk: for (w, word) in meet[..count.next_multiple_of(8)].chunks_exact(8).enumerate() {
+            let mut bits = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+            while bits != 0 {
+                let j = w * 8 + (bits.trailing_zeros() / 8) as usize;
+                bits &= bits - 1;
+                let Bytes { b0, b1, piece: q } = at_[j];
+                let q = q as usize;
+                while piece < q {
+                    // No more busy intervals in `piece`: the gap up to its end.
+                    let cap = if piece == new { top } else { pieces[piece] };
+                    if cap > at && consider(cap - at, piece, at) {
+                        exact = true;
+                        break 'walk;
+                    }
+                    piece += 1;
+                    at = 0;
+                }
+                if b0 > at && consider(b0 - at, piece, at) {
                     exact = true;
                     break 'walk;
                 }
-                piece += 1;
-                at = 0;
-            }
-            if b0 > at && consider(b0 - at, piece, at) {
-                exact = true;
-                break;
-            }
-            at = at.max(b1);
-            if q == new {
-                new_top_busy = new_top_busy.max(b1);
+                at = at.max(b1);
+                if q == new {
+                    new_top_busy = new_top_busy.max(b1);
+                }
             }
         }
         while !exact && piece <= new {
@@ -315,8 +423,7 @@ fn layout_bounded(
         } else {
             used[piece] = used[piece].max(off + size);
         }
-        let k = placed.partition_point(|b| (b.0, b.1) < (piece, off));
-        placed.insert(k, (piece, off, off + size, *me));
+        placed.insert(piece, off, off + size, my_start, my_len);
     }
     Ok(Layout { places, used, extra: top })
 }
@@ -449,6 +556,28 @@ mod tests {
         assert!(overlaps(&b, &a, 10));
         assert!(!overlaps(&a, &c, 10));
         assert!(!overlaps(&c, &a, 10));
+    }
+
+    #[test]
+    fn the_marking_pass_finds_the_overlapping_lifetimes_on_every_circle() {
+        // Every pair of arcs on small circles, across the seam and whole.
+        for circle in 1..=9u64 {
+            let arcs: Vec<Life> = (0..circle)
+                .flat_map(|start| (1..=circle).map(move |len| Life { size: 1, start, len }))
+                .collect();
+            let mut placed = Placed::default();
+            for b in &arcs {
+                placed.insert(0, 0, 1, b.start as u32, b.len as u32);
+            }
+            // (Inserted at one offset: kept in insertion order, reversed.)
+            let mut meet = vec![0u8; arcs.len()];
+            for a in &arcs {
+                placed.mark_overlapping(0, a.start as u32, a.len as u32, circle as u32, &mut meet);
+                for (m, b) in meet.iter().zip(arcs.iter().rev()) {
+                    assert_eq!(*m == 1, overlaps(a, b, circle), "{a:?} and {b:?} on a circle of {circle}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -613,8 +742,18 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(Some(l), best, "pieces {pieces:?}");
+            assert_eq!(Some(l.clone()), best, "pieces {pieces:?}");
+            // Within what the least needs: the same layout; within less:
+            // none (every variant gave up).
+            assert_eq!(layout_within(&lives, period, &pieces, l.extra), Some(l.clone()), "pieces {pieces:?}");
+            if l.extra > 0 {
+                assert_eq!(layout_within(&lives, period, &pieces, l.extra - 1), None, "pieces {pieces:?}");
+            }
         }
+        // In one piece too.
+        let one = layout(&lives, period, &[]);
+        assert_eq!(layout_within(&lives, period, &[], one.extra), Some(one.clone()));
+        assert_eq!(layout_within(&lives, period, &[], one.extra - 1), None);
         // A bound the layout cannot keep: given up with the blocks placed
         // so far; one it keeps: the same layout as with none.
         let order = placing_order(&lives, None);

@@ -66,7 +66,7 @@ mod layout;
 mod learn;
 
 pub use layout::Layout;
-use layout::{Entry, Life, Plan, build, layout, live_at, live_by_position};
+use layout::{Entry, Life, Plan, build, layout, layout_within, live_at, live_by_position};
 use learn::Learner;
 
 /// The fewest allocations a planned period has.
@@ -680,6 +680,14 @@ impl Planner {
     pub fn layout(&self, pieces: &[u64]) -> Option<Layout> {
         let r = self.runner.as_ref()?;
         Some(layout(&r.plan.lives, r.plan.circle, pieces))
+    }
+
+    /// [`Planner::layout`] where it needs at most `most` new bytes: Some(None)
+    /// where it needs more (learned without laying it out to the end), None
+    /// where no plan waits.
+    pub fn layout_within(&self, pieces: &[u64], most: u64) -> Option<Option<Layout>> {
+        let r = self.runner.as_ref()?;
+        Some(layout_within(&r.plan.lives, r.plan.circle, pieces, most))
     }
 
     /// Starts the waiting plan with `layout` over `pieces`: (address,

@@ -49,6 +49,9 @@ where an allocator learns):
   hipmem-usualplan  hipmem whose plans give back all unused memory before
                their arena is laid out, as before 2026-11-28
                (HIPMEM_POOL_PLAN_IN_PLACE=0; not in the default set)
+  hipmem-pieces  hipmem whose run's first steps map their growths in pieces
+               of up to 8 MiB, not 2 MiB units: about a third of the driver
+               calls (HIPMEM_POOL_FIRST_PIECE_MIB=8; not in the default set)
   hipmem-direct  hipmem with tensors' allocations going to it straight from
                PyTorch's allocator interface, past the pluggable allocator's
                locked map of live blocks (hipmem_torch.use_hipmem(lib,
@@ -161,6 +164,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_TORCH_ZONE"] = "1"
     if name == "hipmem-usualplan":
         os.environ["HIPMEM_POOL_PLAN_IN_PLACE"] = "0"
+    if name == "hipmem-pieces":
+        os.environ["HIPMEM_POOL_FIRST_PIECE_MIB"] = "8"
     if name == "pluggable-async":
         return (torch,) + pluggable_async(torch)
     if not name.startswith("hipmem"):

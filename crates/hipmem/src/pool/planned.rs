@@ -469,9 +469,10 @@ impl PoolCore {
         left.sort_unstable_by_key(|&(a, len)| (std::cmp::Reverse(len), a));
         left.truncate(MAX_PIECES);
         let sizes: Vec<u64> = runs.iter().map(|r| r.1).collect();
-        let (here, least) = {
+        let left_sizes: Vec<u64> = left.iter().map(|r| r.1).collect();
+        let (here, least, usual_bound) = {
             let plan = self.plan.lock();
-            (plan.layout(&sizes)?, plan.least_bytes()?)
+            (plan.layout(&sizes)?, plan.least_bytes()?, plan.least_extra(&left_sizes)?)
         };
         // Releasable memory under the blocks laid out in place stays.
         // (A group may reach into several runs: counted once.)
@@ -486,31 +487,32 @@ impl PoolCore {
         let unit = self.mapping_unit().unwrap_or(1).max(1);
         let held_here = kept_bytes + here.extra.next_multiple_of(unit);
         // The usual way's new piece holds at least what its runs cannot of
-        // the plan's peak: in place is chosen without laying the plan out
-        // the usual way where it needs no more than that.
-        let usual_least = least.saturating_sub(left.iter().map(|r| r.1).sum()).next_multiple_of(unit);
+        // the plan's peak, and at each position the blocks too large for
+        // every run (`plan::least_extra`): in place is chosen without
+        // laying the plan out the usual way where it needs no more than
+        // that.
+        let usual_least =
+            least.saturating_sub(left.iter().map(|r| r.1).sum()).max(usual_bound).next_multiple_of(unit);
         let slack = least / IN_PLACE_SLACK;
         // Otherwise the usual way is laid out, given up as soon as it needs
         // `held_here - slack` or more (then in place is chosen: laid out to
         // the end, it would need at least that).
-        let (chosen, usual) = if held_here <= usual_least + slack {
-            (true, None)
+        let (chosen, usual, usual_text) = if held_here <= usual_least + slack {
+            (true, None, format!("at least {usual_least} (bound)"))
         } else {
-            let left_sizes: Vec<u64> = left.iter().map(|r| r.1).collect();
             match self.plan.lock().layout_within(&left_sizes, held_here - slack - 1)? {
-                Some(usual) => (held_here <= usual.extra.next_multiple_of(unit) + slack, Some(usual)),
-                None => (true, None),
+                Some(usual) => {
+                    let text = usual.extra.to_string();
+                    (held_here <= usual.extra.next_multiple_of(unit) + slack, Some(usual), text)
+                }
+                None => (true, None, format!("at least {} (laid out in part)", held_here - slack)),
             }
         };
         tracing::debug!(
             target: "hipmem::pool",
-            "pool {:#x}: a plan laid out in place keeps {kept_bytes} bytes and grows by {}; the usual way grows by {} ({}; decided in {:.2} ms)",
+            "pool {:#x}: a plan laid out in place keeps {kept_bytes} bytes and grows by {}; the usual way grows by {usual_text} ({}; decided in {:.2} ms)",
             self.id,
             here.extra,
-            usual.as_ref().map_or_else(
-                || format!("at least {}", usual_least.max(if chosen { held_here.saturating_sub(slack) } else { 0 })),
-                |u| u.extra.to_string()
-            ),
             if chosen { "in place" } else { "the usual way" },
             t0.elapsed().as_secs_f64() * 1e3
         );

@@ -166,6 +166,48 @@ pub fn layout_within(lives: &[Life], period: u64, pieces: &[u64], most: u64) -> 
     least
 }
 
+/// A lower bound of the new piece [`layout`] needs beside free pieces of
+/// `pieces` bytes, without laying out. A block that fits only the `k`
+/// largest pieces is in them or in the new piece: at each position of the
+/// circle, the blocks live there that fit at most the `k` largest need,
+/// beyond those pieces' bytes, that much of the new piece (`k` = 0: the
+/// blocks larger than every piece, all of them; every piece: the blocks'
+/// peak less the pieces' total). The most of these over the positions
+/// and over `k` up to [`BOUND_STEPS`], and all the pieces.
+pub fn least_extra(lives: &[Life], circle: u64, pieces: &[u64]) -> u64 {
+    let mut runs = pieces.to_vec();
+    runs.sort_unstable_by(|a, b| b.cmp(a));
+    // (Bytes of the `k` largest pieces.)
+    let cap = |k: usize| runs[..k.min(runs.len())].iter().sum::<u64>();
+    // Each block's class: how many pieces it fits (more than BOUND_STEPS:
+    // one class, bounded with every piece).
+    let mut classes: Vec<Vec<Life>> = vec![Vec::new(); BOUND_STEPS + 2];
+    for l in lives {
+        let size = l.size.next_multiple_of(ALIGN);
+        let fits = runs.partition_point(|&r| r >= size);
+        classes[fits.min(BOUND_STEPS + 1)].push(Life { size, ..*l });
+    }
+    // Bytes live at each position of the blocks of the classes so far.
+    let mut live = vec![0u64; circle as usize];
+    let mut least = 0;
+    for (k, class) in classes.iter().enumerate() {
+        if class.is_empty() {
+            continue;
+        }
+        for (at, bytes) in live.iter_mut().zip(live_by_position(class, circle)) {
+            *at += bytes;
+        }
+        let k = if k > BOUND_STEPS { runs.len() } else { k };
+        let most = live.iter().copied().max().unwrap_or(0);
+        least = least.max(most.saturating_sub(cap(k)));
+    }
+    least
+}
+
+/// The classes of [`least_extra`] bounded one by one (blocks that fit more
+/// pieces are bounded together, with every piece).
+const BOUND_STEPS: usize = 32;
+
 /// Runs `lay` on each of `variants` on up to `threads` threads (this one
 /// and helpers, each taking the next variant in order): their results,
 /// in order (None for a variant that gave up or whose thread failed).
@@ -762,6 +804,43 @@ mod tests {
         assert!(tight.is_err_and(|l| l.extra > whole.extra - 1 && l.places.contains(&(usize::MAX, 0))));
         let kept = layout_bounded(&lives, period, &[], u64::MAX, &order, &AtomicU64::new(whole.extra));
         assert_eq!(kept, Ok(whole));
+    }
+
+    #[test]
+    fn the_least_extra_bound_never_exceeds_a_layout_and_counts_what_only_large_pieces_hold() {
+        // Two blocks of 95 MiB live together, free pieces of 100 and 10
+        // MiB: only the 100 holds either, so the new piece holds at least
+        // 95 + 95 - 100 = 90 MiB, where the peak less the pieces' total
+        // says 80. Laid out: one in the 100, the other new (95).
+        let m = 1u64 << 20;
+        let lives = [Life { size: 95 * m, start: 0, len: 4 }, Life { size: 95 * m, start: 1, len: 4 }];
+        assert_eq!(least_extra(&lives, 8, &[100 * m, 10 * m]), 90 * m);
+        assert_eq!(layout(&lives, 8, &[100 * m, 10 * m]).extra, 95 * m);
+        // A block larger than every piece is new whatever the pieces hold.
+        let lives = [Life { size: 300 * m, start: 0, len: 2 }, Life { size: 20 * m, start: 1, len: 2 }];
+        assert_eq!(least_extra(&lives, 8, &[100 * m]), 300 * m);
+        // Random periods: never more than the least layout needs.
+        let (k, period) = (1u64 << 10, 400u64);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..12 {
+            let lives: Vec<Life> = (0..200)
+                .map(|j| Life {
+                    size: [64, 512, 4096, 6000, 20000, 90000][(next() % 6) as usize] * k,
+                    start: 2 * j,
+                    len: 1 + next() % 150,
+                })
+                .collect();
+            let pieces: Vec<u64> = (0..round * 4).map(|_| (1 + next() % 60) * 1024 * k).collect();
+            let l = layout(&lives, period, &pieces);
+            let bound = least_extra(&lives, period, &pieces);
+            assert!(bound <= l.extra, "round {round}: bound {bound} above the layout's {}", l.extra);
+        }
     }
 
     #[test]

@@ -66,7 +66,7 @@ mod layout;
 mod learn;
 
 pub use layout::Layout;
-use layout::{Entry, Life, Plan, build, layout, layout_within, live_at, live_by_position};
+use layout::{Entry, Life, Plan, build, layout, layout_within, least_extra, live_at, live_by_position};
 use learn::Learner;
 
 /// The fewest allocations a planned period has.
@@ -674,6 +674,14 @@ impl Planner {
     /// layout of it needs less memory.
     pub fn least_bytes(&self) -> Option<u64> {
         Some(self.runner.as_ref()?.plan.arena)
+    }
+
+    /// A lower bound of the new piece the waiting plan needs beside free
+    /// pieces of `pieces` bytes ([`layout`] needs no less), found without
+    /// laying it out.
+    pub fn least_extra(&self, pieces: &[u64]) -> Option<u64> {
+        let r = self.runner.as_ref()?;
+        Some(least_extra(&r.plan.lives, r.plan.circle, pieces))
     }
 
     /// Lays the waiting plan out in free pieces of memory (their sizes).

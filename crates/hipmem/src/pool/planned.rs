@@ -487,12 +487,12 @@ impl PoolCore {
         let unit = self.mapping_unit().unwrap_or(1).max(1);
         let held_here = kept_bytes + here.extra.next_multiple_of(unit);
         // The usual way's new piece holds at least what its runs cannot of
-        // the plan's peak, and at each position the blocks too large for
-        // every run (`plan::least_extra`): in place is chosen without
+        // the blocks live at each position, counting apart those that only
+        // its larger runs hold (`plan::least_extra`; never less than the
+        // plan's peak less the runs' bytes): in place is chosen without
         // laying the plan out the usual way where it needs no more than
         // that.
-        let usual_least =
-            least.saturating_sub(left.iter().map(|r| r.1).sum()).max(usual_bound).next_multiple_of(unit);
+        let usual_least = usual_bound.next_multiple_of(unit);
         let slack = least / IN_PLACE_SLACK;
         // Otherwise the usual way is laid out, given up as soon as it needs
         // `held_here - slack` or more (then in place is chosen: laid out to

@@ -349,10 +349,11 @@ impl Placed {
     /// which blocks' lifetimes overlap the arc `[start, start + len)` of a
     /// circle of `circle` positions (`len` from 1 to `circle`).
     ///
-    /// Two arcs meet exactly when one's start lies in the other. With `d` the distance from `start` on to a block's
-    /// start: `d < len`, or the distance back, `circle - d`, is below the
-    /// block's length (`d == 0` is the first case). No branches: which
-    /// blocks overlap follows no pattern a branch predictor learns.
+    /// Two arcs meet exactly when one's start lies in the other. With `d`
+    /// the distance from `start` on to a block's start: `d < len`, or the
+    /// distance back, `circle - d`, is below the block's length (`d == 0`
+    /// is the first case). No branches: which blocks overlap follows no
+    /// pattern a branch predictor learns.
     fn mark_overlapping(&self, from: usize, start: u32, len: u32, circle: u32, meet: &mut [u8]) {
         // (In `i32`, whose comparisons the baseline x86-64 vector
         // instructions have: positions and lengths are far below 2^31.)
@@ -415,13 +416,13 @@ fn layout_bounded(
         let mut new_top_busy = 0u64;
         let mut exact = false;
         // The overlapping blocks, eight marks a word, a set byte at a time.
-        let at_ = &placed.at[from..];
+        let spans = &placed.at[from..];
         'walk: for (w, word) in meet[..count.next_multiple_of(8)].chunks_exact(8).enumerate() {
             let mut bits = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
             while bits != 0 {
                 let j = w * 8 + (bits.trailing_zeros() / 8) as usize;
                 bits &= bits - 1;
-                let Bytes { b0, b1, piece: q } = at_[j];
+                let Bytes { b0, b1, piece: q } = spans[j];
                 let q = q as usize;
                 while piece < q {
                     // No more busy intervals in `piece`: the gap up to its end.

@@ -164,6 +164,16 @@ pub struct Heap {
     lent: BTreeMap<u64, (u64, u64)>,
     /// Physical pieces larger than one unit (groups): start → length.
     groups: BTreeMap<u64, u64>,
+    /// How many groups have each length: the least of them bounds what
+    /// [`Heap::breaks_free_group`] must look at.
+    group_lens: BTreeMap<u64, u32>,
+    /// The shortest group's length (`u64::MAX` without groups): a free run
+    /// shorter than that holds no group wholly.
+    least_group: u64,
+    /// How many times memory turned global free (a block freed, promoted,
+    /// backed or unshadowed into the global free index; not the rest of a
+    /// free block a part was cut out of): see [`Heap::global_frees_indexed`].
+    global_indexed: u64,
 }
 
 /// The blocks pending on one stream.
@@ -234,7 +244,7 @@ pub fn block_size(request: u64) -> Option<u64> {
 impl Heap {
     /// An empty heap.
     pub fn new() -> Heap {
-        Heap::default()
+        Heap { least_group: u64::MAX, ..Heap::default() }
     }
 
     // ---- the block lists ---------------------------------------------------------
@@ -662,12 +672,12 @@ impl Heap {
         let mut m = i;
         if addr > b.addr {
             m = self.split(i, addr - b.addr);
-            self.index(class, b.addr, addr - b.addr, Owner::Global);
+            self.index_rest(class, b.addr, addr - b.addr, Owner::Global);
         }
         let end = addr + size;
         if end < b.addr + b.size {
             self.split(m, size);
-            self.index(class, end, b.addr + b.size - end, Owner::Global);
+            self.index_rest(class, end, b.addr + b.size - end, Owner::Global);
         }
         self.reserved -= size;
         self.set_state(m, State::Unbacked);
@@ -817,7 +827,7 @@ impl Heap {
         // run starts with the block. The run's key (its end) goes to the rest
         // below, or away if nothing is left after the block.
         let m = if from > b.addr {
-            self.index(class, b.addr, from - b.addr, owner);
+            self.index_rest(class, b.addr, from - b.addr, owner);
             let m = self.split_raw(i, from - b.addr, State::Allocated);
             self.runs.insert(from, i);
             m
@@ -828,7 +838,7 @@ impl Heap {
         if to < b.addr + b.size {
             let rest = self.split_raw(m, to - from, State::Free(owner));
             self.runs.insert(b.addr + b.size, rest);
-            self.index(class, to, b.addr + b.size - to, owner);
+            self.index_rest(class, to, b.addr + b.size - to, owner);
         } else {
             self.runs.remove(&to);
         }
@@ -858,18 +868,52 @@ impl Heap {
     /// Notes a group: physical memory at `[start, start + len)` that goes
     /// back to the backend (or moves) only whole (see `backing/`).
     pub fn note_group(&mut self, start: u64, len: u64) {
-        self.groups.insert(start, len);
+        if let Some(old) = self.groups.insert(start, len) {
+            self.count_group_len(old, false);
+        }
+        self.count_group_len(len, true);
     }
 
     /// Forgets the group at `start` (its memory was unmapped).
     pub fn forget_group(&mut self, start: u64) {
-        self.groups.remove(&start);
+        if let Some(len) = self.groups.remove(&start) {
+            self.count_group_len(len, false);
+        }
+    }
+
+    /// Counts a group of `len` bytes in (`add`) or out of
+    /// [`Heap::least_group`]'s multiset.
+    fn count_group_len(&mut self, len: u64, add: bool) {
+        if add {
+            *self.group_lens.entry(len).or_default() += 1;
+        } else if let std::collections::btree_map::Entry::Occupied(mut e) = self.group_lens.entry(len) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+        self.least_group = self.group_lens.keys().next().copied().unwrap_or(u64::MAX);
+    }
+
+    /// How many times memory has turned global free so far: where the count
+    /// has not changed since a look at the heap, no memory that was not
+    /// global free then is now (memory turns free only through
+    /// [`Heap::release_block`]'s merge into the free index, which this
+    /// counts where the result is global). Lending (`lend.rs`) uses it to
+    /// skip looking for loans gone wholly free.
+    pub fn global_frees_indexed(&self) -> u64 {
+        self.global_indexed
     }
 
     /// Whether a block at `[at, at + want)`, inside the free run starting
     /// at `run` of `len` bytes, would take part of a group that lies wholly
     /// in the run without filling it.
     fn breaks_free_group(&self, run: u64, len: u64, at: u64, want: u64) -> bool {
+        // (A run shorter than every group holds none wholly: no look at the
+        // groups, which on the slow path costs a walk of their tree.)
+        if len < self.least_group {
+            return false;
+        }
         let end = at + want;
         for (&start, &glen) in self.groups.range(..end).rev() {
             if start + glen <= at {
@@ -1275,8 +1319,18 @@ impl Heap {
     }
 
     /// Adds the free block at `addr` to the free index of its owner, in
-    /// size class `class` (its segment's).
+    /// size class `class` (its segment's): memory that turned free (counted
+    /// in [`Heap::global_frees_indexed`] where it is global).
     fn index(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
+        if owner == Owner::Global {
+            self.global_indexed += 1;
+        }
+        self.index_rest(class, addr, size, owner);
+    }
+
+    /// [`Heap::index`] for what is left of a free block a part was cut out
+    /// of: no memory turned free.
+    fn index_rest(&mut self, class: usize, addr: u64, size: u64, owner: Owner) {
         match owner {
             Owner::Global => {
                 self.global_free[class].insert((size, addr));
@@ -1585,6 +1639,87 @@ mod tests {
         h.check_invariants().unwrap();
         assert_eq!(h.best_fit_global(2 * MB), None);
         assert_eq!(h.releasable_segments().len(), 2);
+    }
+
+    #[test]
+    fn a_run_shorter_than_every_group_breaks_none_as_the_plain_scan_finds() {
+        // Groups (in slots of 16 units, so none overlap, as physical pieces
+        // do not) noted, replaced and forgotten at random; every run and
+        // placement asked about gives what a scan of every group gives.
+        let (g, base) = (2 * MB, 1u64 << 30);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let plain = |h: &Heap, run: u64, len: u64, at: u64, want: u64| {
+            h.groups.iter().any(|(&start, &glen)| {
+                let wholly_free = start >= run && start + glen <= run + len;
+                let filled = at <= start && start + glen <= at + want;
+                let meets = start < at + want && at < start + glen;
+                wholly_free && meets && !filled
+            })
+        };
+        let mut h = Heap::new();
+        assert_eq!(h.least_group, u64::MAX);
+        // A run exactly as long as the shortest group, holding it: a smaller
+        // block breaks it, the whole group does not; one unit less holds none.
+        h.note_group(base, 4 * g);
+        h.note_group(base + 16 * g, 8 * g);
+        assert!(h.breaks_free_group(base, 4 * g, base, g));
+        assert!(!h.breaks_free_group(base, 4 * g, base, 4 * g));
+        assert!(!h.breaks_free_group(base, 3 * g, base, g));
+        h.forget_group(base);
+        assert_eq!(h.least_group, 8 * g);
+        assert!(h.breaks_free_group(base + 16 * g, 8 * g, base + 23 * g, g));
+        h.forget_group(base + 16 * g);
+        for round in 0..400 {
+            let start = base + (next() % 8) * 16 * g;
+            match next() % 3 {
+                0 | 1 => h.note_group(start, (1 + next() % 16) * g),
+                _ => h.forget_group(start),
+            }
+            let least = h.groups.values().copied().min().unwrap_or(u64::MAX);
+            assert_eq!(h.least_group, least, "round {round}: the least group follows the notes");
+            for _ in 0..20 {
+                let run = base + (next() % 128) * g;
+                let len = (1 + next() % 24) * g;
+                let want = (1 + next() % (len / g)) * g;
+                for at in [run, run + len - want] {
+                    assert_eq!(
+                        h.breaks_free_group(run, len, at, want),
+                        plain(&h, run, len, at, want),
+                        "round {round}: run {run:#x}+{len:#x}, block at {at:#x}+{want:#x}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_count_of_global_frees_grows_only_where_memory_turns_global_free() {
+        let mut h = Heap::new();
+        h.add_segment(0x100_0000, 4 * MB);
+        let n0 = h.global_frees_indexed();
+        let a = h.take(0x100_0000, MB).map(|_| 0x100_0000).unwrap();
+        let b = 0x100_0000 + MB;
+        h.take(b, MB).unwrap();
+        // Taking leaves the rest free as it was: not counted; nor is a free
+        // on a stream.
+        let n1 = h.global_frees_indexed();
+        assert_eq!(n1, n0);
+        assert!(h.release_block(a, Owner::Stream { stream: 3, tag: 1 }));
+        assert_eq!(h.global_frees_indexed(), n1, "a pending free is no global free");
+        // Its stream's frees complete: now it is.
+        h.promote(3, 2);
+        let n2 = h.global_frees_indexed();
+        assert!(n2 > n1);
+        assert!(h.release_block(b, Owner::Global));
+        assert!(h.global_frees_indexed() > n2);
+        assert!(h.is_global_free(a, 2 * MB));
+        h.check_invariants().unwrap();
     }
 
     #[test]

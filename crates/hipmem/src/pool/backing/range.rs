@@ -49,6 +49,12 @@ pub(crate) struct VirtualRange {
     /// frees, so it comes back pending as they were, and their group goes
     /// back only once they are known complete.
     pub(in crate::pool) busy: BTreeMap<u64, Owner>,
+    /// The heap's count of blocks made global free
+    /// ([`Heap::global_frees_indexed`]) and the number of loans when
+    /// [`VirtualRange::send_free_loans_home`] last looked and left no
+    /// wholly free loan away from home: while both are the same, no loan
+    /// can have gone wholly free since, and the look is skipped.
+    loans_looked: Option<(u64, usize)>,
     /// The last id given to a unit of a group.
     pub(super) next_unit: u64,
     pub(super) clock: u64,
@@ -97,6 +103,7 @@ impl VirtualRange {
             groups: BTreeMap::new(),
             loans: BTreeMap::new(),
             busy: BTreeMap::new(),
+            loans_looked: None,
             next_unit: 0,
             clock: 0,
             tokens: 0.0,
@@ -175,13 +182,26 @@ impl VirtualRange {
     /// are known complete (`completed`: each such stream's clock, as
     /// [`Heap::promote`] takes it, from [`VirtualRange::busy_streams`]).
     pub(super) fn send_free_loans_home(&mut self, heap: &mut Heap, completed: &[(u64, u64)]) {
-        for (at, l) in self.free_loans(heap) {
-            let home = l.group + l.offset;
-            if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
-                let owner = self.busy.remove(&at).unwrap_or(Owner::Global);
-                heap.unshadow_part_as(home, l.len, owner);
-                heap.forget_group(at);
+        // (The slow path calls this on every allocation: each loan's look
+        // is a search of the heap. Skipped where nothing went global free
+        // since a look that left no free loan away.)
+        let looked = (heap.global_frees_indexed(), self.loans.len());
+        if self.loans_looked != Some(looked) {
+            let mut stuck = false;
+            for (at, l) in self.free_loans(heap) {
+                let home = l.group + l.offset;
+                if heap.is_shadowed_part(home, l.len) && heap.shadow(at, l.len) {
+                    let owner = self.busy.remove(&at).unwrap_or(Owner::Global);
+                    heap.unshadow_part_as(home, l.len, owner);
+                    heap.forget_group(at);
+                } else {
+                    stuck = true;
+                }
             }
+            // (As the heap was before the loans went home: what their going
+            // home made global free is looked at again next time, as it was
+            // without the skip.)
+            self.loans_looked = (!stuck).then_some(looked);
         }
         for &(stream, below) in completed {
             heap.promote(stream, below);
@@ -330,5 +350,66 @@ impl VirtualRange {
             at = block + len;
         }
         (at >= end).then_some((switches, repairs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 2 << 20;
+
+    /// A heap and range with a group of 8 units at `home` whose units 2-3
+    /// are lent to `at`, where a block of 2 units lives: (heap, range).
+    fn one_loan(home: u64, at: u64) -> (Heap, VirtualRange) {
+        let mut heap = Heap::new();
+        heap.add_reservation(home, 1024 * G);
+        assert!(heap.back(home, 8 * G));
+        heap.note_group(home, 8 * G);
+        // Lent: shadowed at home, mapped (in use) at the loan's address.
+        assert!(heap.shadow(home + 2 * G, 2 * G));
+        assert!(heap.back(at, 2 * G));
+        heap.note_group(at, 2 * G);
+        assert!(heap.take_range(at, 2 * G).is_some());
+        let mut vr = VirtualRange::new(home, 1024 * G, G);
+        vr.loans.insert(at, Loan { group: home, offset: 2 * G, len: 2 * G, whole: 8 * G });
+        (heap, vr)
+    }
+
+    #[test]
+    fn a_loan_goes_home_once_it_is_free_and_is_not_looked_for_while_nothing_turns_free() {
+        let (home, at) = (1u64 << 40, (1u64 << 40) + 512 * G);
+        let (mut heap, mut vr) = one_loan(home, at);
+        // In use: it stays, and the look is remembered.
+        vr.send_free_loans_home(&mut heap, &[]);
+        assert!(vr.loans_looked.is_some());
+        assert!(heap.is_shadowed_part(home + 2 * G, 2 * G), "still lent");
+        // Nothing turned global free (a block taken elsewhere): no new look
+        // is needed, and none changes anything.
+        assert!(heap.take_range(home, G).is_some());
+        let looked = vr.loans_looked;
+        assert_eq!(looked.map(|l| l.0), Some(heap.global_frees_indexed()));
+        vr.send_free_loans_home(&mut heap, &[]);
+        assert_eq!(vr.loans_looked, looked);
+        // The loan's block is freed: the next look sends it home.
+        assert!(heap.release_block(at, Owner::Global));
+        assert_ne!(vr.loans_looked.map(|l| l.0), Some(heap.global_frees_indexed()));
+        vr.send_free_loans_home(&mut heap, &[]);
+        assert!(heap.is_shadowed_part(at, 2 * G), "its addresses are shadowed");
+        assert!(heap.is_global_free(home + 2 * G, 2 * G), "its units are free at home again");
+        heap.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_free_loan_that_cannot_go_home_is_looked_at_again() {
+        let (home, at) = (1u64 << 40, (1u64 << 40) + 512 * G);
+        let (mut heap, mut vr) = one_loan(home, at);
+        // Its units at home are not shadowed (as if taken back otherwise):
+        // free, but it cannot go home, so the next look is not skipped.
+        assert!(heap.unshadow_part_as(home + 2 * G, 2 * G, Owner::Global));
+        assert!(heap.release_block(at, Owner::Global));
+        vr.send_free_loans_home(&mut heap, &[]);
+        assert_eq!(vr.loans_looked, None);
+        assert!(heap.is_global_free(at, 2 * G), "still where it was lent");
     }
 }

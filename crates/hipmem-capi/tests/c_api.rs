@@ -1998,6 +1998,7 @@ mod cuda {
     pub struct Driver {
         _lib: libloading::Library,
         retain: unsafe extern "C" fn(*mut Ctx, c_int) -> u32,
+        get_current: unsafe extern "C" fn(*mut Ctx) -> u32,
         set_current: unsafe extern "C" fn(Ctx) -> u32,
         create: unsafe extern "C" fn(*mut CuStream, c_uint) -> u32,
         destroy: unsafe extern "C" fn(CuStream) -> u32,
@@ -2011,10 +2012,11 @@ mod cuda {
             unsafe {
                 let lib = libloading::Library::new("libcuda.so.1").expect("libcuda.so.1");
                 let retain = *lib.get(b"cuDevicePrimaryCtxRetain\0").expect("cuDevicePrimaryCtxRetain");
+                let get_current = *lib.get(b"cuCtxGetCurrent\0").expect("cuCtxGetCurrent");
                 let set_current = *lib.get(b"cuCtxSetCurrent\0").expect("cuCtxSetCurrent");
                 let create = *lib.get(b"cuStreamCreate\0").expect("cuStreamCreate");
                 let destroy = *lib.get(b"cuStreamDestroy_v2\0").expect("cuStreamDestroy_v2");
-                Driver { _lib: lib, retain, set_current, create, destroy }
+                Driver { _lib: lib, retain, get_current, set_current, create, destroy }
             }
         }
 
@@ -2032,11 +2034,81 @@ mod cuda {
             s
         }
 
+        /// The calling thread's current context, as an address (0: none).
+        pub fn current(&self) -> usize {
+            let mut ctx: Ctx = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer.
+            assert_eq!(unsafe { (self.get_current)(&mut ctx) }, 0, "cuCtxGetCurrent");
+            ctx as usize
+        }
+
+        /// Makes `device`'s primary context current on the calling thread,
+        /// or none.
+        pub fn make_current(&self, device: Option<usize>) {
+            let mut ctx: Ctx = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer, then a retained context or null.
+            unsafe {
+                if let Some(d) = device {
+                    assert_eq!((self.retain)(&mut ctx, d as c_int), 0, "cuDevicePrimaryCtxRetain");
+                }
+                assert_eq!((self.set_current)(ctx), 0, "cuCtxSetCurrent");
+            }
+        }
+
         pub fn destroy_stream(&self, s: super::hipStream_t) {
             // SAFETY: a stream this driver created and nobody destroyed.
             assert_eq!(unsafe { (self.destroy)(s) }, 0, "cuStreamDestroy");
         }
     }
+}
+
+/// On cuda: PyTorch's entry points and the stream functions leave the
+/// calling thread's context as they found it: device 0's primary context
+/// (current where PyTorch works on device 0), or none. PyTorch, cuDNN and the
+/// CUDA runtime act on the thread's current context; a pool's growth and a
+/// trim that unmaps must not leave another one there.
+#[test]
+fn the_entry_points_leave_the_callers_context_current() {
+    let _serial = serial();
+    if backend_kind() != hipmem_rs::backend::BackendKind::Cuda {
+        return;
+    }
+    init();
+    std::thread::spawn(|| {
+        let drv = cuda::Driver::open();
+        // Leaves device 0's primary context current, as PyTorch's threads have it.
+        let f = drv.create_stream(0, 1);
+        let primary = drv.current();
+        assert_ne!(primary, 0);
+        for (device, want) in [(None, 0), (Some(0), primary)] {
+            drv.make_current(device);
+            // SAFETY: FFI calls with valid arguments; each block is freed once.
+            unsafe {
+                let p = hipmem_torch_malloc(24 << 20, 0, f);
+                assert!(!p.is_null());
+                assert_eq!(drv.current(), want, "hipmem_torch_malloc (a growth)");
+                assert_eq!(hipMemsetAsync(p, 1, 24 << 20, f), hipSuccess);
+                assert_eq!(drv.current(), want, "hipMemsetAsync");
+                hipmem_torch_free(p, 24 << 20, 0, f);
+                assert_eq!(hipStreamSynchronize(f), hipSuccess);
+                assert_eq!(drv.current(), want, "hipmem_torch_free and hipStreamSynchronize");
+                assert_eq!(hipmem_torch_empty_cache(0), hipSuccess);
+                assert_eq!(drv.current(), want, "hipmem_torch_empty_cache (a trim that unmaps)");
+                let mut q: *mut c_void = null_mut();
+                assert_eq!(hipMallocAsync(&mut q, 4 << 20, f), hipSuccess);
+                assert_eq!(hipFreeAsync(q, f), hipSuccess);
+                assert_eq!(hipDeviceSynchronize(), hipSuccess);
+                assert_eq!(drv.current(), want, "hipMallocAsync, hipFreeAsync, hipDeviceSynchronize");
+            }
+        }
+        // hipmem adopted it: destroyed through hipmem, which forgets it
+        // (docs/c-abi.md: a stream destroyed behind hipmem's back could come
+        // back from the driver under the same handle).
+        // SAFETY: a live stream, destroyed once.
+        assert_eq!(unsafe { hipStreamDestroy(f) }, hipSuccess);
+    })
+    .join()
+    .unwrap();
 }
 
 /// Host function for the foreign stream test.

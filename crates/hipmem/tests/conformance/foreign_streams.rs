@@ -7,58 +7,7 @@
 use hipmem::backend::{BackendKind, FillValue, RawStream};
 use hipmem::{MemPool, PoolProps, Stream};
 
-use crate::{expect_err, non_blocking, private_runtime, runtime};
-
-/// The CUDA driver calls a foreign stream needs, loaded at run time.
-mod cuda {
-    use std::ffi::{c_int, c_uint, c_void};
-
-    type Ctx = *mut c_void;
-    type CuStream = *mut c_void;
-
-    pub struct Driver {
-        _lib: libloading::Library,
-        retain: unsafe extern "C" fn(*mut Ctx, c_int) -> u32,
-        set_current: unsafe extern "C" fn(Ctx) -> u32,
-        create: unsafe extern "C" fn(*mut CuStream, c_uint) -> u32,
-        destroy: unsafe extern "C" fn(CuStream) -> u32,
-    }
-
-    impl Driver {
-        pub fn open() -> Driver {
-            // SAFETY: loading libcuda runs its initializers, which have no
-            // preconditions; the symbols are looked up with the signatures
-            // cuda.h declares for them.
-            unsafe {
-                let lib = libloading::Library::new("libcuda.so.1").expect("libcuda.so.1");
-                let retain = *lib.get(b"cuDevicePrimaryCtxRetain\0").expect("cuDevicePrimaryCtxRetain");
-                let set_current = *lib.get(b"cuCtxSetCurrent\0").expect("cuCtxSetCurrent");
-                let create = *lib.get(b"cuStreamCreate\0").expect("cuStreamCreate");
-                let destroy = *lib.get(b"cuStreamDestroy_v2\0").expect("cuStreamDestroy_v2");
-                Driver { _lib: lib, retain, set_current, create, destroy }
-            }
-        }
-
-        /// A stream of `device`'s primary context, made by the driver.
-        pub fn create_stream(&self, device: usize, flags: u32) -> u64 {
-            let mut ctx: Ctx = std::ptr::null_mut();
-            let mut s: CuStream = std::ptr::null_mut();
-            // SAFETY: valid out-pointers; the runtime already initialized the
-            // driver (cuInit) and retains the same primary context.
-            unsafe {
-                assert_eq!((self.retain)(&mut ctx, device as c_int), 0, "cuDevicePrimaryCtxRetain");
-                assert_eq!((self.set_current)(ctx), 0, "cuCtxSetCurrent");
-                assert_eq!((self.create)(&mut s, flags), 0, "cuStreamCreate");
-            }
-            s as u64
-        }
-
-        pub fn destroy_stream(&self, s: u64) {
-            // SAFETY: a stream this driver created and nobody destroyed.
-            assert_eq!(unsafe { (self.destroy)(s as CuStream) }, 0, "cuStreamDestroy");
-        }
-    }
-}
+use crate::{cuda, expect_err, non_blocking, private_runtime, runtime};
 
 #[test]
 fn the_cpu_backend_says_it_has_no_foreign_streams() {

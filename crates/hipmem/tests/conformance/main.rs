@@ -24,7 +24,9 @@ macro_rules! assert_pending {
     }};
 }
 
+mod caller_context;
 mod copies;
+pub mod cuda;
 mod devices;
 mod errors;
 mod events;

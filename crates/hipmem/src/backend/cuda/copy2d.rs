@@ -176,7 +176,7 @@ impl CudaBackend {
         height: u64,
     ) -> Result<(DevicePtr, u64)> {
         let e = entries()?;
-        self.bound(device)?;
+        let _ctx = self.bound(device)?;
         let (w, h) = (usize_of(width, "width")?, usize_of(height, "height")?);
         let (mut ptr, mut pitch): (CUdeviceptr, usize) = (0, 0);
         // SAFETY: valid out-pointers; the device's context is current; an

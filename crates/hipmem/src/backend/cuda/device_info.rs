@@ -189,7 +189,7 @@ impl CudaBackend {
 
     pub(super) fn cuda_priority_range(&self, device: usize) -> Result<PriorityRange> {
         let e = entries()?;
-        self.bound(device)?;
+        let _ctx = self.bound(device)?;
         let (mut least, mut greatest): (c_int, c_int) = (0, 0);
         // SAFETY: valid out-pointers; the device's context is current.
         let r = unsafe { (e.priority_range)(&mut least, &mut greatest) };

@@ -298,6 +298,8 @@ pub struct Driver {
     pub cuDevicePrimaryCtxRetain: unsafe extern "C" fn(ctx: *mut CUcontext, dev: CUdevice) -> CUresult,
     /// `cuDevicePrimaryCtxRelease_v2`.
     pub cuDevicePrimaryCtxRelease_v2: unsafe extern "C" fn(dev: CUdevice) -> CUresult,
+    /// `cuCtxGetCurrent`.
+    pub cuCtxGetCurrent: unsafe extern "C" fn(ctx: *mut CUcontext) -> CUresult,
     /// `cuCtxSetCurrent`.
     pub cuCtxSetCurrent: unsafe extern "C" fn(ctx: CUcontext) -> CUresult,
     /// `cuCtxSynchronize_v2`, else `cuCtxSynchronize`.
@@ -539,6 +541,7 @@ fn resolve(lib: &Library, name: &'static str) -> Result<Driver> {
         cuDeviceGetAttribute: load!("cuDeviceGetAttribute"),
         cuDevicePrimaryCtxRetain: load!("cuDevicePrimaryCtxRetain"),
         cuDevicePrimaryCtxRelease_v2: load!("cuDevicePrimaryCtxRelease_v2"),
+        cuCtxGetCurrent: load!("cuCtxGetCurrent"),
         cuCtxSetCurrent: load!("cuCtxSetCurrent"),
         cuCtxSynchronize,
         cuMemGetInfo_v2: load!("cuMemGetInfo_v2"),

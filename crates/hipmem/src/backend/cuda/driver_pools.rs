@@ -41,7 +41,7 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_destroy(&self, pool: RawPool) -> Result<()> {
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         // SAFETY: a pool this backend created (checked above).
         let r = unsafe { (self.driver.cuMemPoolDestroy)(p) };
         self.check(r, || format!("cuMemPoolDestroy({:#x})", pool.handle))?;
@@ -50,7 +50,7 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_alloc_async(&self, pool: RawPool, size: u64, stream: RawStream) -> Result<DevicePtr> {
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         let t = self.target(stream)?;
         let bytes = Self::to_usize(size, "allocation size")?;
         let mut ptr: driver::CUdeviceptr = 0;
@@ -68,7 +68,7 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_set_attribute(&self, pool: RawPool, attr: i32, value: u64) -> Result<()> {
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         let r = if (1..=3).contains(&attr) {
             let mut v: i32 = (value != 0) as i32;
             // SAFETY: the reuse attributes take an int.
@@ -82,7 +82,7 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_get_attribute(&self, pool: RawPool, attr: i32) -> Result<u64> {
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         if (1..=3).contains(&attr) {
             let mut v: i32 = 0;
             // SAFETY: the reuse attributes return an int.
@@ -101,7 +101,7 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_trim_to(&self, pool: RawPool, keep: u64) -> Result<()> {
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         let keep_bytes = Self::to_usize(keep, "bytes to keep")?;
         // SAFETY: a live pool.
         let r = unsafe { (self.driver.cuMemPoolTrimTo)(p, keep_bytes) };
@@ -109,7 +109,7 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_set_access(&self, pool: RawPool, device: usize, flags: u32) -> Result<()> {
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         let dev = self.device(device)?;
         let desc = driver::CUmemAccessDesc {
             location: driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu },
@@ -121,7 +121,7 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_get_access(&self, pool: RawPool, device: usize) -> Result<u32> {
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         let dev = self.device(device)?;
         let mut location = driver::CUmemLocation { type_: driver::CU_MEM_LOCATION_TYPE_DEVICE, id: dev.cu };
         let mut flags: u32 = 0;
@@ -133,7 +133,7 @@ impl CudaBackend {
 
     pub(super) fn pool_export_fd(&self, pool: RawPool) -> Result<std::os::fd::OwnedFd> {
         let e = pool_ipc::entries()?;
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         let mut fd: std::ffi::c_int = -1;
         // SAFETY: a live pool; for the POSIX descriptor type the out-pointer is an int.
         let r = unsafe {
@@ -149,7 +149,7 @@ impl CudaBackend {
 
     pub(super) fn pool_import_fd(&self, fd: std::os::fd::BorrowedFd<'_>) -> Result<RawPool> {
         let e = pool_ipc::entries()?;
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
         let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
         // SAFETY: valid out-pointer; for the POSIX descriptor type the handle
@@ -177,7 +177,7 @@ impl CudaBackend {
 
     pub(super) fn pool_export_pointer(&self, ptr: DevicePtr) -> Result<[u8; 64]> {
         let e = pool_ipc::entries()?;
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         let mut data = pool_ipc::CUmemPoolPtrExportData { reserved: [0; 64] };
         // SAFETY: valid out-pointer; the driver validates the pointer.
         let r = unsafe { (e.export_pointer)(&mut data, ptr.0) };
@@ -187,7 +187,7 @@ impl CudaBackend {
 
     pub(super) fn pool_import_pointer(&self, pool: RawPool, data: &[u8; 64]) -> Result<DevicePtr> {
         let e = pool_ipc::entries()?;
-        let p = self.driver_pool(pool)?;
+        let (p, _ctx) = self.driver_pool(pool)?;
         let mut share = pool_ipc::CUmemPoolPtrExportData { reserved: *data };
         let mut ptr: driver::CUdeviceptr = 0;
         // SAFETY: valid pointers and a live (imported) pool; the driver validates the data.
@@ -198,7 +198,7 @@ impl CudaBackend {
 
     pub(super) fn pool_pointer_range(&self, ptr: DevicePtr) -> Result<u64> {
         let e = pool_ipc::entries()?;
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         let (mut base, mut size): (driver::CUdeviceptr, usize) = (0, 0);
         // SAFETY: valid out-pointers; the driver validates the pointer.
         let r = unsafe { (e.address_range)(&mut base, &mut size, ptr.0) };

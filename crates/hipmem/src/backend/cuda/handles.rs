@@ -1,11 +1,10 @@
 //! The driver objects the backend holds: handles that may cross threads,
-//! each device's primary context (made current per thread only when it
-//! changes), and the streams and events the backend created, destroyed once
+//! each device's primary context (made current for a call and the caller's
+//! given back after it), and the streams and events the backend created, destroyed once
 //! with their last reference.
 
-use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::{self, CUcontext, CUdevice, CUstream, Driver};
@@ -37,32 +36,54 @@ impl<T> fmt::Debug for Handle<T> {
     }
 }
 
-// ---- the current context, per thread --------------------------------------------------
+// ---- the current context, per call ---------------------------------------------------
 
-/// Bumped whenever a backend releases its contexts, which invalidates every
-/// thread's cache (a new backend may get the same context pointers back).
-pub(super) static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// (context pointer, generation) last made current on this thread by hipmem.
-    static CURRENT_CONTEXT: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+/// A context hipmem made current on the calling thread for one call. When
+/// it drops, the context that was current before (or none) is current
+/// again: the CUDA runtime, PyTorch and cuDNN keep working in the context
+/// they chose, whatever device hipmem's call was for.
+#[must_use = "the context stays current only while the guard lives"]
+pub(super) struct Bound {
+    driver: &'static Driver,
+    /// The caller's context, where hipmem replaced it (`None`: it was
+    /// already the one wanted, and nothing changes back).
+    restore: Option<CUcontext>,
 }
 
-/// The (context pointer, generation) hipmem last made current on this thread.
-pub(super) fn current_context() -> (usize, u64) {
-    CURRENT_CONTEXT.try_with(|c| c.get()).unwrap_or((0, 0))
+impl Drop for Bound {
+    fn drop(&mut self) {
+        let Some(previous) = self.restore else { return };
+        // SAFETY: `previous` was current on this thread when the guard was
+        // made (or null), so it is a live context the caller holds.
+        if let Err(e) = unsafe { result::ctx_set_current(self.driver, previous) } {
+            tracing::warn!(target: "hipmem", "giving the calling thread its context back failed: {e}");
+        }
+    }
 }
 
-/// Makes `ctx` current on the calling thread unless the cache says it is.
-pub(super) fn bind_context(d: &Driver, ctx: CUcontext) -> Result<()> {
-    let key = (ctx as usize, CONTEXT_GENERATION.load(Ordering::Acquire));
-    if CURRENT_CONTEXT.try_with(|c| c.get() == key).unwrap_or(false) {
-        return Ok(());
+/// Makes `ctx` current on the calling thread until the guard drops (one
+/// `cuCtxGetCurrent` where it already is; also a set and a set back where
+/// the caller had another or none).
+pub(super) fn bind_context(d: &'static Driver, ctx: CUcontext) -> Result<Bound> {
+    let current = result::ctx_get_current(d)?;
+    if current == ctx {
+        return Ok(Bound { driver: d, restore: None });
     }
     // SAFETY: `ctx` is a primary context retained by a live backend.
     unsafe { result::ctx_set_current(d, ctx) }?;
-    let _ = CURRENT_CONTEXT.try_with(|c| c.set(key));
-    Ok(())
+    Ok(Bound { driver: d, restore: Some(current) })
+}
+
+/// Some context current for a call that names no device (the caller's own,
+/// whatever it is, else `fallback()`'s until the guard drops).
+pub(super) fn bind_any_context(
+    d: &'static Driver,
+    fallback: impl FnOnce() -> Result<CUcontext>,
+) -> Result<Bound> {
+    if !result::ctx_get_current(d)?.is_null() {
+        return Ok(Bound { driver: d, restore: None });
+    }
+    bind_context(d, fallback()?)
 }
 
 // ---- devices, streams, events ---------------------------------------------------------
@@ -135,7 +156,7 @@ pub(super) struct StreamEntry {
 
 impl StreamEntry {
     pub(super) fn destroy_now(&self) -> Result<()> {
-        bind_context(self.driver, self.ctx.0)?;
+        let _ctx = bind_context(self.driver, self.ctx.0)?;
         // SAFETY: `raw` was created by cuStreamCreate and is destroyed only here,
         // once, when the last reference to the entry goes.
         let r = unsafe { (self.driver.cuStreamDestroy_v2)(self.raw.0) };
@@ -165,7 +186,7 @@ pub(super) struct EventEntry {
 
 impl EventEntry {
     pub(super) fn destroy_now(&self) -> Result<()> {
-        bind_context(self.driver, self.ctx.0)?;
+        let _ctx = bind_context(self.driver, self.ctx.0)?;
         // SAFETY: `raw` was created by cuEventCreate and is destroyed only here, once.
         let r = unsafe { (self.driver.cuEventDestroy_v2)(self.raw.0) };
         result::check(self.driver, r, || format!("cuEventDestroy_v2({:p})", self.raw.0))
@@ -203,9 +224,25 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A stream resolved for one call: its device and driver handle, kept alive
-/// until the call returns.
+/// until the call returns, with its device's context current until then.
 pub(super) struct Target<'a> {
     pub(super) dev: &'a Device,
     pub(super) raw: CUstream,
     pub(super) _entry: Option<Arc<StreamEntry>>,
+    pub(super) _ctx: Bound,
+}
+
+/// A device with its primary context current on the calling thread until
+/// this drops.
+#[must_use = "the device's context stays current only while this lives"]
+pub(super) struct OnDevice<'a> {
+    pub(super) dev: &'a Device,
+    pub(super) _ctx: Bound,
+}
+
+impl std::ops::Deref for OnDevice<'_> {
+    type Target = Device;
+    fn deref(&self) -> &Device {
+        self.dev
+    }
 }

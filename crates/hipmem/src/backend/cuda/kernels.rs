@@ -44,7 +44,7 @@ impl CudaBackend {
             return Ok(k);
         }
         let d = self.driver;
-        bind_context(d, dev.ctx(d)?.0)?;
+        let _ctx = bind_context(d, dev.ctx(d)?.0)?;
         let ptx = CString::new(KERNELS_PTX)
             .map_err(|_| Error::Unknown("kernels.ptx contains a NUL byte".into()))?;
         let module = result::module_load_ptx(d, &ptx, || {

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use super::CudaBackend;
 use super::driver::{self, CUdeviceptr, CUmemLocation, CUresult, CUstream};
+use super::handles::OnDevice;
 use super::result;
 use crate::backend::managed_memory::{
     Advice, AttachFlags, Location, ManagedMemory, ManagedStatistics, RangeAttribute,
@@ -82,9 +83,10 @@ fn location(l: Location) -> CUmemLocation {
 }
 
 impl CudaBackend {
-    /// Some context current for calls on `ptr` (its device's, else device 0's).
-    fn managed_context(&self, ptr: DevicePtr) -> Result<()> {
-        self.copy_device(ptr).map(|_| ())
+    /// Some context current for calls on `ptr` (its device's, else device
+    /// 0's) until the result drops.
+    fn managed_context(&self, ptr: DevicePtr) -> Result<OnDevice<'_>> {
+        self.copy_device(ptr)
     }
 
     fn size(len: u64, what: &str) -> Result<usize> {
@@ -95,7 +97,7 @@ impl CudaBackend {
 impl ManagedMemory for CudaBackend {
     fn allocate(&self, device: usize, size: u64, attach: AttachFlags) -> Result<DevicePtr> {
         let e = entries()?;
-        self.bound(device)?;
+        let _ctx = self.bound(device)?;
         if size == 0 {
             return Err(Error::InvalidValue("cannot allocate 0 bytes of managed memory".into()));
         }
@@ -112,7 +114,7 @@ impl ManagedMemory for CudaBackend {
     unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
         // No queued work of any device may touch the memory once it is freed.
         self.synchronize_all()?;
-        self.managed_context(ptr)?;
+        let _ctx = self.managed_context(ptr)?;
         // SAFETY: every device has drained; the caller frees `ptr` once and
         // uses no reference into it afterwards.
         unsafe { result::mem_free(self.driver, ptr.0, || format!("cuMemFree_v2({ptr}) of managed memory")) }
@@ -150,7 +152,7 @@ impl ManagedMemory for CudaBackend {
         if let Location::Device(d) = to {
             self.device(d)?;
         }
-        self.managed_context(ptr)?;
+        let _ctx = self.managed_context(ptr)?;
         let count = Self::size(len, "hipMemAdvise")?;
         // SAFETY: plain values; the driver validates the range.
         let r = unsafe { (e.advise)(ptr.0, count, advice.raw(), location(to)) };
@@ -172,7 +174,7 @@ impl ManagedMemory for CudaBackend {
             RangeAttribute::AccessedBy => out,
             _ => &mut out[..1],
         };
-        self.managed_context(ptr)?;
+        let _ctx = self.managed_context(ptr)?;
         let count = Self::size(len, "hipMemRangeGetAttribute")?;
         let bytes = std::mem::size_of_val(out);
         // SAFETY: `out` is a live, exclusively borrowed buffer of `bytes`

@@ -18,11 +18,16 @@
 //!
 //! Contexts: a device's primary context is retained on first use (a process
 //! that works on one GPU of several makes no context on the others, as the
-//! CUDA runtime does), and every call that needs one makes it current on
-//! the calling thread. The context last made current by hipmem is
-//! cached in a thread-local, so the common case makes no driver call; code
-//! that changes the current context behind hipmem's back on the same thread
-//! (without going through hipmem) is not noticed.
+//! CUDA runtime does). Every call that needs one asks the driver which
+//! context is current on the calling thread (`cuCtxGetCurrent`), makes its
+//! own current where it differs, and makes the caller's current again when
+//! the call returns (`handles::Bound`). So hipmem sees a context that the
+//! CUDA runtime, PyTorch or cuDNN made current on the same thread, and
+//! leaves every thread in the context it found: a call for device 1 from a
+//! thread working on device 0 does not move that thread's later CUDA runtime
+//! calls to device 1. Calls that name no device (reservations, unmaps,
+//! page-locked memory, pointer queries) run in the caller's context where it
+//! has one, and make no context for a device the process does not use.
 
 mod copy2d;
 mod device_info;
@@ -47,7 +52,8 @@ use std::time::Duration;
 
 use driver::Driver;
 use handles::{
-    CONTEXT_GENERATION, Device, EventEntry, Handle, StreamEntry, Target, bind_context, destroy_entry, lock,
+    Bound, Device, EventEntry, Handle, OnDevice, StreamEntry, Target, bind_any_context, bind_context,
+    destroy_entry, lock,
 };
 pub use kernels::{KERNEL_NAMES, KERNELS_PTX};
 
@@ -133,11 +139,22 @@ impl CudaBackend {
         })
     }
 
-    /// The device, with its primary context current on this thread.
-    fn bound(&self, device: usize) -> Result<&Device> {
+    /// The device, with its primary context current on this thread until
+    /// the result drops.
+    fn bound(&self, device: usize) -> Result<OnDevice<'_>> {
         let dev = self.device(device)?;
-        bind_context(self.driver, dev.ctx(self.driver)?.0)?;
-        Ok(dev)
+        let ctx = bind_context(self.driver, dev.ctx(self.driver)?.0)?;
+        Ok(OnDevice { dev, _ctx: ctx })
+    }
+
+    /// Some context current for a call that names no device: the caller's
+    /// own where it has one, else one hipmem already retained (device 0's
+    /// where none is), until the result drops.
+    fn any_bound(&self) -> Result<Bound> {
+        bind_any_context(self.driver, || match self.devices.iter().find_map(|d| d.retained_ctx()) {
+            Some(c) => Ok(c.0),
+            None => Ok(self.device(0)?.ctx(self.driver)?.0),
+        })
     }
 
     fn check(&self, code: driver::CUresult, what: impl FnOnce() -> String) -> Result<()> {
@@ -145,16 +162,16 @@ impl CudaBackend {
     }
 
     /// A driver pool this backend knows (created or a device's default),
-    /// with its device's context made current.
-    fn driver_pool(&self, pool: RawPool) -> Result<driver::CUmemoryPool> {
+    /// with its device's context current until the guard drops.
+    fn driver_pool(&self, pool: RawPool) -> Result<(driver::CUmemoryPool, OnDevice<'_>)> {
         if !lock(&self.driver_pools).contains(&pool.handle) {
             return Err(Error::InvalidValue(format!(
                 "driver memory pool {:#x} does not exist or was destroyed",
                 pool.handle
             )));
         }
-        self.bound(pool.device)?;
-        Ok(pool.handle as driver::CUmemoryPool)
+        let on = self.bound(pool.device)?;
+        Ok((pool.handle as driver::CUmemoryPool, on))
     }
 
     /// Resolves `stream` and makes its device's context current.
@@ -216,8 +233,8 @@ impl CudaBackend {
                 }
             }
         };
-        bind_context(self.driver, dev.ctx(self.driver)?.0)?;
-        Ok(Target { dev, raw, _entry: entry })
+        let ctx = bind_context(self.driver, dev.ctx(self.driver)?.0)?;
+        Ok(Target { dev, raw, _entry: entry, _ctx: ctx })
     }
 
     fn event(&self, event: RawEvent) -> Result<Arc<EventEntry>> {
@@ -234,34 +251,23 @@ impl CudaBackend {
     /// The device that owns `ptr`, as the driver knows it; `None` where the
     /// driver does not know the address.
     fn device_of(&self, ptr: DevicePtr) -> Option<&Device> {
-        // cuPointerGetAttribute wants some context current on the thread: keep
-        // one of ours that already is, else make device 0's current.
-        let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
-        let (current, cached_generation) = handles::current_context();
-        let ours = cached_generation == generation
-            && self.devices.iter().any(|d| d.retained_ctx().is_some_and(|c| c.0 as usize == current));
-        if !ours {
-            // A context already retained, else device 0's (none is made for
-            // another device just to ask).
-            let ctx = match self.devices.iter().find_map(|d| d.retained_ctx()) {
-                Some(c) => c,
-                None => self.devices.first()?.ctx(self.driver).ok()?,
-            };
-            bind_context(self.driver, ctx.0).ok()?;
-        }
+        // cuPointerGetAttribute wants some context current on the thread: the
+        // caller's own, else one already retained (device 0's where none is;
+        // none is made for another device just to ask).
+        let _ctx = self.any_bound().ok()?;
         let ordinal = result::pointer_device_ordinal(self.driver, ptr.0).ok()?;
         self.devices.iter().find(|d| d.cu == ordinal)
     }
 
     /// The device whose context a synchronous copy runs in: the owner of the
     /// device-side address, else device 0 (the driver then validates it).
-    fn copy_device(&self, ptr: DevicePtr) -> Result<&Device> {
+    fn copy_device(&self, ptr: DevicePtr) -> Result<OnDevice<'_>> {
         let dev = match self.device_of(ptr) {
             Some(dev) => dev,
             None => self.device(0)?,
         };
-        bind_context(self.driver, dev.ctx(self.driver)?.0)?;
-        Ok(dev)
+        let ctx = bind_context(self.driver, dev.ctx(self.driver)?.0)?;
+        Ok(OnDevice { dev, _ctx: ctx })
     }
 
     /// Waits until every device has run all the work queued on it.
@@ -276,7 +282,7 @@ impl CudaBackend {
     /// retained has none of hipmem's (and no context is made for it).
     fn synchronize(&self, dev: &Device) -> Result<()> {
         let Some(ctx) = dev.retained_ctx() else { return Ok(()) };
-        bind_context(self.driver, ctx.0)?;
+        let _ctx = bind_context(self.driver, ctx.0)?;
         // SAFETY: the primary context is retained by `self` and current on this thread.
         unsafe {
             result::ctx_synchronize(self.driver, ctx.0, || {
@@ -305,7 +311,7 @@ impl Drop for CudaBackend {
         for dev in &self.devices {
             let Some(ctx) = dev.retained_ctx() else { continue };
             if let Some(k) = dev.kernels.get() {
-                if bind_context(d, ctx.0).is_ok() {
+                if let Ok(_ctx) = bind_context(d, ctx.0) {
                     // SAFETY: the module was loaded in this context; no launch can
                     // follow, as the backend is being dropped.
                     let r = unsafe { (d.cuModuleUnload)(k.module.0) };
@@ -319,7 +325,6 @@ impl Drop for CudaBackend {
                 tracing::warn!(target: "hipmem", "releasing the primary context failed in Drop: {e}");
             }
         }
-        CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -398,7 +403,7 @@ impl Backend for CudaBackend {
     }
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo> {
-        self.bound(device)?;
+        let _ctx = self.bound(device)?;
         let (free, total) =
             result::mem_get_info(self.driver).map_err(|e| e.context(format_args!("device {device}")))?;
         Ok(MemInfo { free, total })
@@ -410,7 +415,7 @@ impl Backend for CudaBackend {
     }
 
     fn mem_alloc(&self, device: usize, size: u64) -> Result<DevicePtr> {
-        self.bound(device)?;
+        let _ctx = self.bound(device)?;
         if size == 0 {
             return Err(Error::InvalidValue("cannot allocate 0 bytes".into()));
         }
@@ -438,7 +443,7 @@ impl Backend for CudaBackend {
             }
         }
         // No queued work of the device may touch the memory once it is freed.
-        self.synchronize(dev)?;
+        self.synchronize(&dev)?;
         // SAFETY: the device's work has drained (above).
         unsafe { result::mem_free(self.driver, ptr.0, || format!("cuMemFree_v2({ptr}) on device {device}")) }
     }
@@ -747,7 +752,7 @@ impl Backend for CudaBackend {
 
     fn event_query(&self, event: RawEvent) -> Result<bool> {
         let e = self.event(event)?;
-        bind_context(self.driver, e.ctx.0)?;
+        let _ctx = bind_context(self.driver, e.ctx.0)?;
         // SAFETY: live event (held for the call).
         let r = unsafe { (self.driver.cuEventQuery)(e.raw.0) };
         result::check_ready(self.driver, r, || format!("cuEventQuery({:#x})", event.handle))
@@ -755,7 +760,7 @@ impl Backend for CudaBackend {
 
     fn event_synchronize(&self, event: RawEvent) -> Result<()> {
         let e = self.event(event)?;
-        bind_context(self.driver, e.ctx.0)?;
+        let _ctx = bind_context(self.driver, e.ctx.0)?;
         // SAFETY: live event (held for the call).
         let r = unsafe { (self.driver.cuEventSynchronize)(e.raw.0) };
         self.check(r, || format!("cuEventSynchronize({:#x})", event.handle))
@@ -763,7 +768,7 @@ impl Backend for CudaBackend {
 
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32> {
         let (s, e) = (self.event(start)?, self.event(end)?);
-        bind_context(self.driver, s.ctx.0)?;
+        let _ctx = bind_context(self.driver, s.ctx.0)?;
         let mut ms = 0f32;
         // SAFETY: live events (held for the call); `ms` is a valid out-pointer.
         let r = unsafe { (self.driver.cuEventElapsedTime)(&mut ms, s.raw.0, e.raw.0) };

@@ -76,7 +76,7 @@ impl PageLockedMemory for CudaBackend {
             .ok()
             .filter(|&l| l > 0 && l <= isize::MAX as usize)
             .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes of page-locked memory can never fit")))?;
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         let mut bits = CU_MEMHOSTALLOC_PORTABLE;
         if flags.mapped {
             bits |= CU_MEMHOSTALLOC_DEVICEMAP;
@@ -126,7 +126,7 @@ impl PageLockedMemory for CudaBackend {
             RANGES.restore(host, entry);
             return Err(err);
         }
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         // SAFETY: `host` came from cuMemHostAlloc and is freed once (the entry
         // is gone); the caller promises no reference into it is used after.
         let r = unsafe { (e.free)(host as *mut c_void) };
@@ -139,7 +139,7 @@ impl PageLockedMemory for CudaBackend {
         let mut table = RANGES.lock();
         PageLockedRanges::check_registrable(&table, addr, len)?;
         let size = usize::try_from(len).map_err(|_| Error::InvalidValue(format!("{len} bytes")))?;
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         let mut bits = CU_MEMHOSTREGISTER_PORTABLE;
         if flags.mapped {
             bits |= CU_MEMHOSTREGISTER_DEVICEMAP;
@@ -174,7 +174,7 @@ impl PageLockedMemory for CudaBackend {
             RANGES.restore(addr, entry);
             return Err(err);
         }
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         // SAFETY: `addr` was registered by this backend and is unregistered once.
         let r = unsafe { (e.unregister)(addr as *mut c_void) };
         self.check(r, || format!("cuMemHostUnregister({addr:#x})"))
@@ -183,7 +183,7 @@ impl PageLockedMemory for CudaBackend {
     fn device_pointer(&self, host: u64) -> Result<DevicePtr> {
         let e = entries()?;
         RANGES.check_mapped(self.owner_id(), host)?;
-        self.bound(0)?;
+        let _ctx = self.any_bound()?;
         let mut d: CUdeviceptr = 0;
         // SAFETY: `host` lies in mapped page-locked memory of this backend.
         let r = unsafe { (e.device_pointer)(&mut d, host as *mut c_void, 0) };

@@ -117,7 +117,7 @@ impl PeerAccess for CudaBackend {
             )));
         }
         let peer_ctx = self.device(peer)?.ctx(self.driver)?.0;
-        self.bound(device)?;
+        let _ctx = self.bound(device)?;
         // SAFETY: `peer_ctx` is a primary context retained by this backend;
         // the device's own context is current; flags must be 0.
         let r = unsafe { (e.enable)(peer_ctx, 0) };
@@ -142,7 +142,7 @@ impl PeerAccess for CudaBackend {
         let e = entries()?;
         self.peer_pair(device, peer)?;
         let peer_ctx = self.device(peer)?.ctx(self.driver)?.0;
-        self.bound(device)?;
+        let _ctx = self.bound(device)?;
         // SAFETY: as in enable_peer_access.
         let r = unsafe { (e.disable)(peer_ctx) };
         let what = || format!("cuCtxDisablePeerAccess(device {device} -> device {peer})");
@@ -208,7 +208,7 @@ impl PeerAccess for CudaBackend {
             return Ok(());
         }
         let bytes = Self::to_usize(size, "copy size")?;
-        self.bound(dst_device)?;
+        let _ctx = self.bound(dst_device)?;
         // SAFETY: device addresses only (validated by the driver); both
         // contexts are retained by this backend.
         let r = unsafe { (e.copy)(dst.0, dst_ctx, src.0, src_ctx, bytes) };

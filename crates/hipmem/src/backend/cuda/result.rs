@@ -179,6 +179,15 @@ pub unsafe fn primary_ctx_release(d: &Driver, dev: CUdevice) -> Result<()> {
     check(d, r, || format!("cuDevicePrimaryCtxRelease_v2(device {dev})"))
 }
 
+/// `cuCtxGetCurrent`: the calling thread's current context (null: none).
+pub fn ctx_get_current(d: &Driver) -> Result<CUcontext> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: `ctx` is a valid out-pointer.
+    let r = unsafe { (d.cuCtxGetCurrent)(&mut ctx) };
+    check(d, r, || "cuCtxGetCurrent".into())?;
+    Ok(ctx)
+}
+
 /// `cuCtxSetCurrent`.
 ///
 /// # Safety

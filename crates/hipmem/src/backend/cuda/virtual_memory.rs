@@ -220,11 +220,6 @@ impl CudaBackend {
         VMM.get_or_init(load).as_ref().map_err(|e| e.clone())
     }
 
-    /// Some device's context made current (for calls that name no device).
-    fn any_bound(&self) -> Result<()> {
-        self.bound(0).map(|_| ())
-    }
-
     fn ordinal_of(&self, cu: c_int) -> usize {
         self.devices.iter().position(|d| d.cu == cu).unwrap_or(cu.max(0) as usize)
     }
@@ -279,7 +274,7 @@ impl CudaBackend {
         if pieces.is_empty() {
             return Ok(());
         }
-        self.any_bound()?;
+        let _ctx = self.any_bound()?;
         let mut first = Ok(());
         for p in pieces {
             let handle = p.handle;
@@ -389,7 +384,7 @@ impl VirtualMemory for CudaBackend {
 
     fn address_reserve(&self, size: u64, alignment: u64, hint: DevicePtr) -> Result<DevicePtr> {
         let v = self.vmm()?;
-        self.any_bound()?;
+        let _ctx = self.any_bound()?;
         let mut ptr: CUdeviceptr = 0;
         let len = Self::usize_of(size, "cuMemAddressReserve size")?;
         let align = Self::usize_of(alignment, "cuMemAddressReserve alignment")?;
@@ -401,7 +396,7 @@ impl VirtualMemory for CudaBackend {
 
     fn address_free(&self, ptr: DevicePtr, size: u64) -> Result<()> {
         let v = self.vmm()?;
-        self.any_bound()?;
+        let _ctx = self.any_bound()?;
         let len = Self::usize_of(size, "cuMemAddressFree size")?;
         // SAFETY: plain numbers; the driver validates the range.
         let r = unsafe { (v.cuMemAddressFree)(ptr.0, len) };
@@ -463,7 +458,7 @@ impl VirtualMemory for CudaBackend {
                 if phys.size == 0 { "imported".to_string() } else { format!("{} bytes", phys.size) },
             )));
         };
-        self.bound(phys.device)?;
+        let _ctx = self.bound(phys.device)?;
         let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(segments.len());
         let mut at = ptr.0;
         for s in segments {
@@ -517,7 +512,7 @@ impl VirtualMemory for CudaBackend {
                 "{size} bytes at {ptr} are not exactly a run of whole mappings"
             )));
         }
-        self.any_bound()?;
+        let _ctx = self.any_bound()?;
         // Out of the table while the driver unmaps them (the table unlocked:
         // an unmap may wait for the device's queued work, and other threads'
         // calls go on meanwhile); their physical allocations stay counted as
@@ -620,7 +615,7 @@ impl VirtualMemory for CudaBackend {
                 )));
             }
         };
-        self.bound(p.device)?;
+        let _ctx = self.bound(p.device)?;
         let mut fd: c_int = -1;
         // SAFETY: for CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR the driver
         // writes an int through the pointer; the handle is one this backend
@@ -649,7 +644,7 @@ impl VirtualMemory for CudaBackend {
 
     fn import_from_fd(&self, fd: BorrowedFd<'_>) -> Result<u64> {
         let v = self.vmm()?;
-        self.any_bound()?;
+        let _ctx = self.any_bound()?;
         let mut handle: Handle = 0;
         // SAFETY: for POSIX descriptors the driver takes the descriptor's
         // value cast to a pointer, and does not take ownership of it.

@@ -24,7 +24,7 @@ impl HipBackend {
         let Some(p) = self.pitched() else {
             return copy2d::mem_alloc_pitch_padded(self, device, width, height);
         };
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let (w, h) = (to_usize(width, "width")?, to_usize(height, "height")?);
         let (mut dptr, mut pitch): (*mut c_void, usize) = (std::ptr::null_mut(), 0);
         // SAFETY: valid out-pointers; the device is current.

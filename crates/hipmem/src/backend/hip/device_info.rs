@@ -234,7 +234,7 @@ impl HipBackend {
         let Some(p) = self.priorities() else {
             return Ok(PriorityRange::NONE);
         };
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let (mut least, mut greatest): (c_int, c_int) = (0, 0);
         // SAFETY: valid out-pointers; the device is current.
         let r = unsafe { (p.hipDeviceGetStreamPriorityRange)(&mut least, &mut greatest) };
@@ -258,7 +258,7 @@ impl HipBackend {
                 self.api.library
             )));
         };
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let bits = if flags.non_blocking { sys::hipStreamNonBlocking } else { sys::hipStreamDefault };
         let mut s: hipStream_t = std::ptr::null_mut();
         // SAFETY: `s` is a valid out-pointer; the device is current.

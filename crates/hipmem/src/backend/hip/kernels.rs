@@ -57,10 +57,13 @@ impl Staging {
     pub(super) fn release_all(&self, backend: &HipBackend) {
         let api = backend.api;
         for b in lock(&self.blocks).drain(..) {
-            if let Err(e) = set_device(api, b.device) {
-                tracing::warn!(target: "hipmem", "releasing an iota staging block: {e}");
-                continue;
-            }
+            let _device = match set_device(api, b.device) {
+                Ok(on) => on,
+                Err(e) => {
+                    tracing::warn!(target: "hipmem", "releasing an iota staging block: {e}");
+                    continue;
+                }
+            };
             // SAFETY: the event was created by this backend and is destroyed once, here.
             let r = unsafe { (api.core.hipEventDestroy)(b.event as usize as hipEvent_t) };
             if let Err(e) = backend.check(r, || format!("hipEventDestroy({:#x}) of a staging block", b.event))

@@ -41,7 +41,7 @@ impl HipBackend {
 impl ManagedMemory for HipBackend {
     fn allocate(&self, device: usize, size: u64, attach: AttachFlags) -> Result<DevicePtr> {
         let m = self.managed()?;
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         if size == 0 {
             return Err(Error::InvalidValue("cannot allocate 0 bytes of managed memory".into()));
         }

@@ -9,7 +9,9 @@
 //!   messages that name the call and the runtime's text;
 //! - this module: [`HipBackend`]. HIP is a runtime API with a current
 //!   device per thread instead of contexts: every call that depends on the
-//!   device makes it current first (`hipSetDevice`, cached per thread).
+//!   device makes it current for the call (`hipGetDevice`, and
+//!   `hipSetDevice` where it differs) and makes the caller's device current
+//!   again when the call returns.
 //!
 //! Capabilities follow the entry points: the core group (devices, memory,
 //! copies, memsets, streams, events, host functions, `hipHostMalloc`) must
@@ -48,7 +50,6 @@ mod result;
 mod sys;
 mod virtual_memory;
 
-use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;
@@ -104,11 +105,6 @@ pub fn open() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(HipBackend::new()?))
 }
 
-thread_local! {
-    /// The device this backend last made current on this thread.
-    static CURRENT_DEVICE: Cell<c_int> = const { Cell::new(-1) };
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -133,7 +129,7 @@ struct StreamEntry {
 
 impl StreamEntry {
     fn destroy_now(&self) -> Result<()> {
-        set_device(self.api, self.device)?;
+        let _device = set_device(self.api, self.device)?;
         // SAFETY: `raw` came from hipStreamCreateWithFlags and is destroyed
         // only here, once, when the last reference to the entry goes.
         let r = unsafe { (self.api.core.hipStreamDestroy)(self.raw as usize as hipStream_t) };
@@ -163,7 +159,7 @@ impl EventEntry {
     }
 
     fn destroy_now(&self) -> Result<()> {
-        set_device(self.api, self.device)?;
+        let _device = set_device(self.api, self.device)?;
         // SAFETY: `raw` came from hipEventCreateWithFlags and is destroyed only here, once.
         let r = unsafe { (self.api.core.hipEventDestroy)(self.handle()) };
         result::check(self.api, r, || format!("hipEventDestroy({:#x})", self.raw))
@@ -195,19 +191,47 @@ fn destroy_entry<T>(entry: Arc<T>, destroy_now: impl FnOnce(&T) -> Result<()>) -
     }
 }
 
-/// Makes `device` the calling thread's current device, unless this backend
-/// already did on this thread.
-fn set_device(api: &Api, device: usize) -> Result<()> {
+/// A device hipmem made current on the calling thread for one call. When it
+/// drops, the thread's device before the call is current again, so the
+/// caller's own HIP calls keep the device it chose.
+#[must_use = "the device stays current only while the guard lives"]
+struct OnDevice {
+    api: &'static Api,
+    /// The caller's device, where hipmem changed it (`None`: it was already
+    /// the one wanted).
+    restore: Option<c_int>,
+}
+
+impl Drop for OnDevice {
+    fn drop(&mut self) {
+        let Some(previous) = self.restore else { return };
+        // SAFETY: plain value, the device that was current before the call.
+        let r = unsafe { (self.api.core.hipSetDevice)(previous) };
+        if let Err(e) = result::check(self.api, r, || {
+            format!("hipSetDevice({previous}) giving the caller its device back")
+        }) {
+            tracing::warn!(target: "hipmem", "{e}");
+        }
+    }
+}
+
+/// Makes `device` the calling thread's current device until the guard drops
+/// (one `hipGetDevice` where it already is; also a set and a set back where
+/// the caller had another).
+fn set_device(api: &'static Api, device: usize) -> Result<OnDevice> {
     let ordinal = c_int::try_from(device)
         .map_err(|_| Error::InvalidDevice(format!("device {device} is not a HIP device ordinal")))?;
-    if CURRENT_DEVICE.try_with(|c| c.get() == ordinal).unwrap_or(false) {
-        return Ok(());
+    let mut current: c_int = -1;
+    // SAFETY: `current` is a valid out-pointer.
+    let r = unsafe { (api.core.hipGetDevice)(&mut current) };
+    result::check(api, r, || "hipGetDevice".into())?;
+    if current == ordinal {
+        return Ok(OnDevice { api, restore: None });
     }
     // SAFETY: plain value; the runtime validates the ordinal.
     let r = unsafe { (api.core.hipSetDevice)(ordinal) };
     result::check(api, r, || format!("hipSetDevice({device})"))?;
-    let _ = CURRENT_DEVICE.try_with(|c| c.set(ordinal));
-    Ok(())
+    Ok(OnDevice { api, restore: Some(current) })
 }
 
 /// A stream resolved for one call: its device and runtime handle, kept
@@ -216,6 +240,7 @@ struct Target {
     device: usize,
     raw: hipStream_t,
     _entry: Option<Arc<StreamEntry>>,
+    _device: OnDevice,
 }
 
 /// What is known about one device.
@@ -336,11 +361,10 @@ impl HipBackend {
         })
     }
 
-    /// The device, made current on this thread.
-    fn bound(&self, device: usize) -> Result<&Device> {
-        let dev = self.device(device)?;
-        set_device(self.api, device)?;
-        Ok(dev)
+    /// The device, made current on this thread until the result drops.
+    fn bound(&self, device: usize) -> Result<OnDevice> {
+        self.device(device)?;
+        set_device(self.api, device)
     }
 
     /// Resolves `stream` and makes its device current.
@@ -366,8 +390,8 @@ impl HipBackend {
                 }
             }
         };
-        set_device(self.api, stream.device)?;
-        Ok(Target { device: stream.device, raw, _entry: entry })
+        let on = set_device(self.api, stream.device)?;
+        Ok(Target { device: stream.device, raw, _entry: entry, _device: on })
     }
 
     fn event(&self, event: RawEvent) -> Result<Arc<EventEntry>> {
@@ -407,13 +431,13 @@ impl HipBackend {
     /// address, else device 0, where the runtime then validates it), made current.
     fn copy_device(&self, p: DevicePtr) -> Result<usize> {
         let device = self.owner_of(p).unwrap_or(0);
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         Ok(device)
     }
 
     /// Waits until device `device` has run all the work queued on it.
     fn synchronize(&self, device: usize) -> Result<()> {
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         // SAFETY: no arguments; the device is current on this thread.
         let r = unsafe { (self.api.core.hipDeviceSynchronize)() };
         self.check(r, || format!("hipDeviceSynchronize on device {device}"))
@@ -657,7 +681,7 @@ impl Backend for HipBackend {
     }
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo> {
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: both are valid out-pointers; the device is current.
         let r = unsafe { (self.api.core.hipMemGetInfo)(&mut free, &mut total) };
@@ -671,7 +695,7 @@ impl Backend for HipBackend {
     }
 
     fn mem_alloc(&self, device: usize, size: u64) -> Result<DevicePtr> {
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         if size == 0 {
             return Err(Error::InvalidValue("cannot allocate 0 bytes".into()));
         }
@@ -818,7 +842,7 @@ impl Backend for HipBackend {
     }
 
     fn stream_create(&self, device: usize, flags: StreamFlags) -> Result<RawStream> {
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let bits = if flags.non_blocking { sys::hipStreamNonBlocking } else { sys::hipStreamDefault };
         let mut s: hipStream_t = std::ptr::null_mut();
         // SAFETY: `s` is a valid out-pointer; the device is current.
@@ -887,7 +911,7 @@ impl Backend for HipBackend {
     }
 
     fn event_create(&self, device: usize, flags: EventFlags) -> Result<RawEvent> {
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let mut bits = sys::hipEventDefault;
         if flags.blocking_sync {
             bits |= sys::hipEventBlockingSync;
@@ -944,7 +968,7 @@ impl Backend for HipBackend {
 
     fn event_query(&self, event: RawEvent) -> Result<bool> {
         let e = self.event(event)?;
-        set_device(self.api, e.device)?;
+        let _device = set_device(self.api, e.device)?;
         // SAFETY: a live event (held for the call).
         let r = unsafe { (self.api.core.hipEventQuery)(e.handle()) };
         result::check_ready(self.api, r, || format!("hipEventQuery({:#x})", event.handle))
@@ -952,7 +976,7 @@ impl Backend for HipBackend {
 
     fn event_synchronize(&self, event: RawEvent) -> Result<()> {
         let e = self.event(event)?;
-        set_device(self.api, e.device)?;
+        let _device = set_device(self.api, e.device)?;
         // SAFETY: a live event (held for the call).
         let r = unsafe { (self.api.core.hipEventSynchronize)(e.handle()) };
         self.check(r, || format!("hipEventSynchronize({:#x})", event.handle))
@@ -960,7 +984,7 @@ impl Backend for HipBackend {
 
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32> {
         let (s, e) = (self.event(start)?, self.event(end)?);
-        set_device(self.api, s.device)?;
+        let _device = set_device(self.api, s.device)?;
         let mut ms = 0f32;
         // SAFETY: live events (held for the call); `ms` is a valid out-pointer.
         let r = unsafe { (self.api.core.hipEventElapsedTime)(&mut ms, s.handle(), e.handle()) };

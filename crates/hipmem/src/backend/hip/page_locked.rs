@@ -52,7 +52,7 @@ impl PageLockedMemory for HipBackend {
             .ok()
             .filter(|&l| l > 0 && l <= isize::MAX as usize)
             .ok_or_else(|| Error::OutOfMemory(format!("{size} bytes of page-locked memory can never fit")))?;
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         let mut bits = sys::hipHostMallocPortable;
         if flags.mapped {
             bits |= sys::hipHostMallocMapped;
@@ -112,7 +112,7 @@ impl PageLockedMemory for HipBackend {
         let mut table = RANGES.lock();
         PageLockedRanges::check_registrable(&table, addr, len)?;
         let size = usize::try_from(len).map_err(|_| Error::InvalidValue(format!("{len} bytes")))?;
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         let mut bits = sys::hipHostRegisterPortable;
         if flags.mapped {
             bits |= sys::hipHostRegisterMapped;
@@ -153,7 +153,7 @@ impl PageLockedMemory for HipBackend {
 
     fn device_pointer(&self, host: u64) -> Result<DevicePtr> {
         RANGES.check_mapped(self.owner_id(), host)?;
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         self.mapped_pointer(host)
     }
 

@@ -76,7 +76,7 @@ impl PeerAccess for HipBackend {
                 "device {device} cannot access device {peer} directly (hipDeviceCanAccessPeer says no)"
             )));
         }
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         // SAFETY: plain values (flags must be 0); `device` is current.
         let r = unsafe { (p.hipDeviceEnablePeerAccess)(peer as c_int, 0) };
         let what = || format!("hipDeviceEnablePeerAccess(device {device} -> device {peer})");
@@ -92,7 +92,7 @@ impl PeerAccess for HipBackend {
     fn disable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
         let p = self.peer()?;
         self.peer_pair(device, peer)?;
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         // SAFETY: a plain value; `device` is current.
         let r = unsafe { (p.hipDeviceDisablePeerAccess)(peer as c_int) };
         let what = || format!("hipDeviceDisablePeerAccess(device {device} -> device {peer})");
@@ -163,7 +163,7 @@ impl PeerAccess for HipBackend {
             return Ok(());
         }
         let bytes = to_usize(size, "copy size")?;
-        self.bound(dst_device)?;
+        let _device = self.bound(dst_device)?;
         // SAFETY: device addresses only (validated by the runtime).
         let r = unsafe {
             (p.hipMemcpyPeer)(

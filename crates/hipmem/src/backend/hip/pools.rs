@@ -47,13 +47,13 @@ impl HipBackend {
                 pool.handle
             )));
         }
-        self.bound(pool.device)?;
+        let _device = self.bound(pool.device)?;
         Ok(pool.handle as usize as hipMemPool_t)
     }
 
     pub(super) fn pool_default(&self, device: usize) -> Result<RawPool> {
         let p = self.pools()?;
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let mut pool: hipMemPool_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the runtime validates the device.
         let r = unsafe { (p.hipDeviceGetDefaultMemPool)(&mut pool, device as c_int) };
@@ -64,7 +64,7 @@ impl HipBackend {
 
     pub(super) fn pool_create(&self, device: usize, handle_types: u32, max_size: u64) -> Result<RawPool> {
         let p = self.pools()?;
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         if max_size != 0 && !self.pool_max_size_known() {
             return Err(Error::NotSupported(format!(
                 "a pool size limit needs hipMemPoolProps::maxSize, which HIP has since ROCm 6.2 (this runtime is {})",
@@ -210,7 +210,7 @@ impl HipBackend {
 
     pub(super) fn pool_import_fd(&self, fd: BorrowedFd<'_>) -> Result<RawPool> {
         let ipc = self.pool_ipc()?;
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         let mut pool: hipMemPool_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer; for the POSIX descriptor type the handle
         // argument is the descriptor's value, which the caller keeps open.
@@ -234,7 +234,7 @@ impl HipBackend {
     pub(super) fn pool_export_pointer(&self, p: DevicePtr) -> Result<[u8; 64]> {
         let ipc = self.pool_ipc()?;
         let device = self.owner_of(p).unwrap_or(0);
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let mut data = sys::hipMemPoolPtrExportData { reserved: [0; 64] };
         // SAFETY: valid out-pointer; the runtime validates the pointer.
         let r = unsafe { (ipc.hipMemPoolExportPointer)(&mut data, ptr(p)) };
@@ -258,7 +258,7 @@ impl HipBackend {
             Error::NotSupported(format!("the HIP library {} has no hipMemGetAddressRange", self.api.library))
         })?;
         let device = self.owner_of(p).unwrap_or(0);
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let (mut base, mut size): (*mut c_void, usize) = (std::ptr::null_mut(), 0);
         // SAFETY: valid out-pointers; the runtime validates the pointer.
         let r = unsafe { f(&mut base, &mut size, ptr(p)) };

@@ -489,6 +489,7 @@ pub struct Core {
     pub hipInit: unsafe extern "C" fn(flags: c_uint) -> hipError_t,
     pub hipGetDeviceCount: unsafe extern "C" fn(count: *mut c_int) -> hipError_t,
     pub hipSetDevice: unsafe extern "C" fn(device: c_int) -> hipError_t,
+    pub hipGetDevice: unsafe extern "C" fn(device: *mut c_int) -> hipError_t,
     pub hipDeviceGetAttribute:
         unsafe extern "C" fn(value: *mut c_int, attr: hipDeviceAttribute_t, device: c_int) -> hipError_t,
     pub hipDeviceSynchronize: unsafe extern "C" fn() -> hipError_t,
@@ -964,6 +965,7 @@ fn resolve(lib: &Library, name: &str) -> Result<Api> {
         hipInit: req!("hipInit"),
         hipGetDeviceCount: req!("hipGetDeviceCount"),
         hipSetDevice: req!("hipSetDevice"),
+        hipGetDevice: req!("hipGetDevice"),
         hipDeviceGetAttribute: req!("hipDeviceGetAttribute"),
         hipDeviceSynchronize: req!("hipDeviceSynchronize"),
         hipMemGetInfo: req!("hipMemGetInfo"),

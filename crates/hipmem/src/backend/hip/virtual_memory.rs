@@ -212,7 +212,7 @@ impl HipBackend {
         piece: u64,
         handle_types: u32,
     ) -> Result<Vec<Piece>> {
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let prop = sys::hipMemAllocationProp::pinned_on_device(device as c_int, handle_types as c_int);
         let mut pieces = Vec::new();
         for (offset, len) in tiling(size, piece) {
@@ -347,7 +347,7 @@ impl VirtualMemory for HipBackend {
 
     fn address_reserve(&self, size: u64, alignment: u64, hint: DevicePtr) -> Result<DevicePtr> {
         let v = self.vmm()?;
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         let mut out: *mut c_void = std::ptr::null_mut();
         let (bytes, align) = (to_usize(size, "reservation size")?, to_usize(alignment, "alignment")?);
         // SAFETY: valid out-pointer; the hint is only a number to the runtime.
@@ -358,7 +358,7 @@ impl VirtualMemory for HipBackend {
 
     fn address_free(&self, p: DevicePtr, size: u64) -> Result<()> {
         let v = self.vmm()?;
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         // SAFETY: plain values; the runtime validates the range, which holds no Rust object.
         let r = unsafe { (v.hipMemAddressFree)(addr(p.0), to_usize(size, "reservation size")?) };
         self.check(r, || format!("hipMemAddressFree({p}, {size} bytes)"))
@@ -410,7 +410,7 @@ impl VirtualMemory for HipBackend {
                 phys.pieces.len(),
             )));
         };
-        self.bound(phys.device)?;
+        let _device = self.bound(phys.device)?;
         let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(segments.len());
         let mut at = p.0;
         for s in segments {
@@ -464,7 +464,7 @@ impl VirtualMemory for HipBackend {
                 "{size} bytes at {p} are not exactly a run of whole mappings"
             )));
         }
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         // Out of the table while the driver unmaps them (the table unlocked:
         // an unmap may wait for the device's queued work, and other threads'
         // calls go on meanwhile); their physical allocations stay counted as
@@ -499,7 +499,7 @@ impl VirtualMemory for HipBackend {
 
     fn mem_set_access(&self, p: DevicePtr, size: u64, device: usize, flags: u32) -> Result<()> {
         let v = self.vmm()?;
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let end =
             p.0.checked_add(size)
                 .ok_or_else(|| Error::InvalidValue(format!("{p} + {size} bytes overflows")))?;
@@ -535,7 +535,7 @@ impl VirtualMemory for HipBackend {
 
     fn mem_get_access(&self, p: DevicePtr, device: usize) -> Result<u32> {
         let v = self.vmm()?;
-        self.bound(device)?;
+        let _device = self.bound(device)?;
         let location = sys::hipMemLocation::device(device as c_int);
         let mut flags: c_ulonglong = 0;
         // SAFETY: valid out-pointer and location.
@@ -587,7 +587,7 @@ impl VirtualMemory for HipBackend {
                 )));
             }
         };
-        self.bound(ph.device)?;
+        let _device = self.bound(ph.device)?;
         let mut fd: c_int = -1;
         // SAFETY: for the POSIX descriptor type the runtime writes an int
         // through the pointer; the handle is one this backend holds a reference to.
@@ -617,7 +617,7 @@ impl VirtualMemory for HipBackend {
 
     fn import_from_fd(&self, fd: BorrowedFd<'_>) -> Result<u64> {
         let v = self.vmm()?;
-        self.bound(0)?;
+        let _device = self.bound(0)?;
         let mut h: hipMemGenericAllocationHandle_t = std::ptr::null_mut();
         // SAFETY: for POSIX descriptors the runtime takes the descriptor's
         // value cast to a pointer and does not take ownership of it.

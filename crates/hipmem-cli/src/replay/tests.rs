@@ -858,6 +858,31 @@ fn long_training_runs_make_their_driver_calls_in_the_first_steps() {
     }
 }
 
+/// The two-GPU job's closing check allocates four blocks of 384 MiB after its
+/// plan has ended. Without idle release to give the plan's arena back first,
+/// the third block joined the free memory at the top of the range and took
+/// its last 4 MiB as a loan from the free start of the old arena's group;
+/// shadowed there, the loan cut the group's remaining 100 MiB off from the
+/// 760 MiB hole below it, and the fourth block grew 384 MiB anew: 1.042 of
+/// the second half's peak (1.030 in two live runs of nine on two H200s).
+/// Such a small part of a large run beside a hole is no longer lent
+/// (`lend::KEEP_JOINABLE`).
+#[test]
+fn a_loan_does_not_cut_a_large_free_run_off_from_its_hole() {
+    let name = "ddp_rank0_67.hipmem";
+    let bytes: &[u8] = include_bytes!("../../fixtures/traces/pytorch/ddp_rank0_67.hipmem.jsonl.gz");
+    let w = Workload::from_bytes(bytes, name).unwrap();
+    let rt = runtime();
+    let report = replay(&rt, &w, &[PoolKind::Vmm], 0, &Options::default(), &mut Progress::new(false)).unwrap();
+    let r = &report.pools[0];
+    assert_eq!(r.failures, 0);
+    assert!(
+        r.reserved_over_live_second_half <= 1.02,
+        "{name}, no idle release: {:.3} of the second half's peak",
+        r.reserved_over_live_second_half
+    );
+}
+
 /// The live variable-length inference run's warm-up has its largest batch
 /// first (6.26 GiB; the measured batches need at most 4.04): its memory must
 /// go back before the measured batches start, in a run as fast as the

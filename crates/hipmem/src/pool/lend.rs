@@ -40,6 +40,9 @@
 //!   (`release.rs`). Such a loan's home may still be in use by that work:
 //!   it comes home pending as its frees were (`VirtualRange::busy`), and
 //!   its group goes back only once they are known complete.
+//! - Not a small part of a large run whose group borders an unbacked hole
+//!   on the run's side ([`KEEP_JOINABLE`]): the rest of the run would be
+//!   cut off from the hole, where a later growth could have joined it.
 //! - The slow path sends wholly free loans home with no driver call (home
 //!   unshadowed, the loan shadowed); the release paths unmap loans with no
 //!   unit in use, and a group goes back when every unit is free where it is
@@ -135,26 +138,62 @@ pub struct Growth {
     pub before: u64,
 }
 
+/// Free memory at a group's end that a small loan from a run bordering an
+/// unbacked hole would cut off from it, and that the run keeps instead
+/// (see [`pick`]).
+pub const KEEP_JOINABLE: u64 = 32 << 20;
+
 /// The lent runs of a layout: the largest run that ends its group (its
 /// end lent), if `tail`; whole free groups, largest first (at most `most`);
-/// the largest run that starts its group (its start lent). Returns (tail,
-/// wholes, head, bytes still needed).
+/// the largest run that starts its group (its start lent).
+///
+/// A small part of a large run whose group borders an unbacked hole on the
+/// run's side (`holes`) is not lent: the part (at most 1/8 of the run,
+/// leaving at least [`KEEP_JOINABLE`]) would stay shadowed at home between
+/// the hole and the rest of the run, and a later growth across the hole
+/// could no longer join that rest. (The two-GPU job's closing checks: a
+/// loan of 4 MiB from the free start of a 1.1 GiB group cut its remaining
+/// 100 MiB off from the 760 MiB hole below it, and the next 384 MiB block
+/// grew anew: 1.042 of its peak replayed without idle release, 1.011 with
+/// this.) Returns (tail, wholes, head, bytes still needed).
 fn pick(
     need: u64,
     g: u64,
     runs: &[Source],
+    holes: &[(u64, u64)],
     most: usize,
     tail: bool,
 ) -> (Option<Source>, Vec<Source>, Option<Source>, u64) {
     let usable = |s: &&Source| s.loan.len >= g && s.loan.len % g == 0 && s.loan.whole % g == 0;
     // Largest first, then by address: the same choice every time.
     let key = |s: &&Source| (s.loan.len, std::cmp::Reverse(s.at));
+    let borders = |s: &Source| {
+        let (start, end) = (s.loan.group, s.loan.group + s.loan.whole);
+        if s.is_head() {
+            holes.iter().any(|&(a, n)| a + n == start)
+        } else {
+            holes.iter().any(|&(a, _)| a == end)
+        }
+    };
     let mut left = need;
-    let tail = runs.iter().filter(usable).filter(|s| tail && s.is_tail()).max_by_key(key).map(|s| {
-        let t = s.tail_part(s.loan.len.min(left));
-        left -= t.loan.len;
-        t
-    });
+    // Lent in part only where the part is more than 1/8 of the run, or what
+    // would stay is less than `KEEP_JOINABLE`.
+    let lendable_part = |s: &&Source, left: u64| {
+        s.loan.len <= left
+            || !borders(s)
+            || s.loan.len - left < KEEP_JOINABLE
+            || left.saturating_mul(8) > s.loan.len
+    };
+    let tail = runs
+        .iter()
+        .filter(usable)
+        .filter(|s| tail && s.is_tail() && lendable_part(s, left))
+        .max_by_key(key)
+        .map(|s| {
+            let t = s.tail_part(s.loan.len.min(left));
+            left -= t.loan.len;
+            t
+        });
     let mut wholes: Vec<Source> =
         runs.iter().filter(usable).filter(|s| s.is_head() && s.loan.len == s.loan.whole).copied().collect();
     wholes.sort_by_key(|s| (std::cmp::Reverse(s.loan.len), s.at));
@@ -168,7 +207,7 @@ fn pick(
     let head = runs
         .iter()
         .filter(usable)
-        .filter(|s| s.is_head() && !middle.iter().any(|m| m.at == s.at))
+        .filter(|s| s.is_head() && !middle.iter().any(|m| m.at == s.at) && lendable_part(s, left))
         .max_by_key(key)
         .filter(|_| left > 0)
         .map(|s| {
@@ -182,8 +221,8 @@ fn pick(
 /// How much of `need` bytes a lending growth could cover with `runs` (at
 /// most `most` wholly free groups, a group's end run before them and a
 /// group's start run after them), as [`layout`] would pick them.
-pub fn coverable(need: u64, g: u64, runs: &[Source], most: usize) -> u64 {
-    need - pick(need, g, runs, most, true).3
+pub fn coverable(need: u64, g: u64, runs: &[Source], holes: &[(u64, u64)], most: usize) -> u64 {
+    need - pick(need, g, runs, holes, most, true).3
 }
 
 /// Places `[tail][wholes][new units][head]` from `block` on.
@@ -239,7 +278,7 @@ pub fn layout(
     // Joining the free memory before the growth's hole.
     if growth.before > 0 && growth.before < want {
         let need = (want - growth.before).next_multiple_of(g);
-        let (_, wholes, head, left) = pick(need, g, runs, most, false);
+        let (_, wholes, head, left) = pick(need, g, runs, holes, most, false);
         for (_, h) in variants(None, head) {
             let left = left + head.map_or(0, |x| x.loan.len) - h.map_or(0, |x| x.loan.len);
             let after = h.map_or(0, |x| x.loan.whole - x.loan.len);
@@ -252,7 +291,7 @@ pub fn layout(
     }
     // In a hole of its own.
     let need = want.next_multiple_of(g);
-    let (tail, wholes, head, left) = pick(need, g, runs, most, true);
+    let (tail, wholes, head, left) = pick(need, g, runs, holes, most, true);
     for (t, h) in variants(tail, head) {
         let left = left + tail.map_or(0, |x| x.loan.len) - t.map_or(0, |x| x.loan.len)
             + head.map_or(0, |x| x.loan.len)
@@ -358,6 +397,40 @@ mod tests {
         let l = layout(60 * G, G, &runs, growth, &[(400 * G, 60 * G)], MOST_SOURCES).unwrap();
         assert_eq!(l.lent.len(), 1);
         assert_eq!(l.new_units.len(), 23);
+    }
+
+    #[test]
+    fn a_small_part_of_a_large_run_beside_a_hole_is_not_lent() {
+        let a = 1000 * G;
+        // The free start of group a (64 units, 52 free at its start), with an
+        // unbacked hole ending where the group starts (too small for its
+        // alias), and room elsewhere.
+        let head = run(a, 64, 0, 52);
+        let holes = [(980 * G, 20 * G), (5000 * G, 1000 * G)];
+        // Two units of 52: the other 50 would be cut off from the hole.
+        assert_eq!(layout(2 * G, G, &[head], NO_GROWTH, &holes, MOST_SOURCES), None);
+        // Without the hole beside it, they are lent.
+        let away = [(5000 * G, 1000 * G)];
+        let l = layout(2 * G, G, &[head], NO_GROWTH, &away, MOST_SOURCES).unwrap();
+        assert_eq!(l.lent, vec![(run(a, 64, 0, 2), 5000 * G)]);
+        // More than 1/8 of the run, or all of it: lent.
+        let l = layout(8 * G, G, &[head], NO_GROWTH, &holes, MOST_SOURCES).unwrap();
+        assert_eq!(l.lent, vec![(run(a, 64, 0, 8), 5000 * G)]);
+        let l = layout(52 * G, G, &[head], NO_GROWTH, &holes, MOST_SOURCES).unwrap();
+        assert_eq!(l.lent, vec![(run(a, 64, 0, 52), 5000 * G)]);
+        // What would stay is under 32 MiB (14 of 16 units): lent.
+        let short = run(a, 64, 0, 16);
+        let l = layout(2 * G, G, &[short], NO_GROWTH, &holes, MOST_SOURCES).unwrap();
+        assert_eq!(l.lent, vec![(run(a, 64, 0, 2), 5000 * G)]);
+        // The same for a run that ends its group, beside a hole starting
+        // where the group ends.
+        let tail = run(a, 64, 12, 52);
+        let holes = [(a + 64 * G, 20 * G), (5000 * G, 1000 * G)];
+        assert_eq!(layout(2 * G, G, &[tail], NO_GROWTH, &holes, MOST_SOURCES), None);
+        let l = layout(2 * G, G, &[tail], NO_GROWTH, &away, MOST_SOURCES).unwrap();
+        assert_eq!(l.lent, vec![(run(a, 64, 62, 2), 5000 * G + 62 * G)]);
+        assert_eq!(coverable(2 * G, G, &[tail], &holes, MOST_SOURCES), 0);
+        assert_eq!(coverable(2 * G, G, &[tail], &away, MOST_SOURCES), 2 * G);
     }
 
     #[test]

@@ -190,8 +190,11 @@ impl PoolCore {
         let Backing::Virtual(range) = &self.backing else { return 0 };
         let guard = lock(range);
         let Some(vr) = guard.as_ref() else { return 0 };
-        let sources = vr.lendable(&lock(&self.heap), Some(stream));
-        crate::pool::lend::coverable(want, vr.granularity, &sources, crate::pool::lend::MOST_SOURCES)
+        let heap = lock(&self.heap);
+        let sources = vr.lendable(&heap, Some(stream));
+        let holes = heap.unbacked_ranges();
+        drop(heap);
+        crate::pool::lend::coverable(want, vr.granularity, &sources, &holes, crate::pool::lend::MOST_SOURCES)
     }
 
     /// Whether frees owned as `owner` are known complete (global memory

@@ -873,7 +873,8 @@ fn a_loan_does_not_cut_a_large_free_run_off_from_its_hole() {
     let bytes: &[u8] = include_bytes!("../../fixtures/traces/pytorch/ddp_rank0_67.hipmem.jsonl.gz");
     let w = Workload::from_bytes(bytes, name).unwrap();
     let rt = runtime();
-    let report = replay(&rt, &w, &[PoolKind::Vmm], 0, &Options::default(), &mut Progress::new(false)).unwrap();
+    let report =
+        replay(&rt, &w, &[PoolKind::Vmm], 0, &Options::default(), &mut Progress::new(false)).unwrap();
     let r = &report.pools[0];
     assert_eq!(r.failures, 0);
     assert!(

@@ -33,11 +33,15 @@ pub unsafe extern "C" fn hipGetDeviceCount(count: *mut c_int) -> hipError_t {
     })
 }
 
-/// `hipSetDevice`: the calling thread's current device.
+/// `hipSetDevice`: the calling thread's current device, for hipmem and, on
+/// cuda, for the CUDA runtime too (the device's primary context is left
+/// current, as `cudaSetDevice` leaves it).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipSetDevice(deviceId: c_int) -> hipError_t {
     call(|| {
-        let device = device_ordinal(rt()?, deviceId)?;
+        let rt = rt()?;
+        let device = device_ordinal(rt, deviceId)?;
+        rt.make_current(device)?;
         set_current_device(device);
         Ok(())
     })

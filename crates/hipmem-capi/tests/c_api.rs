@@ -2111,6 +2111,49 @@ fn the_entry_points_leave_the_callers_context_current() {
     .unwrap();
 }
 
+/// `hipSetDevice` on cuda leaves the device's primary context current, as
+/// `cudaSetDevice` does, so the CUDA runtime's later calls on the thread
+/// (a HIP program's kernels on NVIDIA) go to the device chosen; hipmem's
+/// other calls leave it there. Elsewhere it sets hipmem's current device.
+#[test]
+fn hip_set_device_makes_the_devices_context_current_for_the_cuda_runtime() {
+    let _serial = serial();
+    init();
+    let cuda = backend_kind() == hipmem_rs::backend::BackendKind::Cuda;
+    std::thread::spawn(move || {
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY (whole block): FFI calls with valid out-pointers; each
+        // block is freed once.
+        unsafe {
+            assert_eq!(hipGetDeviceCount(&mut n), hipSuccess);
+            assert_eq!(hipSetDevice(n), hipErrorInvalidDevice);
+            let drv = cuda.then(cuda::Driver::open);
+            for device in (0..n.min(2)).rev() {
+                let want = drv.as_ref().map(|d| {
+                    d.make_current(Some(device as usize));
+                    let ctx = d.current();
+                    d.make_current(None);
+                    ctx
+                });
+                assert_eq!(hipSetDevice(device), hipSuccess);
+                let mut got: std::ffi::c_int = -1;
+                assert_eq!(hipGetDevice(&mut got), hipSuccess);
+                assert_eq!(got, device);
+                let mut p: *mut c_void = null_mut();
+                assert_eq!(hipMalloc(&mut p, 1 << 20), hipSuccess);
+                assert_eq!(hipMemset(p, 3, 1 << 20), hipSuccess);
+                assert_eq!(hipFree(p), hipSuccess);
+                if let (Some(d), Some(want)) = (drv.as_ref(), want) {
+                    assert_eq!(d.current(), want, "device {device}'s context is current after hipSetDevice");
+                }
+            }
+            assert_eq!(hipSetDevice(0), hipSuccess);
+        }
+    })
+    .join()
+    .unwrap();
+}
+
 /// Host function for the foreign stream test.
 static FOREIGN_HOST_FN_CALLS: AtomicUsize = AtomicUsize::new(0);
 unsafe extern "C" fn count_foreign_call(_: *mut c_void) {

@@ -348,6 +348,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Waits until all work on all streams of `device` has completed.
     fn device_synchronize(&self, device: usize) -> Result<()>;
 
+    /// Makes `device` the calling thread's current device for code outside
+    /// hipmem (`hipSetDevice`), and leaves it so: on cuda its primary
+    /// context stays current, as `cudaSetDevice` leaves it, so the CUDA
+    /// runtime's later calls on the thread (kernel launches, cuDNN) go to
+    /// that device; on hip the HIP runtime's current device; the CPU
+    /// backend has no such state. (Every other call leaves the thread's
+    /// context or device as it found it.)
+    fn make_current(&self, device: usize) -> Result<()>;
+
     // ---- explicit device memory -------------------------------------------------
 
     /// Allocates `size` (> 0) bytes of device memory on `device`.

@@ -271,6 +271,16 @@ impl Runtime {
         })
     }
 
+    /// Makes `device` the calling thread's current device for code outside
+    /// hipmem too (`hipSetDevice`): on cuda its primary context stays
+    /// current, as `cudaSetDevice` leaves it, so the CUDA runtime's later
+    /// calls on the thread go to that device. hipmem's own calls name their
+    /// device and leave the thread's context as they found it.
+    pub fn make_current(&self, device: usize) -> Result<()> {
+        self.check_device(device)?;
+        self.inner.backend.make_current(device)
+    }
+
     /// Checks a device ordinal.
     pub fn check_device(&self, device: usize) -> Result<()> {
         self.device_properties(device).map(|_| ())

@@ -123,3 +123,36 @@ fn hipmem_notices_a_context_the_caller_changed_behind_it() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn make_current_leaves_the_devices_context_current_as_cuda_set_device_does() {
+    let rt = runtime();
+    let n = rt.device_count();
+    crate::expect_err(rt.make_current(n), 101, &["does not exist"]);
+    if rt.backend_kind() != BackendKind::Cuda {
+        rt.make_current(0).unwrap();
+        return;
+    }
+    std::thread::spawn(move || {
+        let drv = cuda::Driver::open();
+        for device in (0..n.min(2)).rev() {
+            drv.set_current(cuda::Context::NONE);
+            rt.make_current(device).unwrap();
+            assert_eq!(
+                drv.current(),
+                drv.primary_context(device),
+                "device {device}'s context is current after"
+            );
+            // hipmem's other calls leave it there.
+            work(rt, 0, &|what| {
+                assert_eq!(
+                    drv.current(),
+                    drv.primary_context(device),
+                    "{what} moved the thread off device {device}"
+                )
+            });
+        }
+    })
+    .join()
+    .unwrap();
+}

@@ -409,6 +409,14 @@ impl Backend for CudaBackend {
         Ok(MemInfo { free, total })
     }
 
+    fn make_current(&self, device: usize) -> Result<()> {
+        let dev = self.device(device)?;
+        let ctx = dev.ctx(self.driver)?;
+        // SAFETY: the device's primary context, retained by this backend
+        // (and left current on purpose: this is hipSetDevice).
+        unsafe { result::ctx_set_current(self.driver, ctx.0) }
+    }
+
     fn device_synchronize(&self, device: usize) -> Result<()> {
         let dev = self.device(device)?;
         self.synchronize(dev)

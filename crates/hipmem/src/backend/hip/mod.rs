@@ -689,6 +689,16 @@ impl Backend for HipBackend {
         Ok(MemInfo { free: free as u64, total: total as u64 })
     }
 
+    fn make_current(&self, device: usize) -> Result<()> {
+        self.device(device)?;
+        let ordinal = c_int::try_from(device)
+            .map_err(|_| Error::InvalidDevice(format!("device {device} is not a HIP device ordinal")))?;
+        // SAFETY: plain value; the runtime validates the ordinal (and it stays
+        // current on purpose: this is hipSetDevice).
+        let r = unsafe { (self.api.core.hipSetDevice)(ordinal) };
+        self.check(r, || format!("hipSetDevice({device})"))
+    }
+
     fn device_synchronize(&self, device: usize) -> Result<()> {
         self.device(device)?;
         self.synchronize(device)

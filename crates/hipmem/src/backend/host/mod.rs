@@ -272,6 +272,11 @@ impl Backend for HostBackend {
         })
     }
 
+    fn make_current(&self, device: usize) -> Result<()> {
+        // No per-thread state outside hipmem to set; the ordinal is checked.
+        self.device_properties(device).map(|_| ())
+    }
+
     fn device_synchronize(&self, device: usize) -> Result<()> {
         let d = self.device(device)?;
         self.sync_device(d);

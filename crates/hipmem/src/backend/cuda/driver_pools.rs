@@ -50,7 +50,8 @@ impl CudaBackend {
     }
 
     pub(super) fn pool_alloc_async(&self, pool: RawPool, size: u64, stream: RawStream) -> Result<DevicePtr> {
-        let (p, _ctx) = self.driver_pool(pool)?;
+        // The stream's context is the one the allocation runs in.
+        let p = self.known_pool(pool)?;
         let t = self.target(stream)?;
         let bytes = Self::to_usize(size, "allocation size")?;
         let mut ptr: driver::CUdeviceptr = 0;

@@ -161,17 +161,22 @@ impl CudaBackend {
         result::check(self.driver, code, what)
     }
 
-    /// A driver pool this backend knows (created or a device's default),
-    /// with its device's context current until the guard drops.
-    fn driver_pool(&self, pool: RawPool) -> Result<(driver::CUmemoryPool, OnDevice<'_>)> {
+    /// A driver pool this backend knows (created or a device's default).
+    fn known_pool(&self, pool: RawPool) -> Result<driver::CUmemoryPool> {
         if !lock(&self.driver_pools).contains(&pool.handle) {
             return Err(Error::InvalidValue(format!(
                 "driver memory pool {:#x} does not exist or was destroyed",
                 pool.handle
             )));
         }
-        let on = self.bound(pool.device)?;
-        Ok((pool.handle as driver::CUmemoryPool, on))
+        Ok(pool.handle as driver::CUmemoryPool)
+    }
+
+    /// A driver pool this backend knows, with its device's context current
+    /// until the guard drops.
+    fn driver_pool(&self, pool: RawPool) -> Result<(driver::CUmemoryPool, OnDevice<'_>)> {
+        let p = self.known_pool(pool)?;
+        Ok((p, self.bound(pool.device)?))
     }
 
     /// Resolves `stream` and makes its device's context current.

@@ -215,12 +215,17 @@ impl Drop for OnDevice {
     }
 }
 
+/// `device` as a HIP device ordinal.
+fn ordinal(device: usize) -> Result<c_int> {
+    c_int::try_from(device)
+        .map_err(|_| Error::InvalidDevice(format!("device {device} is not a HIP device ordinal")))
+}
+
 /// Makes `device` the calling thread's current device until the guard drops
 /// (one `hipGetDevice` where it already is; also a set and a set back where
 /// the caller had another).
 fn set_device(api: &'static Api, device: usize) -> Result<OnDevice> {
-    let ordinal = c_int::try_from(device)
-        .map_err(|_| Error::InvalidDevice(format!("device {device} is not a HIP device ordinal")))?;
+    let ordinal = ordinal(device)?;
     let mut current: c_int = -1;
     // SAFETY: `current` is a valid out-pointer.
     let r = unsafe { (api.core.hipGetDevice)(&mut current) };
@@ -691,8 +696,7 @@ impl Backend for HipBackend {
 
     fn make_current(&self, device: usize) -> Result<()> {
         self.device(device)?;
-        let ordinal = c_int::try_from(device)
-            .map_err(|_| Error::InvalidDevice(format!("device {device} is not a HIP device ordinal")))?;
+        let ordinal = ordinal(device)?;
         // SAFETY: plain value; the runtime validates the ordinal (and it stays
         // current on purpose: this is hipSetDevice).
         let r = unsafe { (self.api.core.hipSetDevice)(ordinal) };

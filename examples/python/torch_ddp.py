@@ -15,6 +15,11 @@ the all-reduce matters), then checks:
   * after training, every parameter is bit-identical on both ranks (DDP kept
     the replicas in sync through buffers hipmem allocated);
   * every loss is finite;
+  * with hipmem, a HIP library in the process sees PyTorch's device: after
+    torch.cuda.set_device(rank), hipmem's hipGetDevice says the rank's
+    device, and hipMallocAsync, hipMemsetAsync, hipMemcpyAsync and
+    hipFreeAsync on PyTorch's current stream work there (HIP on NVIDIA
+    shares the CUDA runtime's device; docs/c-abi.md);
 
 and prints its step times, its pool's reserved bytes before and after the
 timed steps, and its pool's peak reserved / peak used bytes after the
@@ -38,6 +43,38 @@ import os
 import statistics
 import sys
 import time
+
+
+def hip_library_check(lib, rank, torch):
+    """What a HIP library linked into this process would do through
+    hipmem's C ABI after PyTorch chose the rank's device: the failures."""
+    import ctypes
+
+    dll = ctypes.CDLL(os.path.abspath(lib))
+    out = []
+    dev = ctypes.c_int(-1)
+    rc = dll.hipGetDevice(ctypes.byref(dev))
+    if rc != 0 or dev.value != rank:
+        out.append(f"hipGetDevice gave {dev.value} (error {rc}) after torch.cuda.set_device({rank})")
+    n = 1 << 20
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    p = ctypes.c_void_p()
+    rc = dll.hipMallocAsync(ctypes.byref(p), ctypes.c_size_t(n), stream)
+    if rc != 0:
+        return out + [f"hipMallocAsync on PyTorch's stream of device {rank} failed with error {rc}"]
+    dst = torch.zeros(n, dtype=torch.uint8, device=f"cuda:{rank}")
+    rcs = [
+        dll.hipMemsetAsync(p, ctypes.c_int(0x5A), ctypes.c_size_t(n), stream),
+        # hipMemcpyDeviceToDevice = 3
+        dll.hipMemcpyAsync(ctypes.c_void_p(dst.data_ptr()), p, ctypes.c_size_t(n), ctypes.c_int(3), stream),
+        dll.hipFreeAsync(p, stream),
+    ]
+    torch.cuda.current_stream().synchronize()
+    if any(rcs):
+        out.append(f"hipMemsetAsync / hipMemcpyAsync / hipFreeAsync on PyTorch's stream gave {rcs}")
+    elif not bool((dst == 0x5A).all().item()):
+        out.append("memory set by hipMemsetAsync on PyTorch's stream did not arrive in the tensor")
+    return out
 
 
 def worker(rank, args, world):
@@ -124,6 +161,10 @@ def worker(rank, args, world):
     diff = (flat - ref).abs().max().item()
     if diff != 0.0:
         failures.append(f"rank {rank}'s parameters differ from rank 0's by up to {diff}")
+
+    # 4. A HIP library's calls on this rank's device and PyTorch's stream.
+    if args.allocator.startswith("hipmem"):
+        failures.extend(hip_library_check(args.lib, rank, torch))
 
     res = used = 0
     if stats is not None:

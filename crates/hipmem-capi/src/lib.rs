@@ -138,8 +138,15 @@ fn log_from_env() {
     let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
 }
 
-/// The calling thread's current device.
+/// The calling thread's current device: on cuda the device of the
+/// thread's current context where it has one (what `cudaSetDevice` or
+/// `torch.cuda.set_device` chose, as HIP on NVIDIA shares the CUDA
+/// runtime's device), else the last `hipSetDevice` on the thread (0 before
+/// any).
 pub(crate) fn current_device() -> usize {
+    if let Some(d) = rt().ok().and_then(|rt| rt.thread_device()) {
+        return d;
+    }
     CURRENT_DEVICE.with(|c| c.get())
 }
 

@@ -2154,6 +2154,80 @@ fn hip_set_device_makes_the_devices_context_current_for_the_cuda_runtime() {
     .unwrap();
 }
 
+/// The device a pointer's memory is on (`hipPointerGetAttributes`).
+fn device_of(p: *const c_void) -> std::ffi::c_int {
+    // SAFETY: zeroed plain data, then a valid out-pointer.
+    let mut a: hipPointerAttribute_t = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { hipPointerGetAttributes(&mut a, p) }, hipSuccess);
+    a.device
+}
+
+/// On cuda the calling thread's current device follows the CUDA runtime's,
+/// as HIP on NVIDIA (a header over the CUDA runtime) shares it: after
+/// `cudaSetDevice(d)` or `torch.cuda.set_device(d)` (device d's primary
+/// context current on the thread) `hipGetDevice` says d, `hipMalloc` and
+/// `hipMallocAsync` on the null stream allocate on d, and a stream the
+/// program made on d is taken on d. A thread with no context has the last
+/// `hipSetDevice`'s device. (Elsewhere the device is `hipSetDevice`'s alone.)
+#[test]
+fn the_current_device_follows_the_cuda_runtimes_device() {
+    let _serial = serial();
+    if backend_kind() != hipmem_rs::backend::BackendKind::Cuda {
+        return;
+    }
+    init();
+    std::thread::spawn(|| {
+        const N: usize = 1 << 20;
+        let drv = cuda::Driver::open();
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY (whole block): FFI calls with valid out-pointers; every
+        // block is freed once, every stream destroyed once.
+        unsafe {
+            assert_eq!(hipGetDeviceCount(&mut n), hipSuccess);
+            for device in (0..n.min(2)).rev() {
+                // What cudaSetDevice(device) leaves on the thread.
+                drv.make_current(Some(device as usize));
+                let ctx = drv.current();
+                let mut got: std::ffi::c_int = -1;
+                assert_eq!(hipGetDevice(&mut got), hipSuccess);
+                assert_eq!(got, device, "hipGetDevice after the CUDA runtime chose device {device}");
+                let mut p: *mut c_void = null_mut();
+                assert_eq!(hipMalloc(&mut p, N), hipSuccess);
+                assert_eq!(device_of(p), device, "hipMalloc");
+                assert_eq!(hipFree(p), hipSuccess);
+                assert_eq!(hipMallocAsync(&mut p, N, null_mut()), hipSuccess);
+                assert_eq!(device_of(p), device, "hipMallocAsync on the null stream");
+                assert_eq!(hipMemsetAsync(p, 7, N, null_mut()), hipSuccess);
+                assert_eq!(hipFreeAsync(p, null_mut()), hipSuccess);
+                assert_eq!(hipStreamSynchronize(null_mut()), hipSuccess);
+                // A stream the program made on the device (as PyTorch's are).
+                let f = drv.create_stream(device as usize, 1);
+                assert_eq!(hipMallocAsync(&mut p, N, f), hipSuccess, "a foreign stream of device {device}");
+                assert_eq!(device_of(p), device, "hipMallocAsync on a foreign stream");
+                assert_eq!(hipFreeAsync(p, f), hipSuccess);
+                assert_eq!(hipStreamSynchronize(f), hipSuccess);
+                assert_eq!(hipStreamDestroy(f), hipSuccess);
+                assert_eq!(drv.current(), ctx, "the thread keeps device {device}'s context");
+            }
+            // No context: the last hipSetDevice's device.
+            let last = n - 1;
+            assert_eq!(hipSetDevice(last), hipSuccess);
+            drv.make_current(None);
+            let mut got: std::ffi::c_int = -1;
+            assert_eq!(hipGetDevice(&mut got), hipSuccess);
+            assert_eq!(got, last, "a thread without a context: hipSetDevice's device");
+            let mut p: *mut c_void = null_mut();
+            assert_eq!(hipMalloc(&mut p, N), hipSuccess);
+            assert_eq!(device_of(p), last);
+            assert_eq!(hipFree(p), hipSuccess);
+            assert_eq!(drv.current(), 0, "hipMalloc leaves a thread without a context without one");
+            assert_eq!(hipSetDevice(0), hipSuccess);
+        }
+    })
+    .join()
+    .unwrap();
+}
+
 /// Host function for the foreign stream test.
 static FOREIGN_HOST_FN_CALLS: AtomicUsize = AtomicUsize::new(0);
 unsafe extern "C" fn count_foreign_call(_: *mut c_void) {

@@ -357,6 +357,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// context or device as it found it.)
     fn make_current(&self, device: usize) -> Result<()>;
 
+    /// The device the calling thread works on by the platform's own
+    /// runtime, where it says: on cuda the device of the thread's current
+    /// context (what `cudaSetDevice`, PyTorch's `torch.cuda.set_device` or
+    /// [`Backend::make_current`] left there), None where the thread has no
+    /// context. The hip and CPU backends keep no such state apart from
+    /// hipmem's and answer None (the default).
+    fn thread_device(&self) -> Option<usize> {
+        None
+    }
+
     // ---- explicit device memory -------------------------------------------------
 
     /// Allocates `size` (> 0) bytes of device memory on `device`.

@@ -302,6 +302,8 @@ pub struct Driver {
     pub cuCtxGetCurrent: unsafe extern "C" fn(ctx: *mut CUcontext) -> CUresult,
     /// `cuCtxSetCurrent`.
     pub cuCtxSetCurrent: unsafe extern "C" fn(ctx: CUcontext) -> CUresult,
+    /// `cuCtxGetDevice`: the device of the current context.
+    pub cuCtxGetDevice: unsafe extern "C" fn(device: *mut CUdevice) -> CUresult,
     /// `cuCtxSynchronize_v2`, else `cuCtxSynchronize`.
     pub cuCtxSynchronize: CtxSynchronize,
     /// `cuMemGetInfo_v2`.
@@ -543,6 +545,7 @@ fn resolve(lib: &Library, name: &'static str) -> Result<Driver> {
         cuDevicePrimaryCtxRelease_v2: load!("cuDevicePrimaryCtxRelease_v2"),
         cuCtxGetCurrent: load!("cuCtxGetCurrent"),
         cuCtxSetCurrent: load!("cuCtxSetCurrent"),
+        cuCtxGetDevice: load!("cuCtxGetDevice"),
         cuCtxSynchronize,
         cuMemGetInfo_v2: load!("cuMemGetInfo_v2"),
         cuMemAlloc_v2: load!("cuMemAlloc_v2"),

@@ -422,6 +422,21 @@ impl Backend for CudaBackend {
         unsafe { result::ctx_set_current(self.driver, ctx.0) }
     }
 
+    fn thread_device(&self) -> Option<usize> {
+        let ctx = result::ctx_get_current(self.driver).ok()?;
+        if ctx.is_null() {
+            return None;
+        }
+        // A primary context hipmem retained: no further driver call.
+        if let Some(d) = self.devices.iter().find(|d| d.retained_ctx().is_some_and(|c| c.0 == ctx)) {
+            return Some(d.ordinal);
+        }
+        // Another context (one the program made, or a primary context
+        // hipmem has not used yet): the driver names its device.
+        let cu = result::ctx_get_device(self.driver).ok()?;
+        self.devices.iter().find(|d| d.cu == cu).map(|d| d.ordinal)
+    }
+
     fn device_synchronize(&self, device: usize) -> Result<()> {
         let dev = self.device(device)?;
         self.synchronize(dev)

@@ -188,6 +188,16 @@ pub fn ctx_get_current(d: &Driver) -> Result<CUcontext> {
     Ok(ctx)
 }
 
+/// `cuCtxGetDevice`: the device of the calling thread's current context
+/// (an error where the thread has none).
+pub fn ctx_get_device(d: &Driver) -> Result<CUdevice> {
+    let mut dev: CUdevice = 0;
+    // SAFETY: `dev` is a valid out-pointer.
+    let r = unsafe { (d.cuCtxGetDevice)(&mut dev) };
+    check(d, r, || "cuCtxGetDevice".into())?;
+    Ok(dev)
+}
+
 /// `cuCtxSetCurrent`.
 ///
 /// # Safety

@@ -14,8 +14,10 @@
 //!   ([`Stream::adopt`]: on CUDA the driver checks it is a live stream of the
 //!   device's primary context; the CPU backend has no such streams and says
 //!   InvalidHandle), after which it is kept in a table here like a created
-//!   one. It is adopted as a stream of the device the call names (the
-//!   calling thread's current device for HIP's functions);
+//!   one. It is adopted as a stream of its own device where the backend
+//!   can tell it (cuda: the device of the stream's context, as
+//!   `cudaMallocAsync` takes the stream's device), else of the device the
+//!   call names (the calling thread's current device for HIP's functions);
 //! - anything else: InvalidHandle.
 //!
 //! `hipStreamDestroy` takes created streams and adopted ones (hipmem then
@@ -120,7 +122,9 @@ pub fn stream(rt: &Runtime, handle: hipStream_t) -> Result<Stream> {
 
 /// The stream behind a `hipStream_t` whose device the caller names (0,
 /// `hipStreamLegacy` and `hipStreamPerThread` are `device`'s null stream; a
-/// foreign stream is adopted as a stream of `device`).
+/// foreign stream is adopted on its own device where the backend can tell
+/// it, else as a stream of `device`: callers that need `device` check
+/// [`Stream::device`]).
 pub fn stream_on(rt: &Runtime, device: usize, handle: hipStream_t) -> Result<Stream> {
     match crate::rt() {
         Ok(global) if global.ptr_eq(rt) => with_stream_on(global, device, handle, |s| Ok(s.clone())),
@@ -272,7 +276,10 @@ fn resolve(rt: &'static Runtime, device: usize, h: u64) -> Result<(Stream, bool)
     }
     // hipmem's own streams made through the Rust API, streams adopted
     // through it, and new foreign streams: the runtime decides (the backend
-    // checks a new one).
+    // checks a new one). A stream is taken on its own device where the
+    // backend can tell it (cuda: its context's), as `cudaMallocAsync` takes
+    // the stream's device; else on the device the call names.
+    let device = rt.stream_device(h).unwrap_or(device);
     let s = Stream::adopt(rt, RawStream { device, handle: h }).map_err(|e| match e {
         Error::InvalidHandle(m) => Error::InvalidHandle(format!(
             "hipStream_t {h:#x} is not a live stream (destroyed, or never created): {m}"

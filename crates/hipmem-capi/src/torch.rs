@@ -127,7 +127,16 @@ pub extern "C-unwind" fn hipmem_torch_malloc(size: isize, device: c_int, stream:
         let rt = rt()?;
         let device = device_ordinal(rt, device)?;
         idle_release_once(rt, device);
-        let p = handles::with_stream_on(rt, device, stream, |s| rt.malloc_async(bytes, s))?;
+        let p = handles::with_stream_on(rt, device, stream, |s| {
+            if s.device() != device {
+                return Err(Error::InvalidValue(format!(
+                    "hipmem_torch_malloc: stream {:#x} belongs to device {}, not device {device}",
+                    stream as usize,
+                    s.device()
+                )));
+            }
+            rt.malloc_async(bytes, s)
+        })?;
         if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
             // A record left by a block freed outside hipmem_torch_free must
             // not apply to the new block at its address.

@@ -2167,7 +2167,9 @@ fn device_of(p: *const c_void) -> std::ffi::c_int {
 /// `cudaSetDevice(d)` or `torch.cuda.set_device(d)` (device d's primary
 /// context current on the thread) `hipGetDevice` says d, `hipMalloc` and
 /// `hipMallocAsync` on the null stream allocate on d, and a stream the
-/// program made on d is taken on d. A thread with no context has the last
+/// program made on d is taken on d. A stream of another device than the
+/// current one is taken on its own (PyTorch's interface, which names the
+/// device, refuses it for another). A thread with no context has the last
 /// `hipSetDevice`'s device. (Elsewhere the device is `hipSetDevice`'s alone.)
 #[test]
 fn the_current_device_follows_the_cuda_runtimes_device() {
@@ -2209,8 +2211,33 @@ fn the_current_device_follows_the_cuda_runtimes_device() {
                 assert_eq!(hipStreamDestroy(f), hipSuccess);
                 assert_eq!(drv.current(), ctx, "the thread keeps device {device}'s context");
             }
-            // No context: the last hipSetDevice's device.
+            // A stream the program made on the last device, named while
+            // device 0's context is current: taken on its own device, as
+            // cudaMallocAsync takes the stream's device.
             let last = n - 1;
+            let f = drv.create_stream(last as usize, 1);
+            drv.make_current(Some(0));
+            let mut p: *mut c_void = null_mut();
+            assert_eq!(hipMallocAsync(&mut p, N, f), hipSuccess, "a foreign stream of another device");
+            assert_eq!(device_of(p), last, "hipMallocAsync on a foreign stream of device {last}");
+            assert_eq!(hipFreeAsync(p, f), hipSuccess);
+            if last != 0 {
+                // PyTorch's interface names the device: a stream of another one is refused.
+                assert_eq!(hipmem_torch_raise_on_failure(0), hipSuccess, "failures as null");
+                assert!(
+                    hipmem_torch_malloc(N as isize, 0, f).is_null(),
+                    "a stream of device {last} for device 0"
+                );
+                assert_eq!(hipGetLastError(), hipErrorInvalidValue);
+                let _ = hipmem_torch_raise_on_failure(1);
+            }
+            let q = hipmem_torch_malloc(N as isize, last, f);
+            assert!(!q.is_null());
+            hipmem_torch_free(q, N, last, f);
+            assert_eq!(hipStreamSynchronize(f), hipSuccess);
+            assert_eq!(hipStreamDestroy(f), hipSuccess);
+
+            // No context: the last hipSetDevice's device.
             assert_eq!(hipSetDevice(last), hipSuccess);
             drv.make_current(None);
             let mut got: std::ffi::c_int = -1;

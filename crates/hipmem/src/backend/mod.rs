@@ -429,6 +429,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
         )))
     }
 
+    /// The device a stream made outside hipmem belongs to (on cuda the
+    /// device of the stream's context), before it is adopted: what
+    /// `cudaMallocAsync` and HIP's stream-ordered calls take the device
+    /// from. A stream the backend created or adopted answers its own
+    /// device. InvalidHandle where `handle` is no live stream the backend
+    /// can see; the default (the CPU and hip backends) always.
+    fn stream_device(&self, handle: u64) -> Result<usize> {
+        Err(Error::InvalidHandle(format!(
+            "stream {handle:#x}: the {} backend cannot tell the device of a stream made outside hipmem",
+            self.kind()
+        )))
+    }
+
     /// Waits until all work queued on `stream` has completed.
     fn stream_synchronize(&self, stream: RawStream) -> Result<()>;
 

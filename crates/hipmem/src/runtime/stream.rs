@@ -342,6 +342,15 @@ impl Runtime {
         Ok(CoreStream { state })
     }
 
+    /// The device a stream belongs to, asked of the backend (see
+    /// [`Backend::stream_device`](crate::backend::Backend::stream_device)):
+    /// a stream made outside hipmem is on the device of its context, and
+    /// `cudaMallocAsync` takes the stream's device. InvalidHandle where the
+    /// backend cannot tell (the CPU and hip backends, a dead handle).
+    pub fn stream_device(&self, handle: u64) -> Result<usize> {
+        self.backend().stream_device(handle)
+    }
+
     /// The adopted stream `raw`, if this runtime has adopted it: a live
     /// handle's state, or a new one on the stream's lasting clock.
     fn adopted_stream(&self, raw: RawStream) -> Option<CoreStream> {

@@ -109,3 +109,41 @@ fn a_foreign_stream_works_everywhere_a_stream_is_taken() {
     expect_err(rt.destroy_adopted_stream(raw), 400, &[]);
     assert!(rt.take_drop_errors().is_empty());
 }
+
+/// `Runtime::stream_device`: on cuda a stream made outside hipmem names the
+/// device of its context, whatever context the calling thread has current
+/// (and the thread keeps it), so the C ABI adopts it there; a handle that is
+/// no stream is InvalidHandle. The CPU backend cannot tell and says so.
+#[test]
+fn a_foreign_streams_device_is_its_contexts() {
+    let rt = private_runtime();
+    match rt.backend_kind() {
+        BackendKind::Cuda => {}
+        _ => {
+            expect_err(rt.stream_device(0x7f00_dead_0000), 400, &["cannot tell"]);
+            return;
+        }
+    }
+    let drv = cuda::Driver::open();
+    expect_err(rt.stream_device(0xdead0), 400, &[]);
+    let own = rt.device(0).unwrap().create_stream().unwrap();
+    assert_eq!(rt.stream_device(own.raw().handle).unwrap(), 0, "hipmem's own stream");
+    let n = rt.device_count();
+    for device in 0..n.min(2) {
+        let h = drv.create_stream(device, 0);
+        for current in [None, Some(0), Some(n - 1)] {
+            let ctx = current.map_or(cuda::Context::NONE, |d| drv.primary_context(d));
+            drv.set_current(ctx);
+            assert_eq!(
+                rt.stream_device(h).unwrap(),
+                device,
+                "a stream of device {device}, {current:?} current"
+            );
+            assert_eq!(drv.current(), ctx, "the caller's context stays current");
+        }
+        // Adopted on that device, it answers the same.
+        Stream::adopt(&rt, RawStream { device, handle: h }).unwrap();
+        assert_eq!(rt.stream_device(h).unwrap(), device);
+        rt.destroy_adopted_stream(RawStream { device, handle: h }).unwrap();
+    }
+}

@@ -63,13 +63,14 @@ impl Drop for Bound {
 
 /// Makes `ctx` current on the calling thread until the guard drops (one
 /// `cuCtxGetCurrent` where it already is; also a set and a set back where
-/// the caller had another or none).
+/// the caller had another or none). `ctx` must be live: a primary context a
+/// live backend retained, or the context of a stream the caller holds live.
 pub(super) fn bind_context(d: &'static Driver, ctx: CUcontext) -> Result<Bound> {
     let current = result::ctx_get_current(d)?;
     if current == ctx {
         return Ok(Bound { driver: d, restore: None });
     }
-    // SAFETY: `ctx` is a primary context retained by a live backend.
+    // SAFETY: `ctx` is live (this function's rule above).
     unsafe { result::ctx_set_current(d, ctx) }?;
     Ok(Bound { driver: d, restore: Some(current) })
 }

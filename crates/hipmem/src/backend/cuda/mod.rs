@@ -621,6 +621,45 @@ impl Backend for CudaBackend {
         destroy_entry(entry, StreamEntry::destroy_now)
     }
 
+    fn stream_device(&self, handle: u64) -> Result<usize> {
+        if let Some(e) = lock(&self.streams).get(&handle) {
+            return Ok(e.device);
+        }
+        if lock(&self.retired).iter().any(|e| e.raw.0 as u64 == handle) {
+            return Err(Error::InvalidHandle(format!("stream {handle:#x} was destroyed")));
+        }
+        if handle % 8 != 0 || !readable(handle, 64) {
+            return Err(Error::InvalidHandle(format!(
+                "stream {handle:#x} is not a stream: no live stream lies at that address"
+            )));
+        }
+        let _any = self.any_bound()?;
+        let raw = handle as usize as driver::CUstream;
+        let mut ctx: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: `raw` is a handle the caller says is a live stream, in
+        // readable memory (checked above); the driver reads it and writes
+        // one context handle to `ctx`, a valid out-pointer.
+        let r = unsafe { (self.driver.cuStreamGetCtx)(raw, &mut ctx) };
+        self.check(r, || format!("cuStreamGetCtx({handle:#x})"))
+            .map_err(|e| Error::InvalidHandle(format!("stream {handle:#x} is not a live stream: {e}")))?;
+        if let Some(d) = self.devices.iter().find(|d| d.retained_ctx().is_some_and(|c| c.0 == ctx)) {
+            return Ok(d.ordinal);
+        }
+        // A context hipmem has not retained (the primary context of a
+        // device it has not used yet, or one the program made): the driver
+        // names its device with the context current for a moment. (The
+        // context is live: the stream it owns is.)
+        let cu = {
+            let _in = bind_context(self.driver, ctx)?;
+            result::ctx_get_device(self.driver)?
+        };
+        self.devices.iter().find(|d| d.cu == cu).map(|d| d.ordinal).ok_or_else(|| {
+            Error::InvalidHandle(format!(
+                "stream {handle:#x} belongs to a device the cuda backend does not see"
+            ))
+        })
+    }
+
     fn stream_adopt(&self, device: usize, handle: u64) -> Result<StreamFlags> {
         let dev = self.bound(device)?;
         if let Some(e) = lock(&self.streams).get(&handle) {

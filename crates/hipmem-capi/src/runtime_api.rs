@@ -47,7 +47,10 @@ pub unsafe extern "C" fn hipSetDevice(deviceId: c_int) -> hipError_t {
     })
 }
 
-/// `hipGetDevice`.
+/// `hipGetDevice`: the calling thread's current device. On cuda that is
+/// the device of the thread's current context where it has one (what
+/// `cudaSetDevice` or `torch.cuda.set_device` chose: HIP on NVIDIA shares
+/// the CUDA runtime's device), else the last `hipSetDevice`'s (0 before any).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipGetDevice(deviceId: *mut c_int) -> hipError_t {
     call(|| {

@@ -141,8 +141,8 @@ fn log_from_env() {
 /// The calling thread's current device: on cuda the device of the
 /// thread's current context where it has one (what `cudaSetDevice` or
 /// `torch.cuda.set_device` chose, as HIP on NVIDIA shares the CUDA
-/// runtime's device), else the last `hipSetDevice` on the thread (0 before
-/// any).
+/// runtime's device); on hip the HIP runtime's (which `hipSetDevice` sets
+/// too); else the last `hipSetDevice` on the thread (0 before any).
 pub(crate) fn current_device() -> usize {
     if let Some(d) = rt().ok().and_then(|rt| rt.thread_device()) {
         return d;

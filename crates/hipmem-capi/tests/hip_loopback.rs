@@ -229,3 +229,48 @@ fn libhipmem_never_loads_itself() {
     // SAFETY: valid out-pointer.
     assert_eq!(unsafe { count(&mut n) }, 3);
 }
+
+/// On hip the calling thread's device is the HIP runtime's: what the
+/// runtime's own `hipSetDevice` chose (PyTorch on ROCm calls it) is what
+/// `Runtime::thread_device` (the C ABI's current device) says, hipmem's
+/// calls on another device leave it there, and `Runtime::make_current`
+/// (hipmem's `hipSetDevice`) moves it. Here the HIP runtime is libhipmem.
+#[test]
+fn the_current_device_follows_the_hip_runtimes_device() {
+    if std::env::var_os(CHILD).is_none() {
+        if let Some(library) = libhipmem() {
+            in_child("the_current_device_follows_the_hip_runtimes_device", &loopback_env(library));
+        }
+        return;
+    }
+    let rt = Runtime::from_env().expect("the hip backend over libhipmem");
+    assert_eq!(rt.backend_kind(), BackendKind::Hip);
+    let path = std::env::var_os("HIPMEM_HIP_LIBRARY").expect("the loopback's library");
+    // SAFETY: the library the hip backend already loaded (the same handle);
+    // hipSetDevice and hipGetDevice have HIP's signatures.
+    let (lib, set, get) = unsafe {
+        let lib = libloading::Library::new(path).expect("libhipmem");
+        let set: unsafe extern "C" fn(std::ffi::c_int) -> i32 = *lib.get(b"hipSetDevice\0").unwrap();
+        let get: unsafe extern "C" fn(*mut std::ffi::c_int) -> i32 = *lib.get(b"hipGetDevice\0").unwrap();
+        (lib, set, get)
+    };
+    let runtime_device = || {
+        let mut d: std::ffi::c_int = -1;
+        // SAFETY: a valid out-pointer.
+        assert_eq!(unsafe { get(&mut d) }, 0);
+        d
+    };
+    assert_eq!(rt.thread_device(), Some(0), "the HIP runtime's device before any hipSetDevice");
+    // SAFETY: a device the runtime has.
+    assert_eq!(unsafe { set(1) }, 0);
+    assert_eq!(rt.thread_device(), Some(1), "after the HIP runtime's own hipSetDevice(1)");
+    // hipmem's work on device 0 leaves the runtime on device 1.
+    let p = rt.malloc(0, 1 << 20).unwrap();
+    rt.free(p).unwrap();
+    assert_eq!((rt.thread_device(), runtime_device()), (Some(1), 1));
+    rt.make_current(0).unwrap();
+    assert_eq!((rt.thread_device(), runtime_device()), (Some(0), 0), "hipmem's hipSetDevice moves it");
+    // Another thread has its own device.
+    std::thread::spawn(move || assert_eq!(rt.thread_device(), Some(0))).join().unwrap();
+    drop(lib);
+}

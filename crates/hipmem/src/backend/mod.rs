@@ -361,8 +361,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// runtime, where it says: on cuda the device of the thread's current
     /// context (what `cudaSetDevice`, PyTorch's `torch.cuda.set_device` or
     /// [`Backend::make_current`] left there), None where the thread has no
-    /// context. The hip and CPU backends keep no such state apart from
-    /// hipmem's and answer None (the default).
+    /// context; on hip the HIP runtime's current device (`hipGetDevice`:
+    /// what its `hipSetDevice`, PyTorch's on ROCm or
+    /// [`Backend::make_current`] chose, 0 before any). The CPU backend keeps
+    /// no such state apart from hipmem's and answers None (the default).
     fn thread_device(&self) -> Option<usize> {
         None
     }

@@ -284,10 +284,11 @@ impl Runtime {
     /// The device the calling thread works on by the platform's own
     /// runtime, where the backend keeps such state: on cuda the device of
     /// the thread's current context (left there by `cudaSetDevice`,
-    /// `torch.cuda.set_device` or [`Runtime::make_current`]); None where the
-    /// thread has no context, and on the hip and CPU backends. The C ABI's
-    /// current device follows it, as HIP on NVIDIA (a header over the CUDA
-    /// runtime) shares the CUDA runtime's device.
+    /// `torch.cuda.set_device` or [`Runtime::make_current`]), None where the
+    /// thread has no context; on hip the HIP runtime's current device; None
+    /// on the CPU backend. The C ABI's current device follows it, as HIP on
+    /// NVIDIA (a header over the CUDA runtime) shares the CUDA runtime's
+    /// device.
     pub fn thread_device(&self) -> Option<usize> {
         self.inner.backend.thread_device()
     }

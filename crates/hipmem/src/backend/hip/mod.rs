@@ -694,6 +694,16 @@ impl Backend for HipBackend {
         Ok(MemInfo { free: free as u64, total: total as u64 })
     }
 
+    fn thread_device(&self) -> Option<usize> {
+        let mut current: c_int = -1;
+        // SAFETY: `current` is a valid out-pointer.
+        let r = unsafe { (self.api.core.hipGetDevice)(&mut current) };
+        if r != 0 {
+            return None;
+        }
+        usize::try_from(current).ok().filter(|&d| d < self.devices.len())
+    }
+
     fn make_current(&self, device: usize) -> Result<()> {
         self.device(device)?;
         let ordinal = ordinal(device)?;

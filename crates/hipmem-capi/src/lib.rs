@@ -144,8 +144,15 @@ fn log_from_env() {
 /// runtime's device); on hip the HIP runtime's (which `hipSetDevice` sets
 /// too); else the last `hipSetDevice` on the thread (0 before any).
 pub(crate) fn current_device() -> usize {
-    if let Some(d) = rt().ok().and_then(|rt| rt.thread_device()) {
-        return d;
+    if let Ok(rt) = rt() {
+        // One device: it is the current one whatever the thread's context
+        // (no driver call on the null stream's hot path).
+        if rt.device_count() == 1 {
+            return 0;
+        }
+        if let Some(d) = rt.thread_device() {
+            return d;
+        }
     }
     CURRENT_DEVICE.with(|c| c.get())
 }

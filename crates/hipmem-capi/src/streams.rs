@@ -43,6 +43,26 @@ pub unsafe extern "C" fn hipStreamGetPriority(stream: hipStream_t, priority: *mu
     })
 }
 
+/// `hipStreamGetDevice`: the device a stream belongs to. Null output →
+/// InvalidValue; the null stream (0, `hipStreamLegacy`,
+/// `hipStreamPerThread`) → the current device; a stream made outside hipmem
+/// → its own device (on cuda its context's; it is adopted); a destroyed or
+/// made-up handle → InvalidHandle (AMD's runtime says ContextIsDestroyed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipStreamGetDevice(stream: hipStream_t, device: *mut hipDevice_t) -> hipError_t {
+    call(|| {
+        non_null(device, "hipStreamGetDevice: device")?;
+        let rt = rt()?;
+        let d = match handles::null_stream(rt, stream) {
+            Some(s) => s.device(),
+            None => handles::with_stream(rt, stream, |s| Ok(s.device()))?,
+        };
+        // SAFETY: non-null; a writable hipDevice_t (HIP's contract).
+        unsafe { *device = d as hipDevice_t };
+        Ok(())
+    })
+}
+
 /// `hipStreamGetFlags`: null `flags` → InvalidValue; the null stream
 /// (0) → InvalidValue (HIP's rule); `hipStreamLegacy` and
 /// `hipStreamPerThread` → 0; a destroyed stream → InvalidHandle.

@@ -2217,6 +2217,9 @@ fn the_current_device_follows_the_cuda_runtimes_device() {
             let last = n - 1;
             let f = drv.create_stream(last as usize, 1);
             drv.make_current(Some(0));
+            let mut d: hipDevice_t = -1;
+            assert_eq!(hipStreamGetDevice(f, &mut d), hipSuccess);
+            assert_eq!(d, last, "hipStreamGetDevice of a foreign stream of device {last}");
             let mut p: *mut c_void = null_mut();
             assert_eq!(hipMallocAsync(&mut p, N, f), hipSuccess, "a foreign stream of another device");
             assert_eq!(device_of(p), last, "hipMallocAsync on a foreign stream of device {last}");

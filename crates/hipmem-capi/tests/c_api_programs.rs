@@ -1075,3 +1075,39 @@ fn device_code_functions_without_nvcc_are_not_supported() {
         assert_eq!((sym, v, size, addr), (1, 0, 0, null_mut()), "nothing written");
     }
 }
+
+/// `hipStreamGetDevice`: a created stream answers the device it was made
+/// on (the current one at its creation), the null stream the current
+/// device; a null output is InvalidValue, a destroyed or made-up handle
+/// InvalidHandle. (On cuda a stream made by the driver answers its own
+/// device: `the_current_device_follows_the_cuda_runtimes_device`.)
+#[test]
+fn stream_get_device() {
+    init();
+    let _second = second_device_lock();
+    unsafe {
+        let last = device_count() - 1;
+        let mut d: hipDevice_t = -1;
+        assert_eq!(hipSetDevice(last), hipSuccess);
+        let mut s: hipStream_t = null_mut();
+        assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+        assert_eq!(hipSetDevice(0), hipSuccess);
+        assert_eq!(hipStreamGetDevice(s, &mut d), hipSuccess);
+        assert_eq!(d, last, "a stream made while device {last} was current");
+        for null in [0usize, 1, 2] {
+            d = -1;
+            assert_eq!(hipStreamGetDevice(null as hipStream_t, &mut d), hipSuccess);
+            assert_eq!(d, 0, "the null stream {null}: the current device");
+        }
+        if last != 0 {
+            assert_eq!(hipSetDevice(last), hipSuccess);
+            assert_eq!(hipStreamGetDevice(null_mut(), &mut d), hipSuccess);
+            assert_eq!(d, last);
+            assert_eq!(hipSetDevice(0), hipSuccess);
+        }
+        assert_eq!(hipStreamGetDevice(s, null_mut()), hipErrorInvalidValue);
+        assert_eq!(hipStreamDestroy(s), hipSuccess);
+        assert_eq!(hipStreamGetDevice(s, &mut d), hipErrorInvalidHandle, "a destroyed stream");
+        assert_eq!(hipStreamGetDevice(0xdead0usize as hipStream_t, &mut d), hipErrorInvalidHandle);
+    }
+}

@@ -12,12 +12,14 @@
 //! - a stream made outside hipmem (by the CUDA runtime, PyTorch, NCCL, ...):
 //!   the first call that names it asks the runtime to adopt it
 //!   ([`Stream::adopt`]: on CUDA the driver checks it is a live stream of the
-//!   device's primary context; the CPU backend has no such streams and says
+//!   device's primary context, on hip the HIP runtime that it is a live
+//!   stream of the device; the CPU backend has no such streams and says
 //!   InvalidHandle), after which it is kept in a table here like a created
 //!   one. It is adopted as a stream of its own device where the backend
-//!   can tell it (cuda: the device of the stream's context, as
-//!   `cudaMallocAsync` takes the stream's device), else of the device the
-//!   call names (the calling thread's current device for HIP's functions);
+//!   can tell it (cuda: the device of the stream's context; hip: the
+//!   runtime's `hipStreamGetDevice`; as `cudaMallocAsync` takes the
+//!   stream's device), else of the device the call names (the calling
+//!   thread's current device for HIP's functions);
 //! - anything else: InvalidHandle.
 //!
 //! `hipStreamDestroy` takes created streams and adopted ones (hipmem then

@@ -274,3 +274,75 @@ fn the_current_device_follows_the_hip_runtimes_device() {
     std::thread::spawn(move || assert_eq!(rt.thread_device(), Some(0))).join().unwrap();
     drop(lib);
 }
+
+/// On hip a stream made outside hipmem (by the HIP runtime's user, as
+/// PyTorch on ROCm and RCCL make theirs) is taken: its device is the
+/// runtime's answer (`hipStreamGetDevice`), it is refused as another
+/// device's, a pool allocates and the built-in kernels run on it, hipmem
+/// never destroys it unless asked to, and a handle that is no stream is
+/// InvalidHandle. Here the HIP runtime is libhipmem.
+#[test]
+fn the_hip_backend_takes_streams_made_outside_hipmem() {
+    if std::env::var_os(CHILD).is_none() {
+        if let Some(library) = libhipmem() {
+            in_child("the_hip_backend_takes_streams_made_outside_hipmem", &loopback_env(library));
+        }
+        return;
+    }
+    use hipmem_rs::backend::RawStream;
+    use hipmem_rs::{MemPool, PoolProps, Stream};
+    type Handle = *mut std::ffi::c_void;
+    let rt = Runtime::from_env().expect("the hip backend over libhipmem");
+    assert_eq!(rt.backend_kind(), BackendKind::Hip);
+    let path = std::env::var_os("HIPMEM_HIP_LIBRARY").expect("the loopback's library");
+    // SAFETY: the library the hip backend already loaded (the same handle);
+    // the symbols have HIP's signatures.
+    let (lib, set, create, query, destroy) = unsafe {
+        let lib = libloading::Library::new(path).expect("libhipmem");
+        let set: unsafe extern "C" fn(std::ffi::c_int) -> i32 = *lib.get(b"hipSetDevice\0").unwrap();
+        let create: unsafe extern "C" fn(*mut Handle) -> i32 = *lib.get(b"hipStreamCreate\0").unwrap();
+        let query: unsafe extern "C" fn(Handle) -> i32 = *lib.get(b"hipStreamQuery\0").unwrap();
+        let destroy: unsafe extern "C" fn(Handle) -> i32 = *lib.get(b"hipStreamDestroy\0").unwrap();
+        (lib, set, create, query, destroy)
+    };
+    // SAFETY (the FFI calls below): valid out-pointers, live handles.
+    let made = |device: i32| unsafe {
+        let mut h: Handle = std::ptr::null_mut();
+        assert_eq!(set(device), 0);
+        assert_eq!(create(&mut h), 0);
+        assert_eq!(set(0), 0);
+        h as u64
+    };
+    let h = made(1);
+    assert_eq!(rt.stream_device(h).unwrap(), 1, "the runtime names its device");
+    let e = Stream::adopt(&rt, RawStream { device: 0, handle: h }).unwrap_err();
+    assert!(e.code() == 400 && e.to_string().contains("device 1"), "{e}");
+    let s = Stream::adopt(&rt, RawStream { device: 1, handle: h }).unwrap();
+    assert!(!s.is_owned());
+    let pool = MemPool::create(&rt, PoolProps { device: 1, handle_types: 0, max_size: 0 }).unwrap();
+    let b = pool.alloc::<u8>(1 << 16, &s).unwrap();
+    s.fill(&b, 0x3c).unwrap();
+    s.synchronize().unwrap();
+    assert!(b.read_to_vec().unwrap().iter().all(|&v| v == 0x3c));
+    drop(b);
+    s.synchronize().unwrap();
+    // hipmem's handles gone, the stream is still the user's.
+    drop(s);
+    // SAFETY: a live stream.
+    assert_eq!(unsafe { query(h as Handle) }, 0);
+    // A handle that is no stream.
+    for bad in [0xdead0u64, 0x7f00_0000_0008] {
+        assert_eq!(rt.stream_device(bad).unwrap_err().code(), 400);
+        assert_eq!(Stream::adopt(&rt, RawStream { device: 0, handle: bad }).unwrap_err().code(), 400);
+    }
+    // Destroyed through hipmem when asked: the runtime's handle is dead then.
+    rt.destroy_adopted_stream(RawStream { device: 1, handle: h }).unwrap();
+    // SAFETY: libhipmem checks the handle (a destroyed one is an error code).
+    assert_ne!(unsafe { query(h as Handle) }, 0, "hipmem destroyed it");
+    // One its user destroys itself after hipmem adopted it stays unused.
+    let h2 = made(0);
+    drop(Stream::adopt(&rt, RawStream { device: 0, handle: h2 }).unwrap());
+    // SAFETY: a live stream, destroyed once.
+    assert_eq!(unsafe { destroy(h2 as Handle) }, 0);
+    drop(lib);
+}

@@ -267,7 +267,7 @@ impl HipBackend {
             format!("hipStreamCreateWithPriority(flags {bits}, priority {priority}) on device {device}")
         })?;
         let handle = s as usize as u64;
-        lock(&self.streams).insert(handle, Arc::new(StreamEntry { api: self.api, device, raw: handle }));
+        lock(&self.streams).insert(handle, Arc::new(StreamEntry::created(self.api, device, handle)));
         Ok(RawStream { device, handle })
     }
 

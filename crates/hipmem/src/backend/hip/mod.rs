@@ -54,7 +54,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -117,14 +117,25 @@ fn ptr(p: DevicePtr) -> *mut c_void {
     p.0 as usize as *mut c_void
 }
 
-/// A stream the backend created; destroyed when the last reference goes
-/// (normally at once in `stream_destroy`; later if another thread is using
-/// it at that moment).
+/// A stream the backend created or adopted. One it created is destroyed
+/// when the last reference goes (normally at once in `stream_destroy`;
+/// later if another thread is using it at that moment); an adopted one
+/// (made by the HIP runtime's user: PyTorch on ROCm, RCCL) only where
+/// `stream_destroy` is asked for it.
 #[derive(Debug)]
 struct StreamEntry {
     api: &'static Api,
     device: usize,
     raw: u64,
+    /// Whether the backend destroys the runtime's stream with the entry.
+    owned: AtomicBool,
+}
+
+impl StreamEntry {
+    /// A stream the backend created.
+    fn created(api: &'static Api, device: usize, raw: u64) -> StreamEntry {
+        StreamEntry { api, device, raw, owned: AtomicBool::new(true) }
+    }
 }
 
 impl StreamEntry {
@@ -139,6 +150,9 @@ impl StreamEntry {
 
 impl Drop for StreamEntry {
     fn drop(&mut self) {
+        if !self.owned.load(Ordering::Acquire) {
+            return;
+        }
         if let Err(e) = self.destroy_now() {
             tracing::warn!(target: "hipmem", "destroying a HIP stream failed in Drop: {e}");
         }
@@ -873,7 +887,7 @@ impl Backend for HipBackend {
         let r = unsafe { (self.api.core.hipStreamCreateWithFlags)(&mut s, bits) };
         self.check(r, || format!("hipStreamCreateWithFlags(flags {bits}) on device {device}"))?;
         let handle = s as usize as u64;
-        lock(&self.streams).insert(handle, Arc::new(StreamEntry { api: self.api, device, raw: handle }));
+        lock(&self.streams).insert(handle, Arc::new(StreamEntry::created(self.api, device, handle)));
         Ok(RawStream { device, handle })
     }
 
@@ -897,7 +911,57 @@ impl Backend for HipBackend {
         let entry = entry.ok_or_else(|| {
             Error::InvalidHandle(format!("stream {:#x} does not exist or was destroyed", stream.handle))
         })?;
+        // (An adopted stream its user asked hipmem to destroy goes too.)
+        entry.owned.store(true, Ordering::Release);
         destroy_entry(entry, StreamEntry::destroy_now)
+    }
+
+    fn stream_device(&self, handle: u64) -> Result<usize> {
+        if let Some(e) = lock(&self.streams).get(&handle) {
+            return Ok(e.device);
+        }
+        let Some(get_device) = self.api.info.hipStreamGetDevice else {
+            return Err(Error::InvalidHandle(format!(
+                "stream {handle:#x}: {} has no hipStreamGetDevice (HIP 6), so a stream made outside hipmem cannot be taken",
+                self.api.library
+            )));
+        };
+        let mut device: c_int = -1;
+        // SAFETY: the runtime checks that the handle is a live stream before
+        // it reads it (AMD's `hip::isValid`, libhipmem's handle tables);
+        // `device` is a valid out-pointer.
+        let r = unsafe { get_device(handle as usize as hipStream_t, &mut device) };
+        self.check(r, || format!("hipStreamGetDevice({handle:#x})"))
+            .map_err(|e| Error::InvalidHandle(format!("stream {handle:#x} is not a live stream: {e}")))?;
+        usize::try_from(device).ok().filter(|&d| d < self.devices.len()).ok_or_else(|| {
+            Error::InvalidHandle(format!(
+                "stream {handle:#x} belongs to device {device}, which hipmem does not see"
+            ))
+        })
+    }
+
+    fn stream_adopt(&self, device: usize, handle: u64) -> Result<StreamFlags> {
+        self.device(device)?;
+        if handle == 0 {
+            return Ok(StreamFlags::default());
+        }
+        let own = self.stream_device(handle)?;
+        if own != device {
+            return Err(Error::InvalidHandle(format!(
+                "stream {handle:#x} belongs to device {own}, not device {device}"
+            )));
+        }
+        let mut bits: std::ffi::c_uint = 0;
+        if let Some(get_flags) = self.api.info.hipStreamGetFlags {
+            // SAFETY: a live stream (checked above); a valid out-pointer.
+            let r = unsafe { get_flags(handle as usize as hipStream_t, &mut bits) };
+            self.check(r, || format!("hipStreamGetFlags({handle:#x})"))?;
+        }
+        // (Created or adopted before: the entry it has stays.)
+        lock(&self.streams).entry(handle).or_insert_with(|| {
+            Arc::new(StreamEntry { api: self.api, device, raw: handle, owned: AtomicBool::new(false) })
+        });
+        Ok(StreamFlags { non_blocking: bits & sys::hipStreamNonBlocking != 0 })
     }
 
     fn stream_synchronize(&self, stream: RawStream) -> Result<()> {

@@ -591,6 +591,13 @@ pub struct Info {
     /// libhipmem's own `hipmemSetInnerBackend`: present only when the
     /// library is hipmem's (the loopback).
     pub hipmemSetInnerBackend: Option<unsafe extern "C" fn(name: *const c_char) -> hipError_t>,
+    /// `hipStreamGetDevice` (HIP 6): the device of a stream; the runtime
+    /// checks the handle is a live stream (AMD's: `hip::isValid`).
+    pub hipStreamGetDevice:
+        Option<unsafe extern "C" fn(stream: hipStream_t, device: *mut c_int) -> hipError_t>,
+    /// `hipStreamGetFlags`.
+    pub hipStreamGetFlags:
+        Option<unsafe extern "C" fn(stream: hipStream_t, flags: *mut c_uint) -> hipError_t>,
 }
 
 /// Registration of existing host memory.
@@ -1002,6 +1009,8 @@ fn resolve(lib: &Library, name: &str) -> Result<Api> {
         hipDeviceGetUuid: maybe!("hipDeviceGetUuid"),
         hipMemGetAddressRange: maybe!("hipMemGetAddressRange"),
         hipmemSetInnerBackend: maybe!("hipmemSetInnerBackend"),
+        hipStreamGetDevice: maybe!("hipStreamGetDevice"),
+        hipStreamGetFlags: maybe!("hipStreamGetFlags"),
     };
     let host_register = (|| -> Group<HostRegister> {
         Ok(HostRegister {

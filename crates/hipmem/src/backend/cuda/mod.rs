@@ -130,6 +130,45 @@ impl CudaBackend {
         self.version
     }
 
+    /// The context of a stream made outside hipmem (the caller says it is
+    /// live). InvalidHandle where hipmem destroyed it, where no stream can
+    /// lie at the address, or where the driver says it is none.
+    fn foreign_stream_ctx(&self, handle: u64) -> Result<driver::CUcontext> {
+        if lock(&self.retired).iter().any(|e| e.raw.0 as u64 == handle) {
+            return Err(Error::InvalidHandle(format!("stream {handle:#x} was destroyed")));
+        }
+        if handle % 8 != 0 || !readable(handle, 64) {
+            return Err(Error::InvalidHandle(format!(
+                "stream {handle:#x} is not a stream: no live stream lies at that address"
+            )));
+        }
+        let _any = self.any_bound()?;
+        let mut ctx: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: the handle is one the caller says is a live stream, in
+        // readable memory (checked above); the driver reads it and writes
+        // one context handle to `ctx`, a valid out-pointer.
+        let r = unsafe { (self.driver.cuStreamGetCtx)(handle as usize as driver::CUstream, &mut ctx) };
+        self.check(r, || format!("cuStreamGetCtx({handle:#x})"))
+            .map_err(|e| Error::InvalidHandle(format!("stream {handle:#x} is not a live stream: {e}")))?;
+        Ok(ctx)
+    }
+
+    /// The device of a live context: a primary context hipmem retained
+    /// without a driver call, any other (one the program made, or the
+    /// primary context of a device hipmem has not used yet) asked of the
+    /// driver with the context current for a moment. None: a device this
+    /// backend does not see.
+    fn device_of_context(&self, ctx: driver::CUcontext) -> Result<Option<usize>> {
+        if let Some(d) = self.devices.iter().find(|d| d.retained_ctx().is_some_and(|c| c.0 == ctx)) {
+            return Ok(Some(d.ordinal));
+        }
+        let cu = {
+            let _in = bind_context(self.driver, ctx)?;
+            result::ctx_get_device(self.driver)?
+        };
+        Ok(self.devices.iter().find(|d| d.cu == cu).map(|d| d.ordinal))
+    }
+
     fn device(&self, device: usize) -> Result<&Device> {
         self.devices.get(device).ok_or_else(|| {
             Error::InvalidDevice(format!(
@@ -427,14 +466,7 @@ impl Backend for CudaBackend {
         if ctx.is_null() {
             return None;
         }
-        // A primary context hipmem retained: no further driver call.
-        if let Some(d) = self.devices.iter().find(|d| d.retained_ctx().is_some_and(|c| c.0 == ctx)) {
-            return Some(d.ordinal);
-        }
-        // Another context (one the program made, or a primary context
-        // hipmem has not used yet): the driver names its device.
-        let cu = result::ctx_get_device(self.driver).ok()?;
-        self.devices.iter().find(|d| d.cu == cu).map(|d| d.ordinal)
+        self.device_of_context(ctx).ok().flatten()
     }
 
     fn device_synchronize(&self, device: usize) -> Result<()> {
@@ -625,35 +657,8 @@ impl Backend for CudaBackend {
         if let Some(e) = lock(&self.streams).get(&handle) {
             return Ok(e.device);
         }
-        if lock(&self.retired).iter().any(|e| e.raw.0 as u64 == handle) {
-            return Err(Error::InvalidHandle(format!("stream {handle:#x} was destroyed")));
-        }
-        if handle % 8 != 0 || !readable(handle, 64) {
-            return Err(Error::InvalidHandle(format!(
-                "stream {handle:#x} is not a stream: no live stream lies at that address"
-            )));
-        }
-        let _any = self.any_bound()?;
-        let raw = handle as usize as driver::CUstream;
-        let mut ctx: driver::CUcontext = std::ptr::null_mut();
-        // SAFETY: `raw` is a handle the caller says is a live stream, in
-        // readable memory (checked above); the driver reads it and writes
-        // one context handle to `ctx`, a valid out-pointer.
-        let r = unsafe { (self.driver.cuStreamGetCtx)(raw, &mut ctx) };
-        self.check(r, || format!("cuStreamGetCtx({handle:#x})"))
-            .map_err(|e| Error::InvalidHandle(format!("stream {handle:#x} is not a live stream: {e}")))?;
-        if let Some(d) = self.devices.iter().find(|d| d.retained_ctx().is_some_and(|c| c.0 == ctx)) {
-            return Ok(d.ordinal);
-        }
-        // A context hipmem has not retained (the primary context of a
-        // device it has not used yet, or one the program made): the driver
-        // names its device with the context current for a moment. (The
-        // context is live: the stream it owns is.)
-        let cu = {
-            let _in = bind_context(self.driver, ctx)?;
-            result::ctx_get_device(self.driver)?
-        };
-        self.devices.iter().find(|d| d.cu == cu).map(|d| d.ordinal).ok_or_else(|| {
+        let ctx = self.foreign_stream_ctx(handle)?;
+        self.device_of_context(ctx)?.ok_or_else(|| {
             Error::InvalidHandle(format!(
                 "stream {handle:#x} belongs to a device the cuda backend does not see"
             ))
@@ -671,23 +676,8 @@ impl Backend for CudaBackend {
             }
             return Ok(StreamFlags { non_blocking: e.cu_flags & driver::CU_STREAM_NON_BLOCKING != 0 });
         }
-        if lock(&self.retired).iter().any(|e| e.raw.0 as u64 == handle) {
-            return Err(Error::InvalidHandle(format!("stream {handle:#x} was destroyed")));
-        }
-        if handle % 8 != 0 || !readable(handle, 64) {
-            return Err(Error::InvalidHandle(format!(
-                "stream {handle:#x} is not a stream: no live stream lies at that address"
-            )));
-        }
+        let ctx = self.foreign_stream_ctx(handle)?;
         let raw = handle as usize as driver::CUstream;
-        let mut ctx: driver::CUcontext = std::ptr::null_mut();
-        // SAFETY: `raw` is a handle the caller says is a live stream, in
-        // readable memory (checked above); the driver reads it and writes
-        // one context handle to `ctx`, a valid out-pointer.
-        let r = unsafe { (self.driver.cuStreamGetCtx)(raw, &mut ctx) };
-        self.check(r, || format!("cuStreamGetCtx({handle:#x})")).map_err(|e| {
-            Error::InvalidHandle(format!("stream {handle:#x} is not a live stream of device {device}: {e}"))
-        })?;
         let own = dev.ctx(self.driver)?;
         if ctx != own.0 {
             return Err(Error::InvalidHandle(
@@ -702,7 +692,8 @@ impl Backend for CudaBackend {
             ));
         }
         let mut cu_flags: std::ffi::c_uint = 0;
-        // SAFETY: as above; `cu_flags` is a valid out-pointer.
+        // SAFETY: `raw` is a live stream (the driver named its context
+        // above); `cu_flags` is a valid out-pointer.
         let r = unsafe { (self.driver.cuStreamGetFlags)(raw, &mut cu_flags) };
         self.check(r, || format!("cuStreamGetFlags({handle:#x})"))?;
         let entry = StreamEntry {

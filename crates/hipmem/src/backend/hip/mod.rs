@@ -136,9 +136,7 @@ impl StreamEntry {
     fn created(api: &'static Api, device: usize, raw: u64) -> StreamEntry {
         StreamEntry { api, device, raw, owned: AtomicBool::new(true) }
     }
-}
 
-impl StreamEntry {
     fn destroy_now(&self) -> Result<()> {
         let _device = set_device(self.api, self.device)?;
         // SAFETY: `raw` came from hipStreamCreateWithFlags and is destroyed

@@ -1168,10 +1168,15 @@ fn an_idle_sweep_refuses_what_it_cannot_do() {
     assert!(err.unwrap_err().contains("no times"));
 }
 
-/// `--pool vmm-pieces`: the recorded GPT-2 training run's first steps in
-/// pieces of up to 8 MiB make fewer than half the driver calls of units
-/// alone (replayed: 1598 against 4610), and its steps after the warm-up
-/// hold what they held (1.002 against 1.003 of their peak).
+/// `--pool vmm-pieces`: the recorded training runs' first steps in pieces
+/// of up to 8 MiB make far fewer driver calls than units alone, and their
+/// steps after the warm-up hold at most 1.03 of their peak. GPT-2 (replayed:
+/// 1040-1096 calls against 3029, 1.004 against 1.005) needs fewer than
+/// half. The CNN (650 against 2034, 1.010 against 1.005) needs fewer than
+/// two fifths: its third plan lays itself out in place over the pieces
+/// for 0.6% more memory rather than giving them back and mapping its arena
+/// anew (404 driver calls), which the slack a pool with pieces takes for
+/// that choice allows (`IN_PLACE_SLACK_PIECES`: 1168 calls without it).
 #[test]
 fn first_steps_in_pieces_make_fewer_driver_calls() {
     let rt = runtime();
@@ -1179,23 +1184,26 @@ fn first_steps_in_pieces_make_fewer_driver_calls() {
     if rt.backend().virtual_memory().is_none() || std::env::var_os("HIPMEM_POOL_FIRST_PIECE_MIB").is_some() {
         return;
     }
-    let (name, bytes) = RECORDED.iter().find(|(n, _)| *n == "gpt_train").expect("the GPT-2 recording");
-    let w = Workload::from_bytes(bytes, name).unwrap();
-    let options = Options { idle: Some(std::time::Duration::from_millis(100)), ..Options::default() };
-    let report =
-        replay(&rt, &w, &[PoolKind::Vmm, PoolKind::VmmPieces], 0, &options, &mut Progress::new(false))
-            .unwrap();
-    let (units, pieces) = (&report.pools[0], &report.pools[1]);
-    assert_eq!(pieces.pool, "hipmem-vmm-pieces");
-    for r in [units, pieces] {
-        assert_eq!((r.failures, &r.first_failure), (0, &None), "{}", r.pool);
-        assert!(
-            r.reserved_over_live_second_half <= 1.03,
-            "{}: {:.3}",
-            r.pool,
-            r.reserved_over_live_second_half
-        );
+    // (Each run, and the most pieces may make of units' calls: num / den.)
+    for (run, num, den) in [("gpt_train", 1, 2), ("cnn_train", 2, 5)] {
+        let (name, bytes) = RECORDED.iter().find(|(n, _)| *n == run).expect("the recording");
+        let w = Workload::from_bytes(bytes, name).unwrap();
+        let options = Options { idle: Some(std::time::Duration::from_millis(100)), ..Options::default() };
+        let report =
+            replay(&rt, &w, &[PoolKind::Vmm, PoolKind::VmmPieces], 0, &options, &mut Progress::new(false))
+                .unwrap();
+        let (units, pieces) = (&report.pools[0], &report.pools[1]);
+        assert_eq!(pieces.pool, "hipmem-vmm-pieces");
+        for r in [units, pieces] {
+            assert_eq!((r.failures, &r.first_failure), (0, &None), "{run}: {}", r.pool);
+            assert!(
+                r.reserved_over_live_second_half <= 1.03,
+                "{run}: {}: {:.3}",
+                r.pool,
+                r.reserved_over_live_second_half
+            );
+        }
+        let (u, p) = (units.backend_calls.unwrap(), pieces.backend_calls.unwrap());
+        assert!(den * p < num * u, "{run}: pieces: {p} driver calls, units: {u}");
     }
-    let (u, p) = (units.backend_calls.unwrap(), pieces.backend_calls.unwrap());
-    assert!(2 * p < u, "pieces: {p} driver calls, units: {u}");
 }

@@ -209,7 +209,11 @@ fn first_steps_from(setting: Option<&str>) -> u64 {
 /// pool's to about as much (over three rounds: GPT-2 0.82 of it, the
 /// two-GPU job 0.89, the CNN 1.39 with one slow round); their later steps
 /// held 1.002, 1.004 and 1.015 of their peaks (1.003, 1.005 and 1.006
-/// unit by unit). Not the default: variable-length inference's warm-up
+/// unit by unit). On an H200, with a plan's start laid out over the
+/// pieces for up to 1/128 of its peak more (`planned.rs`), every recorded
+/// run replayed faster than under the driver's pool: the 12- and 23-step
+/// ones at 0.62-0.96 of its time (docs/pool-measurements.md, "Stop 69").
+/// Not the default: variable-length inference's warm-up
 /// pieces stay under its later batches, and live on an H100 two of three
 /// processes held 1.042 and 1.058 of their peak (1.008-1.024 unit by unit),
 /// with 24-32 driver calls in each pass's largest batches; replayed at ten

@@ -444,7 +444,8 @@ impl MemPool {
     /// H100 an allocation of up to 32 MiB costs about as much as one of 2
     /// MiB, so 8 MiB pieces took replayed PyTorch training runs' first
     /// steps from about twice the driver's pool's time to less (on an H200,
-    /// 0.6-0.96× on the 12- and 23-step recordings). Such a pool's plans
+    /// summed over three rounds, 0.67-0.93× on the 12- and 23-step
+    /// recordings). Such a pool's plans
     /// also lay themselves out over the pieces where that holds at most
     /// 1/128 of the plan's peak more (1/256 unit by unit), rather than give
     /// them back and map their arenas anew.

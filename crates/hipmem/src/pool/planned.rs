@@ -71,9 +71,9 @@ const IN_PLACE_SLACK: u64 = 256;
 /// MB: the recorded CNN's third plan chose it for 17 MB of 2.9 GB (0.6%),
 /// with 404 driver calls (14.3 ms of its 40.8 ms replay on an H200), and
 /// with this slack its replay made 650 backend calls instead of 1168, held
-/// 1.010 of its peak after the warm-up instead of 1.004, and took 0.62-0.85
-/// of the driver's pool's time instead of 1.1-1.2 (docs/pool-measurements.md,
-/// "Stop 69"). Unit by unit the recorded runs choose the same either way.
+/// 1.010 of its peak after the warm-up instead of 1.004, and took 0.62-0.87
+/// of the driver's pool's time in six rounds on H200s instead of 1.1-1.2
+/// (docs/pool-measurements.md, "Stop 69"). Unit by unit the recorded runs choose the same either way.
 const IN_PLACE_SLACK_PIECES: u64 = 128;
 
 /// The spans of `spans` (address, length; sorted, disjoint) that overlap

@@ -211,8 +211,9 @@ fn first_steps_from(setting: Option<&str>) -> u64 {
 /// held 1.002, 1.004 and 1.015 of their peaks (1.003, 1.005 and 1.006
 /// unit by unit). On an H200, with a plan's start laid out over the
 /// pieces for up to 1/128 of its peak more (`planned.rs`), every recorded
-/// run replayed faster than under the driver's pool: the 12- and 23-step
-/// ones at 0.62-0.96 of its time (docs/pool-measurements.md, "Stop 69").
+/// run replayed faster than under the driver's pool summed over three
+/// rounds (the 12- and 23-step ones at 0.67-0.93 of its time in two
+/// sessions; single rounds up to 1.31: docs/pool-measurements.md, "Stop 69").
 /// Not the default: variable-length inference's warm-up
 /// pieces stay under its later batches, and live on an H100 two of three
 /// processes held 1.042 and 1.058 of their peak (1.008-1.024 unit by unit),

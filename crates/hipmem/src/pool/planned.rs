@@ -73,7 +73,8 @@ const IN_PLACE_SLACK: u64 = 256;
 /// with this slack its replay made 650 backend calls instead of 1168, held
 /// 1.010 of its peak after the warm-up instead of 1.004, and took 0.62-0.87
 /// of the driver's pool's time in six rounds on H200s instead of 1.1-1.2
-/// (docs/pool-measurements.md, "Stop 69"). Unit by unit the recorded runs choose the same either way.
+/// (docs/pool-measurements.md, "Stop 69"). Unit by unit the recorded runs
+/// choose the same either way.
 const IN_PLACE_SLACK_PIECES: u64 = 128;
 
 /// The spans of `spans` (address, length; sorted, disjoint) that overlap

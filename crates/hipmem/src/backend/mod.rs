@@ -436,7 +436,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `cudaMallocAsync` and HIP's stream-ordered calls take the device
     /// from. A stream the backend created or adopted answers its own
     /// device. InvalidHandle where `handle` is no live stream the backend
-    /// can see; the default (the CPU and hip backends) always.
+    /// can see (on hip also where the runtime has no `hipStreamGetDevice`);
+    /// the default (the CPU backend) always.
     fn stream_device(&self, handle: u64) -> Result<usize> {
         Err(Error::InvalidHandle(format!(
             "stream {handle:#x}: the {} backend cannot tell the device of a stream made outside hipmem",

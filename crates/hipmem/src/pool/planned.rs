@@ -508,7 +508,7 @@ impl PoolCore {
         // that.
         let usual_least = usual_bound.next_multiple_of(unit);
         let slack =
-            least / if self.first_steps_piece() > unit { IN_PLACE_SLACK_PIECES } else { IN_PLACE_SLACK };
+            least / if self.cuts_first_steps_pieces() { IN_PLACE_SLACK_PIECES } else { IN_PLACE_SLACK };
         // Otherwise the usual way is laid out, given up as soon as it needs
         // `held_here - slack` or more (then in place is chosen: laid out to
         // the end, it would need at least that).

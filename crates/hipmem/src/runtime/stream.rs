@@ -346,7 +346,8 @@ impl Runtime {
     /// [`Backend::stream_device`](crate::backend::Backend::stream_device)):
     /// a stream made outside hipmem is on the device of its context, and
     /// `cudaMallocAsync` takes the stream's device. InvalidHandle where the
-    /// backend cannot tell (the CPU and hip backends, a dead handle).
+    /// backend cannot tell (the CPU backend, a hip runtime without
+    /// `hipStreamGetDevice`, a dead handle).
     pub fn stream_device(&self, handle: u64) -> Result<usize> {
         self.backend().stream_device(handle)
     }

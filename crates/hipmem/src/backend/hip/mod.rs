@@ -233,15 +233,21 @@ fn ordinal(device: usize) -> Result<c_int> {
         .map_err(|_| Error::InvalidDevice(format!("device {device} is not a HIP device ordinal")))
 }
 
+/// The HIP runtime's current device on the calling thread (`hipGetDevice`).
+fn current_device(api: &'static Api) -> Result<c_int> {
+    let mut current: c_int = -1;
+    // SAFETY: `current` is a valid out-pointer.
+    let r = unsafe { (api.core.hipGetDevice)(&mut current) };
+    result::check(api, r, || "hipGetDevice".into())?;
+    Ok(current)
+}
+
 /// Makes `device` the calling thread's current device until the guard drops
 /// (one `hipGetDevice` where it already is; also a set and a set back where
 /// the caller had another).
 fn set_device(api: &'static Api, device: usize) -> Result<OnDevice> {
     let ordinal = ordinal(device)?;
-    let mut current: c_int = -1;
-    // SAFETY: `current` is a valid out-pointer.
-    let r = unsafe { (api.core.hipGetDevice)(&mut current) };
-    result::check(api, r, || "hipGetDevice".into())?;
+    let current = current_device(api)?;
     if current == ordinal {
         return Ok(OnDevice { api, restore: None });
     }
@@ -707,12 +713,7 @@ impl Backend for HipBackend {
     }
 
     fn thread_device(&self) -> Option<usize> {
-        let mut current: c_int = -1;
-        // SAFETY: `current` is a valid out-pointer.
-        let r = unsafe { (self.api.core.hipGetDevice)(&mut current) };
-        if r != 0 {
-            return None;
-        }
+        let current = current_device(self.api).ok()?;
         usize::try_from(current).ok().filter(|&d| d < self.devices.len())
     }
 

@@ -586,7 +586,7 @@ fn replay_releases_idle_memory_on_the_traces_clock() {
 /// what the live run held (1.036 of its peak after the warm-up, on an H100
 /// and here, with groups of up to 256 MiB; 1.015 live on an H200 and 1.003
 /// here with groups of up to 128). See `fixtures/traces/README.md`.
-const RECORDED: [(&str, &[u8]); 10] = [
+const RECORDED: [(&str, &[u8]); 12] = [
     ("gpt_train", include_bytes!("../../fixtures/traces/pytorch/gpt_train.pickle.gz")),
     ("ckpt_train", include_bytes!("../../fixtures/traces/pytorch/ckpt_train.pickle.gz")),
     ("cnn_train", include_bytes!("../../fixtures/traces/pytorch/cnn_train.pickle.gz")),
@@ -602,6 +602,18 @@ const RECORDED: [(&str, &[u8]); 10] = [
     ("varlen_infer_seed11", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed11.pickle.gz")),
     ("varlen_infer_seed13", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed13.pickle.gz")),
     ("varlen_infer_seed17", include_bytes!("../../fixtures/traces/pytorch/varlen_infer_seed17.pickle.gz")),
+    // Live runs slowed down by their own tracing (HIPMEM_TRACE, H200, stop
+    // 70): their idle periods differ from the untraced runs', and the live
+    // pools (units in one, first-steps pieces in the other) held 1.030 and
+    // 1.042 of their peaks after the warm-up.
+    (
+        "varlen_infer_traced_units.hipmem",
+        include_bytes!("../../fixtures/traces/pytorch/varlen_infer_traced_units.hipmem.jsonl.gz"),
+    ),
+    (
+        "varlen_infer_traced_pieces.hipmem",
+        include_bytes!("../../fixtures/traces/pytorch/varlen_infer_traced_pieces.hipmem.jsonl.gz"),
+    ),
 ];
 
 /// Variable-length inference recorded with other batch shapes
@@ -668,7 +680,9 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
     };
     // Where the second half starts: after the warm-up where the recording
     // has one (torch_allocators.py's 6 batches), else the midpoint.
-    let late_from = |name: &str| name.starts_with("varlen_infer_seed").then_some(8272);
+    let late_from = |name: &str| {
+        (name.starts_with("varlen_infer_seed") || name.starts_with("varlen_infer_traced")).then_some(8272)
+    };
     // Driver calls (maps, unmaps, physical allocations and releases) over
     // the whole trace, at most: on a GPU they are most of the learning
     // steps' time. Growths of 64 MiB or more map as one physical

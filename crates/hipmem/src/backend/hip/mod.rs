@@ -137,6 +137,11 @@ impl StreamEntry {
         StreamEntry { api, device, raw, owned: AtomicBool::new(true) }
     }
 
+    /// A stream the HIP runtime's user made: destroyed only when asked.
+    fn adopted(api: &'static Api, device: usize, raw: u64) -> StreamEntry {
+        StreamEntry { api, device, raw, owned: AtomicBool::new(false) }
+    }
+
     fn destroy_now(&self) -> Result<()> {
         let _device = set_device(self.api, self.device)?;
         // SAFETY: `raw` came from hipStreamCreateWithFlags and is destroyed
@@ -957,9 +962,9 @@ impl Backend for HipBackend {
             self.check(r, || format!("hipStreamGetFlags({handle:#x})"))?;
         }
         // (Created or adopted before: the entry it has stays.)
-        lock(&self.streams).entry(handle).or_insert_with(|| {
-            Arc::new(StreamEntry { api: self.api, device, raw: handle, owned: AtomicBool::new(false) })
-        });
+        lock(&self.streams)
+            .entry(handle)
+            .or_insert_with(|| Arc::new(StreamEntry::adopted(self.api, device, handle)));
         Ok(StreamFlags { non_blocking: bits & sys::hipStreamNonBlocking != 0 })
     }
 

@@ -21,7 +21,7 @@ static CUcontext ctx; static CUdeviceptr base;
 #define MAXN 192
 static CUmemGenericAllocationHandle h[MAXN];
 static pthread_barrier_t bar;
-static int nthreads, nunits, phase_access_each;
+static int nthreads, nunits;
 enum { CREATE_MAP, ACCESS, UNMAP_RELEASE, QUIT };
 static volatile int phase;
 
@@ -74,7 +74,6 @@ int main(void) {
   printf("driver %d, granularity %zu\n", ver, G);
   int sizes[] = {24, 96, 192};
   int threads[] = {1, 2, 4, 8};
-  (void)phase_access_each;
   for (int si = 0; si < 3; si++) {
     nunits = sizes[si];
     for (int round = 0; round < 3; round++) {

@@ -861,6 +861,29 @@ fn peer_access() {
             assert_eq!(get_u32(HIP_POINTER_ATTRIBUTE_ACCESS_FLAGS, p), (hipSuccess, 0));
             assert_eq!(hipDeviceDisablePeerAccess(0), hipErrorPeerAccessNotEnabled);
             assert_eq!(hipFree(p), hipSuccess);
+            // Disabling waits for the work still to run through the access:
+            // copies of 64 MiB from device 1 into device 0, queued on a
+            // stream of device 1 (the driver would take the mapping away
+            // under them).
+            const BIG: usize = 64 << 20;
+            assert_eq!(hipDeviceEnablePeerAccess(0, 0), hipSuccess);
+            assert_eq!(hipSetDevice(0), hipSuccess);
+            let dst = device_alloc(BIG);
+            assert_eq!(hipMemset(dst, 0, BIG), hipSuccess);
+            assert_eq!(hipSetDevice(1), hipSuccess);
+            let src = device_alloc(BIG);
+            assert_eq!(hipMemset(src, 0x5a, BIG), hipSuccess);
+            let mut s: hipStream_t = null_mut();
+            assert_eq!(hipStreamCreate(&mut s), hipSuccess);
+            for _ in 0..4 {
+                assert_eq!(hipMemcpyPeerAsync(dst, 0, src, 1, BIG, s), hipSuccess);
+            }
+            assert_eq!(hipDeviceDisablePeerAccess(0), hipSuccess);
+            assert_eq!(hipStreamQuery(s), hipSuccess, "the copies ran before access went away");
+            assert!(read_back(at(dst, BIG - 4096), 4096).iter().all(|&x| x == 0x5a));
+            assert_eq!(hipStreamDestroy(s), hipSuccess);
+            assert_eq!(hipFree(src), hipSuccess);
+            assert_eq!(hipFree(dst), hipSuccess);
         })
         .join()
         .unwrap();

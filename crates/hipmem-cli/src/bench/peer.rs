@@ -8,8 +8,10 @@
 //! - `hipmem`: `Runtime::memcpy_peer`, what `hipMemcpyPeer` does (range
 //!   checks against the allocation registry, `cuMemcpyPeerAsync` on the
 //!   null stream, then a synchronization);
-//! - `driver`: the backend's synchronous peer copy with no hipmem
-//!   bookkeeping (`cuMemcpyPeer`).
+//! - `driver`: the backend's peer copy with no hipmem bookkeeping
+//!   (`cuMemcpyPeer`, then a synchronization of the destination's context:
+//!   between two devices' memory `cuMemcpyPeer` returns before the copy is
+//!   done, so timed alone it measured the call, not the copy).
 //!
 //! The two paths take turns in a shuffled order each round, so noise falls
 //! on both alike. Cases: `peer_copy_0to1`, `peer_copy_1to0` (peer access

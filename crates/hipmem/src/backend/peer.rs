@@ -48,8 +48,9 @@ pub trait PeerAccess: Send + Sync {
     ) -> Result<()>;
 
     /// Copies `size` bytes between two devices' memory and returns when it
-    /// is done (`cuMemcpyPeer`: the driver's own synchronous peer copy,
-    /// ordered after the legacy null streams' work).
+    /// is done (`cuMemcpyPeer`, ordered after the legacy null streams'
+    /// work, then a wait for the destination's context: between two
+    /// devices' memory the driver returns before the copy is done).
     fn copy_peer(
         &self,
         dst: DevicePtr,

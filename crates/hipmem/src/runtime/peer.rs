@@ -97,6 +97,13 @@ impl Runtime {
 
     /// `hipDeviceDisablePeerAccess` from `device` to `peer`. Not a peer:
     /// InvalidDevice; access never enabled: PeerAccessNotEnabled.
+    ///
+    /// Waits for both devices' queued work first: the driver takes the
+    /// mapping away at once, and a copy or kernel still using it faults
+    /// (measured on two H200s: a 1 GiB peer copy in flight when access was
+    /// disabled took an MMU fault, Xid 31, and every later call on both
+    /// devices failed with CUDA_ERROR_LAUNCH_FAILED). Access that is not
+    /// enabled is reported without waiting.
     pub fn disable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
         self.check_peer_pair(device, peer, "hipDeviceDisablePeerAccess")?;
         let backend = self.peer_access_backend()?;
@@ -104,6 +111,10 @@ impl Runtime {
             return Err(Error::InvalidDevice(format!(
                 "hipDeviceDisablePeerAccess: device {device} cannot access device {peer} directly"
             )));
+        }
+        if backend.peer_access_enabled(device, peer)? {
+            self.device_synchronize(device).map_err(|e| e.context("hipDeviceDisablePeerAccess"))?;
+            self.device_synchronize(peer).map_err(|e| e.context("hipDeviceDisablePeerAccess"))?;
         }
         backend.disable_peer_access(device, peer)
     }

@@ -90,6 +90,35 @@ fn copies_between_devices_with_and_without_peer_access() {
 }
 
 #[test]
+fn disabling_peer_access_waits_for_the_work_that_uses_it() {
+    let _turn = turn();
+    let Some((dev0, dev1)) = peers("disabling_peer_access_waits_for_the_work_that_uses_it") else {
+        return;
+    };
+    let rt = runtime();
+    // A peer copy queued behind a delay on device 1, through device 1's
+    // access to device 0, is still to run when access is disabled. On CUDA
+    // the driver takes the mapping away at once: the copy then took an MMU
+    // fault and every later call on both devices failed (two H200s).
+    let n = 1usize << 20;
+    let data: Vec<u32> = (0..n as u32).map(|i| i ^ 0x5eed_0000).collect();
+    let src = dev1.alloc_from_slice(&data).unwrap();
+    let dst = dev0.alloc_zeroed::<u32>(n).unwrap();
+    let flag = dev1.alloc_zeroed::<u32>(1).unwrap();
+    dev1.enable_peer_access(&dev0).unwrap();
+    let stream = dev1.create_stream().unwrap();
+    stream.delay(DELAY, &flag, 1).unwrap();
+    rt.memcpy_peer_async(dst.device_ptr(), 0, src.device_ptr(), 1, (n * 4) as u64, stream.raw()).unwrap();
+    dev1.disable_peer_access(&dev0).unwrap();
+    assert!(stream.query().unwrap(), "disabling peer access returned before the copy that used it ran");
+    assert!(!rt.peer_access_enabled(1, 0).unwrap());
+    stream.synchronize().unwrap();
+    assert_eq!(dst.to_vec().unwrap(), data, "the copy queued before the disable carried its data");
+    // Disabling what is off reports it (and has nothing to wait for).
+    expect_err(rt.disable_peer_access(1, 0), 705, &[]);
+}
+
+#[test]
 fn a_peer_copy_waits_for_the_work_before_it_in_its_stream() {
     let _turn = turn();
     let Some((dev0, dev1)) = peers("a_peer_copy_waits_for_the_work_before_it_in_its_stream") else {

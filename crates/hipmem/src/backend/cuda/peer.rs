@@ -208,7 +208,7 @@ impl PeerAccess for CudaBackend {
             return Ok(());
         }
         let bytes = Self::to_usize(size, "copy size")?;
-        let _ctx = self.bound(dst_device)?;
+        let dev = self.bound(dst_device)?;
         // SAFETY: device addresses only (validated by the driver); both
         // contexts are retained by this backend.
         let r = unsafe { (e.copy)(dst.0, dst_ctx, src.0, src_ctx, bytes) };
@@ -216,6 +216,10 @@ impl PeerAccess for CudaBackend {
             format!(
                 "cuMemcpyPeer({dst} on device {dst_device} <- {src} on device {src_device}, {size} bytes)"
             )
-        })
+        })?;
+        // Between two devices' memory cuMemcpyPeer returns before the copy
+        // is done (it is ordered with the contexts' work, not the host):
+        // wait for it, as this function promises.
+        self.synchronize(dev.dev)
     }
 }

@@ -178,6 +178,9 @@ impl PeerAccess for HipBackend {
             format!(
                 "hipMemcpyPeer({dst} on device {dst_device} <- {src} on device {src_device}, {size} bytes)"
             )
-        })
+        })?;
+        // (As the CUDA backend: the copy is done when this returns, whatever
+        // the runtime's own synchronization of device-to-device copies.)
+        self.synchronize(dst_device)
     }
 }

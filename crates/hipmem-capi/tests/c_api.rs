@@ -2186,6 +2186,11 @@ fn the_current_device_follows_the_cuda_runtimes_device() {
         // block is freed once, every stream destroyed once.
         unsafe {
             assert_eq!(hipGetDeviceCount(&mut n), hipSuccess);
+            // The loop's foreign streams live to the end: a stream destroyed
+            // through hipStreamDestroy stays refused, and one made later at
+            // its address (the driver reuses them) would be too (see
+            // handles.rs).
+            let mut made = Vec::new();
             for device in (0..n.min(2)).rev() {
                 // What cudaSetDevice(device) leaves on the thread.
                 drv.make_current(Some(device as usize));
@@ -2208,7 +2213,7 @@ fn the_current_device_follows_the_cuda_runtimes_device() {
                 assert_eq!(device_of(p), device, "hipMallocAsync on a foreign stream");
                 assert_eq!(hipFreeAsync(p, f), hipSuccess);
                 assert_eq!(hipStreamSynchronize(f), hipSuccess);
-                assert_eq!(hipStreamDestroy(f), hipSuccess);
+                made.push(f);
                 assert_eq!(drv.current(), ctx, "the thread keeps device {device}'s context");
             }
             // A stream the program made on the last device, named while
@@ -2252,6 +2257,9 @@ fn the_current_device_follows_the_cuda_runtimes_device() {
             assert_eq!(hipFree(p), hipSuccess);
             assert_eq!(drv.current(), 0, "hipMalloc leaves a thread without a context without one");
             assert_eq!(hipSetDevice(0), hipSuccess);
+            for f in made {
+                assert_eq!(hipStreamDestroy(f), hipSuccess);
+            }
         }
     })
     .join()

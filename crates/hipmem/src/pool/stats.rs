@@ -108,15 +108,23 @@ impl PoolCore {
     }
 
     pub(crate) fn set_access(&self, device: usize, flags: AccessFlags) -> Result<()> {
-        let mut access = lock(&self.access);
-        let slot = access
-            .get_mut(device)
-            .ok_or_else(|| Error::InvalidDevice(format!("device {device} does not exist")))?;
+        let old = self.access(device)?;
         if device == self.device && flags != AccessFlags::ReadWrite {
             return Err(Error::InvalidValue(format!(
                 "the pool's own device {device} always has read-write access"
             )));
         }
+        // Access taken away from a pool on virtual memory changes the
+        // mappings at once: `device`'s work still queued may use them (as a
+        // peer copy did when peer access went away under it, faulting both
+        // devices' contexts), so it runs first.
+        if matches!(self.backing, Backing::Virtual(_)) && access_rank(flags) < access_rank(old) {
+            self.runtime()?.device_synchronize(device)?;
+        }
+        let mut access = lock(&self.access);
+        let slot = access
+            .get_mut(device)
+            .ok_or_else(|| Error::InvalidDevice(format!("device {device} does not exist")))?;
         *slot = flags;
         drop(access);
         // A pool on virtual memory maps the access into every chunk it has.
@@ -141,5 +149,14 @@ impl PoolCore {
     pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
         lock(&self.heap).check_invariants()?;
         self.check_physical()
+    }
+}
+
+/// How much an access allows (none < read < read-write).
+fn access_rank(flags: AccessFlags) -> u8 {
+    match flags {
+        AccessFlags::None => 0,
+        AccessFlags::Read => 1,
+        AccessFlags::ReadWrite => 2,
     }
 }

@@ -553,6 +553,31 @@ impl Runtime {
             let flags = AccessFlags::from_raw(d.flags)?;
             parsed.push((device, flags));
         }
+        // Access taken away (to read-only or none) from a device that has
+        // some changes the mappings at once: that device's queued work may
+        // still use them (as a peer copy did when peer access went away
+        // under it, faulting both devices' contexts), so it runs first,
+        // without the table held.
+        let revoked: Vec<usize> = {
+            let state = table(self).lock();
+            let covered = state.covering(ptr, size, "hipMemSetAccess")?;
+            parsed
+                .iter()
+                .filter(|(device, flags)| {
+                    *flags != AccessFlags::ReadWrite
+                        && covered.iter().any(|(base, _)| {
+                            state
+                                .mappings
+                                .get(base)
+                                .is_some_and(|m| m.accessible & (1u64 << (device % 64)) != 0)
+                        })
+                })
+                .map(|&(device, _)| device)
+                .collect()
+        };
+        for device in revoked {
+            self.device_synchronize(device)?;
+        }
         let mut state = table(self).lock();
         let covered = state.covering(ptr, size, "hipMemSetAccess")?;
         for (device, flags) in parsed {

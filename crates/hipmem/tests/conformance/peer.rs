@@ -222,6 +222,59 @@ fn virtual_memory_is_reachable_by_a_peer_after_mem_set_access() {
     drop(mapping);
 }
 
+#[test]
+fn taking_a_peers_access_away_waits_for_the_peers_work_that_uses_it() {
+    let _turn = turn();
+    let Some((dev0, dev1)) = peers("taking_a_peers_access_away_waits_for_the_peers_work_that_uses_it") else {
+        return;
+    };
+    let rt = runtime();
+    let s1 = dev1.create_stream().unwrap();
+    let flag = dev1.alloc_zeroed::<u32>(1).unwrap();
+    // Pool memory of device 0, written by a kernel of device 1 queued
+    // behind a delay, when hipMemPoolSetAccess takes the access away.
+    let pool = dev0.create_mem_pool(0, 0).unwrap();
+    let s0 = dev0.create_stream().unwrap();
+    let buf = pool.alloc::<u32>(2048, &s0).unwrap();
+    s0.synchronize().unwrap();
+    pool.set_access(1, AccessFlags::ReadWrite).unwrap();
+    let segments = pool.backing() == hipmem::PoolBacking::Segments;
+    if segments {
+        dev1.enable_peer_access(&dev0).unwrap();
+    }
+    s1.delay(DELAY, &flag, 1).unwrap();
+    s1.fill(&buf, 9u32).unwrap();
+    if segments {
+        // (Separate allocations are reached through peer access: its
+        // disable is what takes the mapping away.)
+        dev1.disable_peer_access(&dev0).unwrap();
+    }
+    pool.set_access(1, AccessFlags::None).unwrap();
+    assert!(s1.query().unwrap(), "hipMemPoolSetAccess took the access away before device 1's kernel ran");
+    let mut back = vec![0u32; 2048];
+    rt.copy_device_to_host(bytemuck_bytes(&mut back), buf.device_ptr()).unwrap();
+    assert_eq!(back, vec![9; 2048], "the kernel queued before the change wrote the pool's memory");
+    buf.free_on(&s0).unwrap();
+    s0.synchronize().unwrap();
+    // A mapping of device 0's memory, the same through hipMemSetAccess.
+    let g = PhysicalAllocation::granularity(&dev0).unwrap();
+    let physical = PhysicalAllocation::new(&dev0, g).unwrap();
+    let reservation = AddressReservation::new(rt, g, 0, DevicePtr::NULL).unwrap();
+    let mapping = Mapping::new(&reservation, 0, &physical, 0, g).unwrap();
+    mapping.set_access(0, AccessFlags::ReadWrite).unwrap();
+    mapping.set_access(1, AccessFlags::ReadWrite).unwrap();
+    let view = mapping.view::<u32>();
+    s1.delay(DELAY, &flag, 2).unwrap();
+    s1.fill(&view, 4u32).unwrap();
+    mapping.set_access(1, AccessFlags::None).unwrap();
+    assert!(s1.query().unwrap(), "hipMemSetAccess took the access away before device 1's kernel ran");
+    assert_eq!(mapping.access(1).unwrap(), AccessFlags::None);
+    let mut back = vec![0u32; (g / 4) as usize];
+    rt.copy_device_to_host(bytemuck_bytes(&mut back), mapping.ptr()).unwrap();
+    assert!(back.iter().all(|&v| v == 4), "the kernel queued before the change wrote the mapping");
+    drop(mapping);
+}
+
 fn bytemuck_bytes(v: &mut [u32]) -> &mut [u8] {
     hipmem::bytemuck::cast_slice_mut(v)
 }

@@ -34,15 +34,17 @@ fn repo_root() -> PathBuf {
     root
 }
 
-/// The directory holding libhipmem.so built with this test.
+/// The directory holding libhipmem.so built with this test (target/<profile>/deps or its parent), or the bundle's `.gpu/lib`.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.ancestors()
-        .skip(1)
-        .take(3)
+    let mut dirs: Vec<PathBuf> = exe.ancestors().skip(1).take(3).map(|d| d.to_path_buf()).collect();
+    // The bundle's `.gpu/lib` (next to `.gpu/tests/`), as hip_loopback looks.
+    if let Some(bundle) = exe.parent().and_then(|d| d.parent()) {
+        dirs.push(bundle.join("lib"));
+    }
+    dirs.into_iter()
         .find(|d| d.join("libhipmem.so").is_file())
-        .expect("libhipmem.so next to the test executable")
-        .to_path_buf()
+        .expect("libhipmem.so next to the test executable or in ../lib (the bundle's .gpu/lib)")
 }
 
 /// One line of programs.txt.

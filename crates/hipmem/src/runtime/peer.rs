@@ -102,8 +102,9 @@ impl Runtime {
     /// mapping away at once, and a copy or kernel still using it faults
     /// (measured on two H200s: a 1 GiB peer copy in flight when access was
     /// disabled took an MMU fault, Xid 31, and every later call on both
-    /// devices failed with CUDA_ERROR_LAUNCH_FAILED). Access that is not
-    /// enabled is reported without waiting.
+    /// devices failed with CUDA_ERROR_LAUNCH_FAILED). It waits even where
+    /// hipmem has not seen the access enabled: the program may have enabled
+    /// it through the CUDA runtime.
     pub fn disable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
         self.check_peer_pair(device, peer, "hipDeviceDisablePeerAccess")?;
         let backend = self.peer_access_backend()?;
@@ -112,10 +113,8 @@ impl Runtime {
                 "hipDeviceDisablePeerAccess: device {device} cannot access device {peer} directly"
             )));
         }
-        if backend.peer_access_enabled(device, peer)? {
-            self.device_synchronize(device).map_err(|e| e.context("hipDeviceDisablePeerAccess"))?;
-            self.device_synchronize(peer).map_err(|e| e.context("hipDeviceDisablePeerAccess"))?;
-        }
+        self.device_synchronize(device).map_err(|e| e.context("hipDeviceDisablePeerAccess"))?;
+        self.device_synchronize(peer).map_err(|e| e.context("hipDeviceDisablePeerAccess"))?;
         backend.disable_peer_access(device, peer)
     }
 

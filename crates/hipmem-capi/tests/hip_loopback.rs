@@ -7,6 +7,8 @@
 //! tests and a hang or crash is caught. The whole conformance suite runs the
 //! same way from `.ci/run`.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,12 +22,8 @@ const CHILD: &str = "HIPMEM_LOOPBACK_TEST_CHILD";
 /// the bundle's `.gpu/lib/libhipmem.so` (next to `.gpu/tests/`), or the file
 /// `HIPMEM_HIP_LIBRARY` names if it is a libhipmem.
 fn libhipmem() -> Option<PathBuf> {
-    let exe = std::env::current_exe().expect("test executable path");
     let mut candidates: Vec<PathBuf> =
-        exe.ancestors().skip(1).take(3).map(|d| d.join("libhipmem.so")).collect();
-    if let Some(bundle) = exe.parent().and_then(|d| d.parent()) {
-        candidates.push(bundle.join("lib/libhipmem.so"));
-    }
+        common::libhipmem_dir().map(|d| d.join("libhipmem.so")).into_iter().collect();
     if let Some(named) = std::env::var_os("HIPMEM_HIP_LIBRARY").map(PathBuf::from) {
         if named.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libhipmem")) {
             candidates.push(named);

@@ -6,6 +6,8 @@
 //! examples/hip-programs/build-nvcc.sh on the GPU machine. Skipped, with a
 //! note, where g++ is absent.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -34,16 +36,9 @@ fn repo_root() -> PathBuf {
     root
 }
 
-/// The directory holding libhipmem.so built with this test (target/<profile>/deps or its parent), or the bundle's `.gpu/lib`.
+/// The directory holding libhipmem.so (see `common::libhipmem_dir`).
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let mut dirs: Vec<PathBuf> = exe.ancestors().skip(1).take(3).map(|d| d.to_path_buf()).collect();
-    // The bundle's `.gpu/lib` (next to `.gpu/tests/`), as hip_loopback looks.
-    if let Some(bundle) = exe.parent().and_then(|d| d.parent()) {
-        dirs.push(bundle.join("lib"));
-    }
-    dirs.into_iter()
-        .find(|d| d.join("libhipmem.so").is_file())
+    common::libhipmem_dir()
         .expect("libhipmem.so next to the test executable or in ../lib (the bundle's .gpu/lib)")
 }
 

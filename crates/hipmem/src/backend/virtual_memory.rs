@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 /// `hipMemAllocationHandleType` bit: a POSIX file descriptor.
 pub const HANDLE_TYPE_POSIX_FD: u32 = 1;
 
-/// `hipMemAccessFlags`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+/// `hipMemAccessFlags`, ordered by what they allow (none < read < read-write).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AccessFlags {
     /// `hipMemAccessFlagsProtNone` (0).
     None,

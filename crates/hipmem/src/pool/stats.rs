@@ -118,7 +118,7 @@ impl PoolCore {
         // mappings at once: `device`'s work still queued may use them (as a
         // peer copy did when peer access went away under it, faulting both
         // devices' contexts), so it runs first.
-        if matches!(self.backing, Backing::Virtual(_)) && access_rank(flags) < access_rank(old) {
+        if matches!(self.backing, Backing::Virtual(_)) && flags < old {
             self.runtime()?.device_synchronize(device)?;
         }
         let mut access = lock(&self.access);
@@ -149,14 +149,5 @@ impl PoolCore {
     pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
         lock(&self.heap).check_invariants()?;
         self.check_physical()
-    }
-}
-
-/// How much an access allows (none < read < read-write).
-fn access_rank(flags: AccessFlags) -> u8 {
-    match flags {
-        AccessFlags::None => 0,
-        AccessFlags::Read => 1,
-        AccessFlags::ReadWrite => 2,
     }
 }

@@ -564,13 +564,8 @@ impl Runtime {
             parsed
                 .iter()
                 .filter(|(device, flags)| {
-                    *flags != AccessFlags::ReadWrite
-                        && covered.iter().any(|(base, _)| {
-                            state
-                                .mappings
-                                .get(base)
-                                .is_some_and(|m| m.accessible & (1u64 << (device % 64)) != 0)
-                        })
+                    *flags < AccessFlags::ReadWrite
+                        && covered.iter().any(|(_, m)| m.accessible & (1u64 << (device % 64)) != 0)
                 })
                 .map(|&(device, _)| device)
                 .collect()

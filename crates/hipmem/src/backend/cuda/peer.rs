@@ -220,6 +220,6 @@ impl PeerAccess for CudaBackend {
         // Between two devices' memory cuMemcpyPeer returns before the copy
         // is done (it is ordered with the contexts' work, not the host):
         // wait for it, as this function promises.
-        self.synchronize(dev.dev)
+        self.synchronize(&dev)
     }
 }

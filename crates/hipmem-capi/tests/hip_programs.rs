@@ -12,28 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// The repository root: an ancestor of the test executable (or of the
-/// working directory, or `git rev-parse --show-toplevel`) that holds the
-/// corpus.
+/// The repository root (see `common::repo_root`).
 fn repo_root() -> PathBuf {
-    let has_corpus = |d: &Path| {
-        d.join("include/hip/hip_runtime.h").is_file()
-            && d.join("examples/hip-programs/programs.txt").is_file()
-    };
-    if let Ok(dir) = std::env::var("HIPMEM_REPO_ROOT") {
-        return PathBuf::from(dir);
-    }
-    let exe = std::env::current_exe().expect("test executable path");
-    let cwd = std::env::current_dir().expect("working directory");
-    for start in [exe.as_path(), cwd.as_path()] {
-        if let Some(d) = start.ancestors().find(|d| has_corpus(d)) {
-            return d.to_path_buf();
-        }
-    }
-    let out = Command::new("git").args(["rev-parse", "--show-toplevel"]).output().expect("git rev-parse");
-    let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(has_corpus(&root), "cannot find the repository root (set HIPMEM_REPO_ROOT)");
-    root
+    common::repo_root("examples/hip-programs/programs.txt")
 }
 
 /// The directory holding libhipmem.so (see `common::libhipmem_dir`).

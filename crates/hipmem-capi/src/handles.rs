@@ -22,15 +22,20 @@
 //!   thread's current device for HIP's functions);
 //! - anything else: InvalidHandle.
 //!
-//! `hipStreamDestroy` takes created streams and adopted ones (hipmem then
-//! asks the driver to destroy the foreign stream, as HIP allows). A handle
-//! the library has never seen is InvalidHandle without any driver call, and
-//! a foreign handle destroyed through `hipStreamDestroy` stays refused
-//! without any driver call: the driver has no check of its own for a freed
-//! handle (it crashes on one), so hipmem never hands it one it knows is
-//! dead. (If the application then makes a new stream outside hipmem and the
-//! driver gives it the same address, hipmem refuses that one too; a new
-//! stream made by `hipStreamCreate` at that address is accepted.)
+//! `hipStreamDestroy` takes created streams and adopted ones (HIP allows
+//! destroying a stream made elsewhere). A handle the library has never seen
+//! is InvalidHandle without any driver call, and a foreign handle destroyed
+//! through `hipStreamDestroy` is refused without any driver call: the
+//! driver has no check of its own for a freed handle (it crashes on one),
+//! so hipmem never hands it one it knows is dead. hipmem forgets such a
+//! stream at once but keeps the driver's stream *parked*, alive and unused,
+//! until [`PARKED_STREAMS`] newer ones are: the driver reuses the address
+//! of a stream it destroyed for the next one it makes, and while the old
+//! stream is parked no new stream can get the address that hipmem refuses.
+//! The oldest parked stream is then destroyed and its handle forgotten: a
+//! stream made later at that address is adopted like any other (and a call
+//! that still names the old stream is then the driver's undefined
+//! behaviour, as with the CUDA API).
 //!
 //! # The fast path
 //!
@@ -46,7 +51,7 @@
 //! thread is still using it, and is destroyed then.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -64,14 +69,38 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// `hipStream_t` value). The table owns them until `hipStreamDestroy`.
 static STREAMS: Mutex<Option<HashMap<u64, Stream>>> = Mutex::new(None);
 
+/// How many foreign streams destroyed through `hipStreamDestroy` stay
+/// parked (alive in the driver, unused) at most (see the module docs).
+pub const PARKED_STREAMS: usize = 256;
+
 /// Streams made outside hipmem.
 #[derive(Default)]
 struct Foreign {
     /// Adopted, by handle: kept so that the stream keeps its pool slot
     /// across calls (the runtime keeps its ordering clock).
     adopted: HashMap<u64, Stream>,
-    /// Destroyed through `hipStreamDestroy`: refused without a driver call.
+    /// Destroyed through `hipStreamDestroy` and still parked: refused
+    /// without a driver call.
     destroyed: HashSet<u64>,
+    /// The parked streams, oldest first (their handles are `destroyed`).
+    parked: VecDeque<RawStream>,
+}
+
+impl Foreign {
+    /// Parks a stream destroyed through `hipStreamDestroy` (its handle is
+    /// in `destroyed` already). Returns the oldest parked stream where more
+    /// than `most` are, for the caller to destroy and then to stop refusing
+    /// ([`Foreign::unpark`]).
+    fn park(&mut self, raw: RawStream, most: usize) -> Option<RawStream> {
+        self.parked.push_back(raw);
+        if self.parked.len() <= most { None } else { self.parked.pop_front() }
+    }
+
+    /// Stops refusing the handle of a parked stream now destroyed: the
+    /// driver may give its address to a new stream.
+    fn unpark(&mut self, destroyed: RawStream) {
+        self.destroyed.remove(&destroyed.handle);
+    }
 }
 
 /// The foreign streams. Adoption happens under this lock, so two threads
@@ -374,11 +403,22 @@ pub fn destroy_stream(handle: hipStream_t) -> Result<()> {
                 .find(|&raw| rt.is_adopted_stream(raw))
                 .ok_or_else(|| not_live(h))?,
         };
+        // (Refused from now on, by every thread.)
         foreign.destroyed.insert(h);
         raw
     };
     streams_changed();
-    rt.destroy_adopted_stream(raw)
+    rt.forget_adopted_stream(raw)?;
+    let oldest = lock(&FOREIGN).get_or_insert_with(Foreign::default).park(raw, PARKED_STREAMS);
+    let Some(old) = oldest else { return Ok(()) };
+    // (Its pools and the runtime forgot it when it was parked; its handle
+    // is refused until the driver has destroyed it.)
+    if let Err(e) = rt.backend().stream_destroy(old) {
+        // (The stream this call destroyed is gone all the same.)
+        tracing::warn!(target: "hipmem::streams", "destroying the parked stream {:#x}: {e}", old.handle);
+    }
+    lock(&FOREIGN).get_or_insert_with(Foreign::default).unpark(old);
+    Ok(())
 }
 
 /// Forgets retired streams whose last clone is gone (the runtime no longer
@@ -468,4 +508,31 @@ pub fn remove_device_handles(device: usize) -> (Vec<Stream>, Vec<Event>) {
         None => Vec::new(),
     };
     (streams, events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(handle: u64) -> RawStream {
+        RawStream { device: 0, handle }
+    }
+
+    #[test]
+    fn a_parked_stream_stays_refused_until_it_is_destroyed_and_unparked() {
+        let mut f = Foreign::default();
+        for h in [0x10, 0x20] {
+            f.destroyed.insert(h);
+            assert_eq!(f.park(raw(h), 2), None, "two parked at most: none goes yet");
+        }
+        f.destroyed.insert(0x30);
+        // The third pushes out the oldest, which stays refused until the
+        // caller has destroyed it.
+        assert_eq!(f.park(raw(0x30), 2), Some(raw(0x10)));
+        assert!(f.destroyed.contains(&0x10));
+        f.unpark(raw(0x10));
+        assert!(!f.destroyed.contains(&0x10));
+        assert!(f.destroyed.contains(&0x20) && f.destroyed.contains(&0x30));
+        assert_eq!(f.parked, [raw(0x20), raw(0x30)]);
+    }
 }

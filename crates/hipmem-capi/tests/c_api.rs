@@ -2111,6 +2111,41 @@ fn the_entry_points_leave_the_callers_context_current() {
     .unwrap();
 }
 
+/// On cuda: a stream made by the driver and destroyed through
+/// `hipStreamDestroy` stays refused, and the streams the driver makes after
+/// it are accepted. (hipmem keeps a destroyed foreign stream parked, alive
+/// in the driver, for a while: the driver gives a new stream the address of
+/// the one it destroyed last, which hipmem would refuse as destroyed.)
+#[test]
+fn streams_made_after_a_foreign_one_was_destroyed_are_accepted() {
+    let _serial = serial();
+    if backend_kind() != hipmem_rs::backend::BackendKind::Cuda {
+        return;
+    }
+    init();
+    std::thread::spawn(|| {
+        let drv = cuda::Driver::open();
+        let mut handles = std::collections::HashSet::new();
+        for i in 0..32 {
+            let s = drv.create_stream(0, 1);
+            // SAFETY: FFI calls with valid arguments; each block is freed once.
+            unsafe {
+                let mut p: *mut c_void = null_mut();
+                assert_eq!(hipMallocAsync(&mut p, 1 << 20, s), hipSuccess, "stream {i} at {s:p}");
+                assert_eq!(hipFreeAsync(p, s), hipSuccess);
+                assert_eq!(hipStreamSynchronize(s), hipSuccess);
+                assert_eq!(hipStreamDestroy(s), hipSuccess);
+                assert_eq!(hipMallocAsync(&mut p, 1 << 20, s), hipErrorInvalidHandle, "destroyed stream {i}");
+                assert_eq!(hipStreamSynchronize(s), hipErrorInvalidHandle);
+            }
+            handles.insert(s as usize);
+        }
+        assert_eq!(handles.len(), 32, "no two of the driver's streams at one address while one is parked");
+    })
+    .join()
+    .unwrap();
+}
+
 /// `hipSetDevice` on cuda leaves the device's primary context current, as
 /// `cudaSetDevice` does, so the CUDA runtime's later calls on the thread
 /// (a HIP program's kernels on NVIDIA) go to the device chosen; hipmem's

@@ -386,6 +386,18 @@ impl Runtime {
     /// destroys it; work already queued still runs to completion.
     /// InvalidHandle if `raw` is not an adopted stream.
     pub fn destroy_adopted_stream(&self, raw: RawStream) -> Result<()> {
+        self.forget_adopted_stream(raw)?;
+        self.backend().stream_destroy(raw)
+    }
+
+    /// [`Runtime::destroy_adopted_stream`] without the backend's destroy:
+    /// the pools hand over what they hold for the stream and the runtime
+    /// forgets it, while the stream itself stays alive in its backend (the
+    /// caller destroys it later with the backend's `stream_destroy`). The C
+    /// ABI keeps a foreign stream so for a while after `hipStreamDestroy`,
+    /// so that the driver cannot give its address to a new stream while the
+    /// old handle is refused. InvalidHandle if `raw` is not an adopted stream.
+    pub fn forget_adopted_stream(&self, raw: RawStream) -> Result<()> {
         let removed = {
             let mut table = self.inner.adopted.lock().unwrap_or_else(|p| p.into_inner());
             match table.get(&raw.handle) {
@@ -400,7 +412,7 @@ impl Runtime {
             ))
         })?;
         self.notify_stream_retiring(a.device, a.clock.stream_id);
-        self.backend().stream_destroy(raw)
+        Ok(())
     }
 
     /// The stream behind a raw handle of this runtime (the C ABI's lookup):

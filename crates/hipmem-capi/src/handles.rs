@@ -107,6 +107,11 @@ impl Foreign {
 /// that name a new foreign stream at once adopt it once.
 static FOREIGN: Mutex<Option<Foreign>> = Mutex::new(None);
 
+/// Runs `f` on the foreign streams, under their lock.
+fn with_foreign<R>(f: impl FnOnce(&mut Foreign) -> R) -> R {
+    f(lock(&FOREIGN).get_or_insert_with(Foreign::default))
+}
+
 /// hipmem's own streams destroyed through `hipStreamDestroy` that another
 /// thread's cache may still hold (handle, device and the stream's
 /// process-unique id): the runtime's table of owned streams still finds
@@ -392,9 +397,7 @@ pub fn destroy_stream(handle: hipStream_t) -> Result<()> {
         return Ok(());
     }
     let rt = rt()?;
-    let raw = {
-        let mut foreign = lock(&FOREIGN);
-        let foreign = foreign.get_or_insert_with(Foreign::default);
+    let raw = with_foreign(|foreign| {
         let raw = match foreign.adopted.remove(&h) {
             Some(s) => s.raw(),
             // Adopted through the Rust API, on any device.
@@ -405,19 +408,18 @@ pub fn destroy_stream(handle: hipStream_t) -> Result<()> {
         };
         // (Refused from now on, by every thread.)
         foreign.destroyed.insert(h);
-        raw
-    };
+        Ok::<_, Error>(raw)
+    })?;
     streams_changed();
     rt.forget_adopted_stream(raw)?;
-    let oldest = lock(&FOREIGN).get_or_insert_with(Foreign::default).park(raw, PARKED_STREAMS);
-    let Some(old) = oldest else { return Ok(()) };
+    let Some(old) = with_foreign(|f| f.park(raw, PARKED_STREAMS)) else { return Ok(()) };
     // (Its pools and the runtime forgot it when it was parked; its handle
     // is refused until the driver has destroyed it.)
     if let Err(e) = rt.backend().stream_destroy(old) {
         // (The stream this call destroyed is gone all the same.)
         tracing::warn!(target: "hipmem::streams", "destroying the parked stream {:#x}: {e}", old.handle);
     }
-    lock(&FOREIGN).get_or_insert_with(Foreign::default).unpark(old);
+    with_foreign(|f| f.unpark(old));
     Ok(())
 }
 

@@ -126,6 +126,13 @@ struct MapInfo {
     accessible: u64,
 }
 
+impl MapInfo {
+    /// Whether `device` has some access to the mapping.
+    fn accessible_to(&self, device: usize) -> bool {
+        self.accessible & (1u64 << (device % 64)) != 0
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     handles: HashMap<u64, HandleInfo>,
@@ -149,7 +156,7 @@ impl VmmTable {
     /// Whether `device` has some access (read or read-write) to the mapping
     /// at `ptr` (false where nothing is mapped).
     fn accessible_by(&self, ptr: DevicePtr, device: usize) -> bool {
-        self.lock().mapping_at(ptr).is_some_and(|(_, m)| m.accessible & (1u64 << (device % 64)) != 0)
+        self.lock().mapping_at(ptr).is_some_and(|(_, m)| m.accessible_to(device))
     }
 
     /// Device work on mapped memory needs access set first: every mapping
@@ -558,17 +565,19 @@ impl Runtime {
         // still use them (as a peer copy did when peer access went away
         // under it, faulting both devices' contexts), so it runs first,
         // without the table held.
-        let revoked: Vec<usize> = {
+        // (The mappings are looked at twice only where some access is lowered.)
+        let revoked: Vec<usize> = if parsed.iter().any(|(_, flags)| *flags < AccessFlags::ReadWrite) {
             let state = table(self).lock();
             let covered = state.covering(ptr, size, "hipMemSetAccess")?;
             parsed
                 .iter()
                 .filter(|(device, flags)| {
-                    *flags < AccessFlags::ReadWrite
-                        && covered.iter().any(|(_, m)| m.accessible & (1u64 << (device % 64)) != 0)
+                    *flags < AccessFlags::ReadWrite && covered.iter().any(|(_, m)| m.accessible_to(*device))
                 })
                 .map(|&(device, _)| device)
                 .collect()
+        } else {
+            Vec::new()
         };
         for device in revoked {
             self.device_synchronize(device)?;

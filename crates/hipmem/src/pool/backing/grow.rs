@@ -265,6 +265,26 @@ impl PoolCore {
                 &mut Vec::new(),
             );
         }
+        if result.is_err() && !self.zone.is_on() {
+            // Live blocks spread over this class's part can leave no hole of
+            // this size there (the part is a few times the device's memory,
+            // less where addresses run short): another class's part takes
+            // the block, as blocks go to other classes' free memory where
+            // the pool cannot grow (`reuse.rs`, step 4b).
+            let largest_hole = |c: usize| {
+                lock(&self.heap).unbacked_ranges_of(c).iter().map(|&(_, len)| len).max().unwrap_or(0)
+            };
+            if largest_hole(class) < want {
+                for other in (0..CLASSES).filter(|&c| c != class && largest_hole(c) >= want) {
+                    let ask = Ask { want, span: want, stream, use_donors: true, lend_anyway: false };
+                    if let Ok(found) = self.map_for(vm, vr, other, ask, &mut Vec::new()) {
+                        tracing::debug!(target: "hipmem::pool", "pool {:#x}: no hole of {want} bytes in size class {class}'s addresses; placed in class {other}'s", self.id);
+                        result = Ok(found);
+                        break;
+                    }
+                }
+            }
+        }
         let mapped = vr.aliases.len();
         if mapped > ALIASES_HIGH * vr.phys.len().max(1) {
             let excess = mapped - ALIASES_LOW * vr.phys.len().max(1);

@@ -25,8 +25,8 @@
 //!    memory that their pending blocks absorbed is given back.
 //! 4. Growth: a new segment from the backend (within the pool's maxSize).
 //!    On virtual memory, where live blocks leave no hole of the request's
-//!    size in its class's part of the addresses, another class's part
-//!    (`backing/grow.rs`).
+//!    size in its class's part of the addresses, another class's part, and
+//!    where no part has one, an address range of its own (`backing/grow.rs`).
 //!    A request of 256 MiB or more and at least 1/8 of the pool first gives
 //!    back unused memory, up to its size and above the release threshold
 //!    (`release.rs`), unless the pool moves memory.

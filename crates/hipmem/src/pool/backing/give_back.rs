@@ -119,10 +119,14 @@ impl PoolCore {
         if self.is_destroyed()
             && vr.aliases.is_empty()
             && (0..CLASSES as u64).all(|k| lock(&self.heap).remove_reservation(vr.base + k * part))
+            && vr.extra.iter().all(|e| lock(&self.heap).remove_reservation(e.base))
         {
-            rt.allocations().remove_if(DevicePtr(vr.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
-            if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
-                tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");
+            let ranges = std::iter::once((vr.base, vr.size)).chain(vr.extra.iter().map(|e| (e.base, e.size)));
+            for (base, size) in ranges {
+                rt.allocations().remove_if(DevicePtr(base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+                if let Err(e) = vm.address_free(DevicePtr(base), size) {
+                    tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");
+                }
             }
             *guard = None;
         }

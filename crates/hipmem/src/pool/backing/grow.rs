@@ -175,7 +175,7 @@ impl PoolCore {
         self.release_later(std::mem::take(unmapped));
         self.wait_for_own_frees(rt, stream);
         let before = self.calls.snapshot();
-        let result = self.grow_by_moving(vm, vr, class, want, stream);
+        let result = self.grow_by_moving(rt, vm, vr, class, want, stream);
         let after = self.calls.snapshot();
         // Charged only if memory moved (an unmap, or a map of a granule that
         // existed): plain growth is what any allocator pays.
@@ -210,6 +210,7 @@ impl PoolCore {
     /// granules.
     fn grow_by_moving(
         &self,
+        rt: &Runtime,
         vm: &dyn VirtualMemory,
         vr: &mut VirtualRange,
         class: usize,
@@ -265,22 +266,30 @@ impl PoolCore {
                 &mut Vec::new(),
             );
         }
-        if result.is_err() && !self.zone.is_on() {
-            // Live blocks spread over this class's part can leave no hole of
-            // this size there (the part is a few times the device's memory,
-            // less where addresses run short): another class's part takes
-            // the block, as blocks go to other classes' free memory where
-            // the pool cannot grow (`reuse.rs`, step 4b).
-            let largest_hole = |c: usize| {
-                lock(&self.heap).unbacked_ranges_of(c).iter().map(|&(_, len)| len).max().unwrap_or(0)
-            };
-            if largest_hole(class) < want {
-                for other in (0..CLASSES).filter(|&c| c != class && largest_hole(c) >= want) {
-                    let ask = Ask { want, span: want, stream, use_donors: true, lend_anyway: false };
-                    if let Ok(found) = self.map_for(vm, vr, other, ask, &mut Vec::new()) {
-                        tracing::debug!(target: "hipmem::pool", "pool {:#x}: no hole of {want} bytes in size class {class}'s addresses; placed in class {other}'s", self.id);
-                        result = Ok(found);
-                        break;
+        // Addresses, not memory, may have run out: live blocks spread over
+        // this class's part can leave no hole of this size there (the parts
+        // are a few times the device's memory, less where addresses run
+        // short, down to a quarter of it).
+        let largest_hole =
+            |c: usize| lock(&self.heap).unbacked_ranges_of(c).iter().map(|&(_, len)| len).max().unwrap_or(0);
+        if result.is_err() && !self.zone.is_on() && largest_hole(class) < want {
+            let ask = Ask { want, span: want, stream, use_donors: true, lend_anyway: false };
+            // Another class's part takes the block, as blocks go to other
+            // classes' free memory where the pool cannot grow (`reuse.rs`,
+            // step 4b).
+            for other in (0..CLASSES).filter(|&c| c != class && largest_hole(c) >= want) {
+                if let Ok(found) = self.map_for(vm, vr, other, ask, &mut Vec::new()) {
+                    tracing::debug!(target: "hipmem::pool", "pool {:#x}: no hole of {want} bytes in size class {class}'s addresses; placed in class {other}'s", self.id);
+                    result = Ok(found);
+                    break;
+                }
+            }
+            // No part has room: a range of its own for the class.
+            if result.is_err() && (0..CLASSES).all(|c| largest_hole(c) < want) {
+                match self.reserve_more(rt, vm, vr, class, want) {
+                    Ok(()) => result = self.map_for(vm, vr, class, ask, &mut Vec::new()),
+                    Err(e) => {
+                        tracing::debug!(target: "hipmem::pool", "pool {:#x}: no more addresses for {want} bytes: {e}", self.id)
                     }
                 }
             }
@@ -835,13 +844,12 @@ impl PoolCore {
         count: usize,
     ) -> usize {
         let g = vr.granularity;
-        let part = vr.size / CLASSES as u64;
         let heap = lock(&self.heap);
         let mut victims: Vec<(u64, u64, u64)> = vr
             .aliases
             .iter()
             .filter(|&(&a, al)| {
-                class.is_none_or(|c| (a - vr.base) / part == c as u64)
+                class.is_none_or(|c| vr.class_of(a) == Some(c))
                     && vr.phys.get(&al.pid).is_some_and(|p| p.active != a && p.group.is_none())
                     && heap.is_shadowed(a, g)
             })
@@ -921,6 +929,55 @@ impl PoolCore {
         self.one_class.store(budget == MoveBudget::GROW_FIRST, Ordering::Relaxed);
         *guard = Some(vr);
         Ok(())
+    }
+
+    /// Reserves another address range for size class `class`, where no
+    /// part of the pool's addresses has a hole of `want` bytes: the size of
+    /// a part if the device's addresses allow, else just `want` (rounded to
+    /// units). At most [`MAX_EXTRA_RANGES`]; none for a pool shared between
+    /// processes, which exports its one range by offsets (`sharing.rs`).
+    fn reserve_more(
+        &self,
+        rt: &Runtime,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        class: usize,
+        want: u64,
+    ) -> Result<()> {
+        if self.props.handle_types != 0 {
+            return Err(Error::OutOfMemory("a shareable pool keeps one address range".into()));
+        }
+        if vr.extra.len() >= MAX_EXTRA_RANGES {
+            return Err(Error::OutOfMemory(format!(
+                "the pool has {MAX_EXTRA_RANGES} more address ranges already"
+            )));
+        }
+        let g = vr.granularity;
+        let need = want
+            .checked_next_multiple_of(g)
+            .ok_or_else(|| Error::OutOfMemory(format!("{want} bytes can never be reserved")))?;
+        let part = vr.size / CLASSES as u64;
+        // (A part's size first: later requests of the class then fit.)
+        let sizes = if need < part { vec![part, need] } else { vec![need] };
+        let mut last = None;
+        for size in sizes {
+            match vm.address_reserve(size, g, DevicePtr::NULL) {
+                Ok(base) => {
+                    rt.allocations().insert(Allocation {
+                        base,
+                        size,
+                        kind: MemoryKind::PoolSegment(self.id),
+                        device: self.device,
+                    });
+                    lock(&self.heap).add_reservation_for(class, base.0, size);
+                    vr.extra.push(super::range::ExtraRange { base: base.0, size, class });
+                    tracing::debug!(target: "hipmem::pool", "pool {:#x}: reserved {size} more bytes of addresses for size class {class} at {base}", self.id);
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::OutOfMemory("no address range".into())))
     }
 
     /// Maps physical memory of `size` bytes at `at` with the pool's access

@@ -117,6 +117,12 @@ impl Backing {
 /// (learning steps included; the second halves map nothing).
 pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 128 << 20;
 
+/// Most address ranges a pool on virtual memory reserves after its first
+/// (`grow.rs`, [`PoolCore::reserve_more`]): each is made only where no part
+/// of the pool's addresses has a hole for a request, and all go back when
+/// the pool is destroyed.
+pub(crate) const MAX_EXTRA_RANGES: usize = 16;
+
 /// The least growth mapped in groups as it is, without padding: half the
 /// growth mapping (64 MiB by default).
 /// A growth between the two was mapped unit by unit and its units given
@@ -339,8 +345,12 @@ impl Drop for PoolCore {
                     for handle in handles.chain(vr.groups.values().map(|g| g.handle)) {
                         let _ = vm.mem_release(handle);
                     }
-                    if let Err(e) = vm.address_free(DevicePtr(vr.base), vr.size) {
-                        tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");
+                    let ranges =
+                        std::iter::once((vr.base, vr.size)).chain(vr.extra.iter().map(|e| (e.base, e.size)));
+                    for (base, size) in ranges {
+                        if let Err(e) = vm.address_free(DevicePtr(base), size) {
+                            tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");
+                        }
                     }
                 }
             }
@@ -659,6 +669,65 @@ mod tests {
         pool.trim_to(0).unwrap();
         assert_eq!(pool.stats().reserved_current, 0, "everything went back");
         pool.check_invariants().unwrap();
+    }
+
+    /// Where the device's addresses ran short and the parts are the least
+    /// (a quarter of the device, at least 1 GiB), a block larger than a part
+    /// gets an address range of its own; the range goes back when the pool
+    /// is destroyed (an emulated device of 4 GiB in an address space of
+    /// 5 GiB: parts of 1 GiB).
+    #[test]
+    fn a_block_larger_than_a_part_gets_a_range_of_its_own() {
+        use crate::backend::host::HostConfig;
+        use crate::backend::{BackendChoice, DevicePtr, FillValue};
+        use crate::runtime::Runtime;
+        const GIB: u64 = 1 << 30;
+        const MIB: u64 = 1 << 20;
+        const BIG: u64 = 1280 * MIB;
+        let config = HostConfig {
+            devices: 1,
+            memory_per_device: 4 * GIB,
+            address_space: 5 * GIB,
+            ..HostConfig::default()
+        };
+        let rt = Runtime::builder().backend(BackendChoice::Host).host_config(config).build().unwrap();
+        let dev = rt.device(0).unwrap();
+        let s = dev.create_stream().unwrap();
+        let pool = dev.create_mem_pool(0, 0).unwrap();
+        let small = pool.alloc_raw(MIB, &s).unwrap();
+        // The pool reserved 3 parts of 1 GiB (the least): 2 GiB of
+        // addresses are left.
+        let err = rt.address_reserve(3 * GIB, 0, DevicePtr::NULL, 0).unwrap_err();
+        assert!(matches!(err, Error::OutOfMemory(_)), "{err}");
+        // 1.25 GiB: more than a part, less than the device's free memory.
+        let big = pool.alloc_raw(BIG, &s).expect("served from a range of its own");
+        rt.memset(big, FillValue::U8(0x6e), BIG).unwrap();
+        rt.memset(small, FillValue::U8(0x11), MIB).unwrap();
+        // Its first and last MiB read back (the range is mapped end to end).
+        let mut back = vec![0u8; MIB as usize];
+        for at in [big, DevicePtr(big.0 + BIG - MIB)] {
+            rt.copy_device_to_host(&mut back, at).unwrap();
+            assert!(back.iter().all(|&x| x == 0x6e));
+        }
+        let mut back = vec![0u8; MIB as usize];
+        rt.copy_device_to_host(&mut back, small).unwrap();
+        assert!(back.iter().all(|&x| x == 0x11));
+        assert_eq!(pool.stats().used_current, BIG + MIB);
+        pool.check_invariants().unwrap();
+        // A second one fits nowhere: out of memory, naming the request.
+        let err = pool.alloc_raw(BIG, &s).unwrap_err();
+        assert!(matches!(&err, Error::OutOfMemory(m) if m.contains("1342177280")), "{err}");
+        // Freed through the pool's addresses, the extra range's included.
+        rt.free_async(big, &s).unwrap();
+        rt.free_async(small, &s).unwrap();
+        s.synchronize().unwrap();
+        pool.trim_to(0).unwrap();
+        assert_eq!(pool.stats().reserved_current, 0);
+        pool.check_invariants().unwrap();
+        pool.destroy().unwrap();
+        // Every range went back: the whole address space can be reserved.
+        let all = rt.address_reserve(5 * GIB, 0, DevicePtr::NULL, 0).expect("every range went back");
+        rt.address_free(all, 5 * GIB).unwrap();
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The bookkeeping of a pool's reserved address range: every mapping of
+//! The bookkeeping of a pool's reserved address range (and of the ranges
+//! reserved after it where no part had room, [`ExtraRange`]): every mapping of
 //! every physical granule (a granule may be mapped at several addresses,
 //! one of them active), the groups that back several units in one physical
 //! allocation, the groups' units lent elsewhere, and the budget for moving
@@ -58,11 +59,27 @@ pub(crate) struct VirtualRange {
     /// The last id given to a unit of a group.
     pub(super) next_unit: u64,
     pub(super) clock: u64,
+    /// Address ranges reserved after the first, each for one size class,
+    /// where no part had a hole for a request (`grow.rs`): freed with the
+    /// first, when the pool is destroyed.
+    pub(in crate::pool) extra: Vec<ExtraRange>,
     /// Seconds of driver time the pool may still spend moving memory (may
     /// go negative: the last move is charged in full).
     pub(in crate::pool) tokens: f64,
     /// When `tokens` was last refilled.
     pub(super) refilled: std::time::Instant,
+}
+
+/// An address range a pool reserved after its first (see
+/// [`VirtualRange::extra`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ExtraRange {
+    /// First address.
+    pub(in crate::pool) base: u64,
+    /// Its length.
+    pub(in crate::pool) size: u64,
+    /// The size class whose blocks it holds.
+    pub(in crate::pool) class: usize,
 }
 
 /// A physical granule.
@@ -106,9 +123,21 @@ impl VirtualRange {
             loans_looked: None,
             next_unit: 0,
             clock: 0,
+            extra: Vec::new(),
             tokens: 0.0,
             refilled: std::time::Instant::now(),
         }
+    }
+
+    /// The size class whose addresses hold `addr`: its part of the first
+    /// range, or the extra range holding it (None outside the pool's
+    /// addresses).
+    pub(in crate::pool) fn class_of(&self, addr: u64) -> Option<usize> {
+        let part = self.size / crate::pool::placement::CLASSES as u64;
+        if addr >= self.base && addr - self.base < self.size {
+            return Some(((addr - self.base) / part) as usize);
+        }
+        self.extra.iter().find(|e| addr >= e.base && addr - e.base < e.size).map(|e| e.class)
     }
 
     /// Adds the moving time earned since the last refill.

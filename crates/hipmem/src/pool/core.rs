@@ -106,6 +106,9 @@ pub(crate) struct PoolCore {
     pub(super) deferred: super::deferred::Deferred,
     /// The physical unit on virtual memory, if set (0: the default).
     pub(super) unit: AtomicU64,
+    /// Each size class's part of the addresses on virtual memory, if set
+    /// (0: the default, four times the device's memory).
+    pub(super) address_part: AtomicU64,
     /// The least a growth maps in one call (`u64::MAX`: the environment's).
     pub(super) group: AtomicU64,
     /// The budget for moving memory, if set (else the environment's).
@@ -199,6 +202,7 @@ impl PoolCore {
             calls: Arc::clone(&calls),
             deferred: super::deferred::Deferred::new(Arc::clone(rt.backend()), calls),
             unit: AtomicU64::new(0),
+            address_part: AtomicU64::new(0),
             group: AtomicU64::new(u64::MAX),
             move_budget: Mutex::new(None),
             one_class: AtomicBool::new(false),

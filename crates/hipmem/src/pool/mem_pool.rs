@@ -408,6 +408,31 @@ impl MemPool {
         self.own("have a mapping unit")?.set_mapping_unit(bytes)
     }
 
+    /// A hipmem pool on virtual memory: the size of each size class's part
+    /// of its addresses (blocks under 1 MiB, under 64 MiB and larger each
+    /// have one), as set or as reserved at its first growth. None for other
+    /// pools, and before the first growth where nothing was set.
+    pub fn address_part(&self) -> Option<u64> {
+        match &self.pool {
+            PoolRef::Hipmem(c) => c.address_part(),
+            PoolRef::Driver(_) | PoolRef::Imported(_) => None,
+        }
+    }
+
+    /// Sets each size class's part of a hipmem pool's addresses on virtual
+    /// memory before it maps any memory: a nonzero multiple of its mapping
+    /// unit. By default a part is four times the device's memory, halved
+    /// where the device's addresses run short (down to a quarter of the
+    /// device, at least 1 GiB). Smaller parts leave addresses to the rest of
+    /// the process. A request with no hole for it in its part goes to
+    /// another part, and where no part has room, to an address range of its
+    /// own (at most 16 more ranges; none for a pool shared between
+    /// processes). InvalidValue for another size, another kind of pool, or a
+    /// pool that has reserved its addresses.
+    pub fn set_address_part(&self, bytes: u64) -> Result<()> {
+        self.own("reserve addresses")?.set_address_part(bytes)
+    }
+
     /// A hipmem pool on virtual memory that only grows: the least it maps
     /// in one call (0: each unit alone). None for other pools.
     pub fn growth_mapping(&self) -> Option<u64> {

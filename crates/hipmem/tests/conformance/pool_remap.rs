@@ -1037,3 +1037,62 @@ fn live_blocks_keep_their_data_while_units_around_them_are_lent() {
     assert_eq!((st.reserved_current, st.used_current), (0, 0));
     pool.check_invariants().unwrap();
 }
+
+/// With small address parts (`MemPool::set_address_part`), live blocks
+/// spread over a size class's part leave no hole there for a request the
+/// device has memory for: it goes to another class's part, and one larger
+/// than any part gets an address range of its own. Live data stays, the
+/// statistics stay exact, and everything goes back.
+#[test]
+fn requests_with_no_hole_in_their_part_go_to_another_part_or_range() {
+    let rt = private_runtime();
+    let test = "requests_with_no_hole_in_their_part_go_to_another_part_or_range";
+    let Some(pool) = vmm_pool(&rt, test) else { return };
+    if rt.mem_get_info(0).unwrap().free < 1 << 30 {
+        eprintln!("{test}: skipped, the device has less than 1 GiB free");
+        return;
+    }
+    let s = stream0(&rt);
+    let unit = pool.mapping_unit().unwrap();
+    crate::expect_err(pool.set_address_part(unit + 1), 1, &["multiple"]);
+    crate::expect_err(pool.set_address_part(0), 1, &["multiple"]);
+    let part = (256 * MIB).next_multiple_of(unit);
+    pool.set_address_part(part).unwrap();
+    assert_eq!(pool.address_part(), Some(part));
+    // Three blocks side by side in the large blocks' part (64 MiB and
+    // more); the middle one stays live.
+    let block = 80 * MIB;
+    let a = pool.alloc_raw(block, &s).unwrap();
+    let b = pool.alloc_raw(block, &s).unwrap();
+    let c = pool.alloc_raw(block, &s).unwrap();
+    crate::expect_err(pool.set_address_part(part), 1, &["reserved"]);
+    fill_u32(&rt, b, block, 0xb0b0_b0b0, &s);
+    rt.free_async(a, &s).unwrap();
+    rt.free_async(c, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    // More than the part's largest hole: another part.
+    let d_len = 120 * MIB;
+    let d = pool.alloc_raw(d_len, &s).expect("served in another part");
+    // More than a part: a range of its own.
+    let e_len = part + 64 * MIB;
+    let e = pool.alloc_raw(e_len, &s).expect("served in a range of its own");
+    fill_u32(&rt, d, d_len, 0xd0d0_d0d0, &s);
+    fill_u32(&rt, e, e_len, 0xe0e0_e0e0, &s);
+    s.synchronize().unwrap();
+    for (p, len, v) in [(b, block, 0xb0b0_b0b0u32), (d, d_len, 0xd0d0_d0d0), (e, e_len, 0xe0e0_e0e0)] {
+        for at in [p, DevicePtr(p.0 + len - MIB)] {
+            assert!(read_u32s(&rt, at, MIB).iter().all(|&x| x == v), "{at:?} kept its data");
+        }
+    }
+    let used = pool.stats().used_current;
+    assert_eq!(used, granules(block) + granules(d_len) + granules(e_len));
+    for p in [b, d, e] {
+        rt.free_async(p, &s).unwrap();
+    }
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    let stats = pool.stats();
+    assert_eq!((stats.used_current, stats.reserved_current), (0, 0), "everything went back");
+    pool.destroy().unwrap();
+}

@@ -896,14 +896,20 @@ impl PoolCore {
         // to a quarter of the device's memory each.
         let part_for = |bytes: u64| bytes.clamp(1 << 30, 1 << 42).next_multiple_of(granularity);
         let least = part_for(total / 4);
-        let mut part = part_for(total.saturating_mul(4));
+        let part = part_for(total.saturating_mul(4));
+        // A part set for the pool (`MemPool::set_address_part`) is taken as
+        // it is, and halved only down to a unit where addresses run short.
+        let (mut part, least) = match self.address_part.load(Ordering::Relaxed) {
+            0 => (part, least),
+            set => (set, set.min(least).max(granularity)),
+        };
         let (base, size) = loop {
             let size = part * CLASSES as u64;
             match vm.address_reserve(size, granularity, DevicePtr::NULL) {
                 Ok(base) => break (base, size),
                 Err(Error::OutOfMemory(why)) if part > least => {
                     tracing::debug!(target: "hipmem::pool", "pool {:#x}: reserving {size} bytes of addresses failed ({why}); trying half", self.id);
-                    part = part_for(part / 2).max(least);
+                    part = (part / 2).next_multiple_of(granularity).max(least);
                 }
                 Err(e) => return Err(e),
             }

@@ -416,6 +416,44 @@ impl PoolCore {
         Ok(())
     }
 
+    /// Sets each size class's part of a pool's addresses on virtual memory
+    /// before it maps anything: a multiple of its physical unit.
+    pub(crate) fn set_address_part(&self, bytes: u64) -> Result<()> {
+        let Backing::Virtual(range) = &self.backing else {
+            return Err(Error::InvalidValue("a pool on segments reserves no addresses".into()));
+        };
+        let vm = self
+            .backend
+            .virtual_memory()
+            .ok_or_else(|| Error::NotSupported("the backend has no virtual memory".into()))?;
+        let unit = self.unit_for(vm)?;
+        if bytes == 0
+            || bytes % unit != 0
+            || bytes.checked_mul(crate::pool::placement::CLASSES as u64).is_none()
+        {
+            return Err(Error::InvalidValue(format!(
+                "an address part of {bytes} bytes is not a nonzero multiple of the pool's {unit}-byte unit"
+            )));
+        }
+        let guard = lock(range);
+        if guard.is_some() {
+            return Err(Error::InvalidValue("the pool has reserved its addresses already".into()));
+        }
+        self.address_part.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Each size class's part of the pool's addresses: as set, or as
+    /// reserved (None on segments, or before the first growth without a
+    /// setting).
+    pub(crate) fn address_part(&self) -> Option<u64> {
+        let Backing::Virtual(range) = &self.backing else { return None };
+        if let Some(vr) = lock(range).as_ref() {
+            return Some(vr.size / crate::pool::placement::CLASSES as u64);
+        }
+        Some(self.address_part.load(Ordering::Relaxed)).filter(|&p| p > 0)
+    }
+
     /// The most a physical piece of a growth in a run's first steps
     /// ([`FIRST_STEPS`]) holds: such a growth of two units or more is cut
     /// into pieces of powers of two units, up to this; a piece is one

@@ -898,10 +898,14 @@ impl PoolCore {
         let least = part_for(total / 4);
         let part = part_for(total.saturating_mul(4));
         // A part set for the pool (`MemPool::set_address_part`) is taken as
-        // it is, and halved only down to a unit where addresses run short.
+        // it is (in whole units: the unit may have been set after it), and
+        // halved only down to a unit where addresses run short.
         let (mut part, least) = match self.address_part.load(Ordering::Relaxed) {
             0 => (part, least),
-            set => (set, set.min(least).max(granularity)),
+            set => {
+                let set = set.next_multiple_of(granularity);
+                (set, set.min(least).max(granularity))
+            }
         };
         let (base, size) = loop {
             let size = part * CLASSES as u64;

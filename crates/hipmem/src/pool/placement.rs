@@ -578,6 +578,26 @@ impl Heap {
         }
     }
 
+    /// [`Heap::usable_free_ending_at`], where that run and the block that
+    /// starts at `addr` lie in one segment (blocks of two segments never
+    /// merge, however close their addresses: a pool's parts and ranges
+    /// may be adjacent).
+    pub fn joinable_free_ending_at(&self, addr: u64, stream: u64) -> u64 {
+        let Some(&i) = self.runs.get(&addr) else { return 0 };
+        let b = self.node(i);
+        let same = self.block_at(addr).is_some_and(|j| self.node(j).segment == b.segment);
+        if same && usable_by(b.state, stream) { b.size } else { 0 }
+    }
+
+    /// [`Heap::usable_free_starting_at`], where that block and the one that
+    /// ends at `addr` lie in one segment.
+    pub fn joinable_free_starting_at(&self, addr: u64, stream: u64) -> u64 {
+        let Some(j) = self.block_at(addr) else { return 0 };
+        let b = self.node(j);
+        let same = self.runs.get(&addr).is_some_and(|&i| self.node(i).segment == b.segment);
+        if same && usable_by(b.state, stream) { b.size } else { 0 }
+    }
+
     /// The free block that starts exactly at `addr` and that stream `stream`
     /// may use at once, if any: its size.
     pub fn usable_free_starting_at(&self, addr: u64, stream: u64) -> u64 {
@@ -1774,6 +1794,34 @@ mod tests {
         assert_eq!(solo.best_fit_keeping_groups(0, 1, 8 * MB), None);
         h.check_invariants().unwrap();
         solo.check_invariants().unwrap();
+    }
+
+    /// Two reservations whose addresses meet (a pool's parts, or a range
+    /// reserved later next to another) stay apart: a free run at the end
+    /// of one is not joinable with a hole at the start of the other, while
+    /// inside one reservation it is.
+    #[test]
+    fn free_runs_of_adjacent_reservations_are_not_joinable() {
+        const MB: u64 = 1 << 20;
+        let base = 1u64 << 40;
+        let mut h = Heap::new();
+        h.add_reservation_for(0, base, 8 * MB);
+        h.add_reservation_for(1, base + 8 * MB, 8 * MB);
+        // The first reservation's last 2 MB are free; the second is a hole.
+        assert!(h.back(base + 6 * MB, 2 * MB));
+        assert_eq!(h.usable_free_ending_at(base + 8 * MB, 0), 2 * MB, "the run ends where the hole starts");
+        assert_eq!(h.joinable_free_ending_at(base + 8 * MB, 0), 0, "but lies in another reservation");
+        // The same the other way: a free run at the second's start.
+        assert!(h.back(base + 8 * MB, 2 * MB));
+        assert!(h.unback(base + 6 * MB, 2 * MB));
+        assert_eq!(h.usable_free_starting_at(base + 8 * MB, 0), 2 * MB);
+        assert_eq!(h.joinable_free_starting_at(base + 8 * MB, 0), 0);
+        // Inside one reservation: joinable.
+        assert!(h.back(base + 2 * MB, 2 * MB));
+        assert_eq!(h.joinable_free_ending_at(base + 4 * MB, 0), 2 * MB);
+        assert_eq!(h.joinable_free_starting_at(base + 2 * MB, 0), 2 * MB);
+        assert_eq!(h.joinable_free_ending_at(base + 4 * MB, 5), 2 * MB, "global memory is any stream's");
+        h.check_invariants().unwrap();
     }
 
     #[test]

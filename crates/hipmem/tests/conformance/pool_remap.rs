@@ -1096,3 +1096,80 @@ fn requests_with_no_hole_in_their_part_go_to_another_part_or_range() {
     assert_eq!((stats.used_current, stats.reserved_current), (0, 0), "everything went back");
     pool.destroy().unwrap();
 }
+
+/// Random allocations and frees on three streams in a pool with small
+/// address parts (`MemPool::set_address_part`): requests that find no hole
+/// in their class's part go to other parts and ranges of their own while
+/// blocks come and go. Every block keeps its data, no two overlap, the
+/// statistics stay exact, and everything goes back.
+#[test]
+fn blocks_placed_outside_their_part_keep_their_data_under_random_use() {
+    use crate::pool_stats::Rng;
+    let rt = private_runtime();
+    let test = "blocks_placed_outside_their_part_keep_their_data_under_random_use";
+    let Some(pool) = vmm_pool(&rt, test) else { return };
+    if rt.mem_get_info(0).unwrap().free < 4 << 30 {
+        eprintln!("{test}: skipped, the device has less than 4 GiB free");
+        return;
+    }
+    let unit = pool.mapping_unit().unwrap();
+    pool.set_address_part((128 * MIB).next_multiple_of(unit)).unwrap();
+    let streams: Vec<Stream> = (0..3).map(|_| stream0(&rt)).collect();
+    let mut rng = Rng(0x5eed_0a11_7c0f_fee5);
+    // (address, bytes, pattern, stream)
+    let mut live: Vec<(DevicePtr, u64, u32, usize)> = Vec::new();
+    let mut pattern = 0x2000_0001u32;
+    for step in 0..400 {
+        if live.len() < 10 && (live.is_empty() || rng.below(2) == 0) {
+            let bytes = match rng.below(4) {
+                0 => 4 * (1 + rng.below(60_000)),
+                1 => MIB + 4 * rng.below(15 * MIB / 4),
+                2 => 40 * MIB + 4 * rng.below(20 * MIB / 4),
+                _ => 64 * MIB + 4 * rng.below(100 * MIB / 4),
+            };
+            let si = rng.below(3) as usize;
+            let p = pool.alloc_raw(bytes, &streams[si]).unwrap_or_else(|e| panic!("step {step}: {e}"));
+            pattern = pattern.wrapping_add(0x0101_0101);
+            fill_u32(&rt, p, bytes, pattern, &streams[si]);
+            live.push((p, bytes, pattern, si));
+        } else {
+            let (p, _, _, si) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            // Freed on its own stream, or on another after an event.
+            let fi = rng.below(3) as usize;
+            if fi != si {
+                let ev = rt.device(0).unwrap().create_event().unwrap();
+                ev.record(&streams[si]).unwrap();
+                streams[fi].wait_event(&ev).unwrap();
+            }
+            rt.free_async(p, &streams[fi]).unwrap();
+        }
+        let mut spans: Vec<(u64, u64)> = live.iter().map(|&(p, n, _, _)| (p.0, n)).collect();
+        spans.sort_unstable();
+        assert!(spans.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0), "step {step}: live blocks overlap");
+        if step % 50 == 49 {
+            for s in &streams {
+                s.synchronize().unwrap();
+            }
+            for &(p, n, v, _) in &live {
+                for at in [p, DevicePtr(p.0 + n - 4 * (n / 4).min(1024))] {
+                    let words = read_u32s(&rt, at, 4 * (n / 4).min(1024));
+                    assert!(words.iter().all(|&w| w == v), "step {step}: {p:?} lost its data");
+                }
+            }
+            pool.check_invariants().unwrap_or_else(|e| panic!("step {step}: {e}"));
+            let used: u64 = live.iter().map(|&(_, n, _, _)| granules(n)).sum();
+            assert_eq!(pool.stats().used_current, used, "step {step}");
+        }
+    }
+    for (p, _, _, si) in live.drain(..) {
+        rt.free_async(p, &streams[si]).unwrap();
+    }
+    for s in &streams {
+        s.synchronize().unwrap();
+    }
+    pool.trim_to(0).unwrap();
+    let stats = pool.stats();
+    assert_eq!((stats.used_current, stats.reserved_current), (0, 0), "everything went back");
+    pool.check_invariants().unwrap();
+    pool.destroy().unwrap();
+}

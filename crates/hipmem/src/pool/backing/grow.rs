@@ -439,8 +439,8 @@ impl PoolCore {
                 .map(|(start, size)| Hole {
                     start,
                     size,
-                    before: heap.usable_free_ending_at(start, stream),
-                    after: heap.usable_free_starting_at(start + size, stream),
+                    before: heap.joinable_free_ending_at(start, stream),
+                    after: heap.joinable_free_starting_at(start + size, stream),
                 })
                 .collect();
             let donors = if use_donors { vr.donors(&heap) } else { Vec::new() };

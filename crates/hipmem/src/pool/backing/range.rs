@@ -318,7 +318,16 @@ impl VirtualRange {
     /// The pieces of size class `class` as a switch sees them.
     pub(super) fn switch_pieces(&self, heap: &Heap, class: usize) -> Vec<(u64, u64, Cover)> {
         let g = self.granularity;
-        heap.class_blocks(class)
+        // Each segment's blocks after a piece of no length that no run
+        // crosses: two segments' blocks never merge, even where their
+        // addresses meet (a pool's parts, and its extra ranges).
+        let segments: Vec<(u64, u64)> =
+            heap.segments().filter(|s| s.class == class).map(|s| (s.base, s.base + s.size)).collect();
+        segments
+            .into_iter()
+            .flat_map(|(from, to)| {
+                std::iter::once((from, 0, BlockKind::Other)).chain(heap.blocks_between(from, to))
+            })
             .map(|(addr, len, kind)| {
                 let cover = match kind {
                     BlockKind::Free => Cover::Free,
@@ -350,6 +359,11 @@ impl VirtualRange {
     pub(super) fn revisit(&self, heap: &Heap, addr: u64, want: u64) -> Option<(Vec<Switch>, Vec<u64>)> {
         let g = self.granularity;
         let end = addr.checked_add(want)?;
+        // (One segment's blocks only: two segments' never merge.)
+        let seg = heap.segment_of(addr)?;
+        if end > seg.base + seg.size {
+            return None;
+        }
         let mut switches: Vec<Switch> = Vec::new();
         let mut repairs: Vec<u64> = Vec::new();
         let mut at = addr;

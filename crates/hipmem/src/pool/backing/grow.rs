@@ -957,9 +957,11 @@ impl PoolCore {
         if self.props.handle_types != 0 {
             return Err(Error::OutOfMemory("a shareable pool keeps one address range".into()));
         }
+        // Extra ranges with nothing mapped in them go back first.
+        self.free_empty_extra_ranges(rt, vm, vr);
         if vr.extra.len() >= MAX_EXTRA_RANGES {
             return Err(Error::OutOfMemory(format!(
-                "the pool has {MAX_EXTRA_RANGES} more address ranges already"
+                "the pool has {MAX_EXTRA_RANGES} more address ranges in use already"
             )));
         }
         let g = vr.granularity;
@@ -967,8 +969,11 @@ impl PoolCore {
             .checked_next_multiple_of(g)
             .ok_or_else(|| Error::OutOfMemory(format!("{want} bytes can never be reserved")))?;
         let part = vr.size / CLASSES as u64;
-        // (A part's size first: later requests of the class then fit.)
-        let sizes = if need < part { vec![part, need] } else { vec![need] };
+        // (Room for twice the request, at least a part's, first: later
+        // requests of the class then fit. Just the request where addresses
+        // are short.)
+        let roomy = need.saturating_mul(2).max(part).next_multiple_of(g);
+        let sizes = if need < roomy { vec![roomy, need] } else { vec![need] };
         let mut last = None;
         for size in sizes {
             match vm.address_reserve(size, g, DevicePtr::NULL) {
@@ -988,6 +993,25 @@ impl PoolCore {
             }
         }
         Err(last.unwrap_or_else(|| Error::OutOfMemory("no address range".into())))
+    }
+
+    /// Gives back the extra address ranges (`reserve_more`) that have
+    /// nothing mapped in them.
+    fn free_empty_extra_ranges(&self, rt: &Runtime, vm: &dyn VirtualMemory, vr: &mut VirtualRange) {
+        let mut i = 0;
+        while i < vr.extra.len() {
+            let e = vr.extra[i];
+            let mapped = vr.aliases.range(e.base..e.base + e.size).next().is_some();
+            if !mapped && lock(&self.heap).remove_reservation(e.base) {
+                rt.allocations().remove_if(DevicePtr(e.base), |a| a.kind == MemoryKind::PoolSegment(self.id));
+                if let Err(err) = vm.address_free(DevicePtr(e.base), e.size) {
+                    tracing::warn!(target: "hipmem", "freeing a pool's extra address range failed: {err}");
+                }
+                vr.extra.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Maps physical memory of `size` bytes at `at` with the pool's access

@@ -117,10 +117,11 @@ impl Backing {
 /// (learning steps included; the second halves map nothing).
 pub(crate) const DEFAULT_GROWTH_MAPPING: u64 = 128 << 20;
 
-/// Most address ranges a pool on virtual memory reserves after its first
+/// Most address ranges a pool on virtual memory holds after its first
 /// (`grow.rs`, [`PoolCore::reserve_more`]): each is made only where no part
-/// of the pool's addresses has a hole for a request, and all go back when
-/// the pool is destroyed.
+/// of the pool's addresses has a hole for a request, room for twice the
+/// request where addresses allow; those with nothing mapped go back before
+/// another is made, and all when the pool is destroyed.
 pub(crate) const MAX_EXTRA_RANGES: usize = 16;
 
 /// The least growth mapped in groups as it is, without padding: half the
@@ -711,9 +712,10 @@ mod tests {
 
     /// Where the device's addresses ran short and the parts are the least
     /// (a quarter of the device, at least 1 GiB), a block larger than a part
-    /// gets an address range of its own; the range goes back when the pool
-    /// is destroyed (an emulated device of 4 GiB in an address space of
-    /// 5 GiB: parts of 1 GiB).
+    /// gets an address range of its own; a range with nothing mapped goes
+    /// back before another is reserved, and every range when the pool is
+    /// destroyed (an emulated device of 4 GiB in an address space of 5 GiB:
+    /// parts of 1 GiB).
     #[test]
     fn a_block_larger_than_a_part_gets_a_range_of_its_own() {
         use crate::backend::host::HostConfig;
@@ -755,8 +757,17 @@ mod tests {
         // A second one fits nowhere: out of memory, naming the request.
         let err = pool.alloc_raw(BIG, &s).unwrap_err();
         assert!(matches!(&err, Error::OutOfMemory(m) if m.contains("1342177280")), "{err}");
-        // Freed through the pool's addresses, the extra range's included.
+        // Once its block went back, the extra range holds nothing: a larger
+        // block that needs addresses of its own gets them in its place.
         rt.free_async(big, &s).unwrap();
+        s.synchronize().unwrap();
+        pool.trim_to(0).unwrap();
+        let bigger = pool.alloc_raw(BIG + 512 * MIB, &s).expect("the empty range went back first");
+        rt.memset(bigger, FillValue::U8(0x2f), BIG + 512 * MIB).unwrap();
+        rt.copy_device_to_host(&mut back, DevicePtr(bigger.0 + BIG + 511 * MIB)).unwrap();
+        assert!(back.iter().all(|&x| x == 0x2f));
+        // Freed through the pool's addresses, the extra range's included.
+        rt.free_async(bigger, &s).unwrap();
         rt.free_async(small, &s).unwrap();
         s.synchronize().unwrap();
         pool.trim_to(0).unwrap();

@@ -957,6 +957,11 @@ impl PoolCore {
         if self.props.handle_types != 0 {
             return Err(Error::OutOfMemory("a shareable pool keeps one address range".into()));
         }
+        // (No addresses for a block the device could never hold.)
+        let total = rt.device_properties(self.device).map(|d| d.total_memory).unwrap_or(u64::MAX);
+        if want > total {
+            return Err(Error::OutOfMemory(format!("{want} bytes are more than the device's {total}")));
+        }
         // Extra ranges with nothing mapped in them go back first.
         self.free_empty_extra_ranges(rt, vm, vr);
         if vr.extra.len() >= MAX_EXTRA_RANGES {
@@ -972,7 +977,11 @@ impl PoolCore {
         // (Room for twice the request, at least a part's, first: later
         // requests of the class then fit. Just the request where addresses
         // are short.)
-        let roomy = need.saturating_mul(2).max(part).next_multiple_of(g);
+        let roomy = need
+            .checked_mul(2)
+            .map(|n| n.max(part))
+            .and_then(|n| n.checked_next_multiple_of(g))
+            .unwrap_or(need);
         let sizes = if need < roomy { vec![roomy, need] } else { vec![need] };
         let mut last = None;
         for size in sizes {

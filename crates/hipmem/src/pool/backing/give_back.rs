@@ -115,14 +115,13 @@ impl PoolCore {
         guard: &mut Option<super::range::VirtualRange>,
     ) {
         let Some(vr) = guard.as_ref() else { return };
-        let part = vr.size / CLASSES as u64;
+        let part = vr.part();
         if self.is_destroyed()
             && vr.aliases.is_empty()
             && (0..CLASSES as u64).all(|k| lock(&self.heap).remove_reservation(vr.base + k * part))
             && vr.extra.iter().all(|e| lock(&self.heap).remove_reservation(e.base))
         {
-            let ranges = std::iter::once((vr.base, vr.size)).chain(vr.extra.iter().map(|e| (e.base, e.size)));
-            for (base, size) in ranges {
+            for (base, size) in vr.ranges() {
                 rt.allocations().remove_if(DevicePtr(base), |a| a.kind == MemoryKind::PoolSegment(self.id));
                 if let Err(e) = vm.address_free(DevicePtr(base), size) {
                     tracing::warn!(target: "hipmem", "freeing a pool's reservation failed: {e}");

@@ -270,14 +270,17 @@ impl PoolCore {
         // this class's part can leave no hole of this size there (the parts
         // are a few times the device's memory, less where addresses run
         // short, down to a quarter of it).
-        let largest_hole =
-            |c: usize| lock(&self.heap).unbacked_ranges_of(c).iter().map(|&(_, len)| len).max().unwrap_or(0);
-        if result.is_err() && !self.zone.is_on() && largest_hole(class) < want {
+        // (The largest hole of each class, looked at once.)
+        let holes: Option<[u64; CLASSES]> = (result.is_err() && !self.zone.is_on()).then(|| {
+            let heap = lock(&self.heap);
+            std::array::from_fn(|c| heap.unbacked_ranges_of(c).iter().map(|&(_, len)| len).max().unwrap_or(0))
+        });
+        if let Some(holes) = holes.filter(|h| h[class] < want) {
             let ask = Ask { want, span: want, stream, use_donors: true, lend_anyway: false };
             // Another class's part takes the block, as blocks go to other
             // classes' free memory where the pool cannot grow (`reuse.rs`,
             // step 4b).
-            for other in (0..CLASSES).filter(|&c| c != class && largest_hole(c) >= want) {
+            for other in (0..CLASSES).filter(|&c| c != class && holes[c] >= want) {
                 if let Ok(found) = self.map_for(vm, vr, other, ask, &mut Vec::new()) {
                     tracing::debug!(target: "hipmem::pool", "pool {:#x}: no hole of {want} bytes in size class {class}'s addresses; placed in class {other}'s", self.id);
                     result = Ok(found);
@@ -285,7 +288,7 @@ impl PoolCore {
                 }
             }
             // No part has room: a range of its own for the class.
-            if result.is_err() && (0..CLASSES).all(|c| largest_hole(c) < want) {
+            if result.is_err() && holes.iter().all(|&h| h < want) {
                 match self.reserve_more(rt, vm, vr, class, want) {
                     Ok(()) => result = self.map_for(vm, vr, class, ask, &mut Vec::new()),
                     Err(e) => {
@@ -973,7 +976,7 @@ impl PoolCore {
         let need = want
             .checked_next_multiple_of(g)
             .ok_or_else(|| Error::OutOfMemory(format!("{want} bytes can never be reserved")))?;
-        let part = vr.size / CLASSES as u64;
+        let part = vr.part();
         // (Room for twice the request, at least a part's, first: later
         // requests of the class then fit. Just the request where addresses
         // are short.)

@@ -346,9 +346,7 @@ impl Drop for PoolCore {
                     for handle in handles.chain(vr.groups.values().map(|g| g.handle)) {
                         let _ = vm.mem_release(handle);
                     }
-                    let ranges =
-                        std::iter::once((vr.base, vr.size)).chain(vr.extra.iter().map(|e| (e.base, e.size)));
-                    for (base, size) in ranges {
+                    for (base, size) in vr.ranges() {
                         if let Err(e) = vm.address_free(DevicePtr(base), size) {
                             tracing::debug!(target: "hipmem", "freeing a pool's reservation at teardown: {e}");
                         }
@@ -450,7 +448,7 @@ impl PoolCore {
     pub(crate) fn address_part(&self) -> Option<u64> {
         let Backing::Virtual(range) = &self.backing else { return None };
         if let Some(vr) = lock(range).as_ref() {
-            return Some(vr.size / crate::pool::placement::CLASSES as u64);
+            return Some(vr.part());
         }
         Some(self.address_part.load(Ordering::Relaxed)).filter(|&p| p > 0)
     }

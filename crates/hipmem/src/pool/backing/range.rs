@@ -129,13 +129,23 @@ impl VirtualRange {
         }
     }
 
+    /// Each size class's part of the first range.
+    pub(in crate::pool) fn part(&self) -> u64 {
+        self.size / crate::pool::placement::CLASSES as u64
+    }
+
+    /// Every address range the pool holds, (start, length): the first, then
+    /// the extra ones.
+    pub(in crate::pool) fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        std::iter::once((self.base, self.size)).chain(self.extra.iter().map(|e| (e.base, e.size)))
+    }
+
     /// The size class whose addresses hold `addr`: its part of the first
     /// range, or the extra range holding it (None outside the pool's
     /// addresses).
     pub(in crate::pool) fn class_of(&self, addr: u64) -> Option<usize> {
-        let part = self.size / crate::pool::placement::CLASSES as u64;
         if addr >= self.base && addr - self.base < self.size {
-            return Some(((addr - self.base) / part) as usize);
+            return Some(((addr - self.base) / self.part()) as usize);
         }
         self.extra.iter().find(|e| addr >= e.base && addr - e.base < e.size).map(|e| e.class)
     }

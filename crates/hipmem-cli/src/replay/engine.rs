@@ -41,6 +41,10 @@ pub enum PoolKind {
     /// up to 8 MiB (`MemPool::set_first_steps_piece`), for comparison; not
     /// in [`PoolKind::ALL`].
     VmmPieces,
+    /// The default pool keeping its tiny blocks apart, with a cache of
+    /// their own per stream (`MemPool::set_tiny_blocks_apart`), for
+    /// comparison; not in [`PoolKind::ALL`].
+    VmmTiny,
     /// hipmem's pool on separate device allocations.
     Segments,
     /// The driver's own pool (cuMemPool*, cuda only).
@@ -51,7 +55,8 @@ pub enum PoolKind {
 
 impl PoolKind {
     /// Every kind replayed when `--pool` names none, in the order of the
-    /// report (not [`PoolKind::VmmPieces`], which is named when wanted).
+    /// report (not [`PoolKind::VmmPieces`] or [`PoolKind::VmmTiny`], which
+    /// are named when wanted).
     pub const ALL: [PoolKind; 6] = [
         PoolKind::Vmm,
         PoolKind::VmmLeastMemory,
@@ -68,6 +73,7 @@ impl PoolKind {
             PoolKind::VmmLeastMemory => "hipmem-vmm-lowmem",
             PoolKind::VmmUnits => "hipmem-vmm-units",
             PoolKind::VmmPieces => "hipmem-vmm-pieces",
+            PoolKind::VmmTiny => "hipmem-vmm-tiny",
             PoolKind::Segments => "hipmem-segments",
             PoolKind::Driver => "driver-pool",
             PoolKind::Malloc => "malloc",
@@ -81,6 +87,7 @@ impl PoolKind {
             "vmm-lowmem" | "hipmem-vmm-lowmem" => Some(PoolKind::VmmLeastMemory),
             "vmm-units" | "hipmem-vmm-units" => Some(PoolKind::VmmUnits),
             "vmm-pieces" | "hipmem-vmm-pieces" => Some(PoolKind::VmmPieces),
+            "vmm-tiny" | "hipmem-vmm-tiny" => Some(PoolKind::VmmTiny),
             "segments" | "hipmem-segments" => Some(PoolKind::Segments),
             "driver" | "driver-pool" => Some(PoolKind::Driver),
             "malloc" | "direct" => Some(PoolKind::Malloc),
@@ -96,6 +103,7 @@ impl PoolKind {
                 | PoolKind::VmmLeastMemory
                 | PoolKind::VmmUnits
                 | PoolKind::VmmPieces
+                | PoolKind::VmmTiny
                 | PoolKind::Segments
         )
     }
@@ -274,6 +282,7 @@ impl Target {
             | PoolKind::VmmLeastMemory
             | PoolKind::VmmUnits
             | PoolKind::VmmPieces
+            | PoolKind::VmmTiny
             | PoolKind::Segments => {
                 let backing = if kind == PoolKind::Segments {
                     PoolBacking::Segments
@@ -295,6 +304,9 @@ impl Target {
                 }
                 if kind == PoolKind::VmmPieces {
                     pool.set_first_steps_piece(8 << 20).map_err(|e| e.to_string())?;
+                }
+                if kind == PoolKind::VmmTiny {
+                    pool.set_tiny_blocks_apart(true).map_err(|e| e.to_string())?;
                 }
                 pool
             }

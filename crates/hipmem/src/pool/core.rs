@@ -116,6 +116,10 @@ pub(crate) struct PoolCore {
     /// Set when the pool first maps memory under a budget that never
     /// moves: every size shares one heap (see `class_of`).
     pub(super) one_class: AtomicBool,
+    /// Whether a pool that keeps one heap keeps its tiny blocks apart
+    /// (`placement::TINY_CLASS`; [`super::MemPool::set_tiny_blocks_apart`],
+    /// else `HIPMEM_POOL_TINY_APART=1`).
+    pub(super) tiny_apart: AtomicBool,
     /// Zone placement (`zone.rs`): off unless turned on.
     pub(super) zone: Arc<super::zone::ZoneState>,
     pub(super) used_high: Mutex<u64>,
@@ -206,6 +210,7 @@ impl PoolCore {
             group: AtomicU64::new(u64::MAX),
             move_budget: Mutex::new(None),
             one_class: AtomicBool::new(false),
+            tiny_apart: AtomicBool::new(super::backing::tiny_apart_from_env()),
             zone: Arc::new(super::zone::ZoneState::default()),
             used_high: Mutex::new(0),
             live_high: AtomicU64::new(0),
@@ -310,7 +315,8 @@ impl PoolCore {
                 Arc::new(
                     Slot::new(self.id, Arc::clone(clock), raw)
                         .with_plan(Arc::clone(&self.plan))
-                        .with_zone(Arc::clone(&self.zone)),
+                        .with_zone(Arc::clone(&self.zone))
+                        .with_tiny_apart(self.keeps_tiny_apart()),
                 )
             }));
             self.slot_count.store(slots.len(), Ordering::Release);
@@ -472,9 +478,10 @@ impl PoolCore {
                 }
                 let Some(size) = self.take_live_elsewhere(ptr.0, slot.stream_id()) else { return false };
                 self.plan.note_free(ptr.0);
+                let tiny = slot.keeps_apart(size);
                 let mut state = slot.lock();
                 state.used -= size as i64;
-                state.cache_block(CachedBlock { addr: ptr.0, size, tag: stream.clock.free_tag() })
+                state.cache_block(CachedBlock { addr: ptr.0, size, tag: stream.clock.free_tag() }, tiny)
             }
         };
         crate::trace::free_requested(self.id, stream.clock.stream_id, self.device, ptr.0, 0);

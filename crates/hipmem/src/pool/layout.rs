@@ -166,7 +166,8 @@ type Block = (u64, u64, RunKind);
 fn parts(core: &PoolCore) -> (Vec<Block>, Vec<(u64, u64)>) {
     let mut cached = Vec::new();
     for slot in core.all_slots() {
-        cached.extend(slot.lock().cache.iter().map(|b| (b.addr, b.size)));
+        let st = slot.lock();
+        cached.extend(st.cache.iter().chain(&st.tiny).map(|b| (b.addr, b.size)));
     }
     (lock(&core.heap).blocks_in_order().collect(), cached)
 }

@@ -552,7 +552,10 @@ impl PoolCore {
         let orphan = {
             let mut slots = lock(&self.slots);
             let orphan = Arc::clone(slots.entry(ORPHAN_STREAM).or_insert_with(|| {
-                Arc::new(Slot::new(self.id, Arc::new(StreamClock::new(ORPHAN_STREAM)), slot.raw))
+                Arc::new(
+                    Slot::new(self.id, Arc::new(StreamClock::new(ORPHAN_STREAM)), slot.raw)
+                        .with_tiny_apart(self.keeps_tiny_apart()),
+                )
             }));
             self.slot_count.store(slots.len(), Ordering::Release);
             orphan

@@ -3,7 +3,12 @@
 //! Each (pool, stream) pair has a [`Slot`] with its own lock:
 //! - a small cache of blocks recently freed on that stream, reusable by the
 //!   same stream at once (stream order makes it safe) with no driver call and
-//!   without touching the pool's shared heap;
+//!   without touching the pool's shared heap; a request of another size
+//!   sends it back to the heap (`reuse.rs`);
+//! - where the pool keeps tiny blocks apart (`placement::TINY_CLASS`), a
+//!   larger cache of the stream's freed tiny blocks, which a miss does not
+//!   send back: their memory is a few units of its own, so reusing them
+//!   where they lie moves no larger block;
 //! - the live blocks allocated on that stream (address → size), so a free
 //!   by pointer finds its block without a global lookup;
 //! - the stream's share of the pool's used bytes (see `usage.rs`).
@@ -40,6 +45,13 @@ use crate::runtime::ordering::StreamClock;
 /// Most blocks a stream's cache holds before the oldest goes to the heap.
 pub const CACHE_BLOCKS: usize = 16;
 
+/// Most tiny blocks (`placement::TINY_BLOCK_MAX`) a stream's cache of tiny
+/// blocks holds before the oldest goes to the heap: at most 4 MiB. On the
+/// recorded variable-length inference calls nearly all tiny allocations
+/// find their size there, where the cache that a miss sends back served
+/// 3.7% of all allocations (stop 73).
+pub const TINY_CACHE_BLOCKS: usize = 256;
+
 /// A block in a stream's cache: still marked allocated in the heap.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct CachedBlock {
@@ -59,6 +71,9 @@ pub type LiveMap = super::addr_hash::AddrMap<u64>;
 pub struct SlotState {
     /// Blocks freed on this stream, newest last.
     pub cache: Vec<CachedBlock>,
+    /// Tiny blocks freed on this stream, newest last, where the pool keeps
+    /// them apart ([`Slot::keeps_apart`]); a miss leaves them here.
+    pub tiny: Vec<CachedBlock>,
     /// An empty vector that changes places with `cache` when the cache goes
     /// back to the heap (`reuse.rs`), so that neither allocates again.
     pub spare: Vec<CachedBlock>,
@@ -110,22 +125,32 @@ impl SlotState {
     }
 
     /// Takes a cached block of exactly `size` bytes (a whole number of
-    /// granules), newest first. Exact sizes keep the statistics and bounds
-    /// checks independent of what was freed before.
-    pub fn take_cached(&mut self, size: u64) -> Option<CachedBlock> {
+    /// granules), newest first, from the cache of tiny blocks where `tiny`.
+    /// Exact sizes keep the statistics and bounds checks independent of what
+    /// was freed before.
+    pub fn take_cached(&mut self, size: u64, tiny: bool) -> Option<CachedBlock> {
+        let cache = if tiny { &mut self.tiny } else { &mut self.cache };
         let fits = |b: &CachedBlock| b.size == size;
-        if self.cache.last().is_some_and(fits) {
-            return self.cache.pop();
+        if cache.last().is_some_and(fits) {
+            return cache.pop();
         }
-        let i = self.cache.iter().rposition(fits)?;
-        Some(self.cache.remove(i))
+        let i = cache.iter().rposition(fits)?;
+        Some(cache.remove(i))
     }
 
-    /// Caches a freed block; returns the oldest block if the cache overflows.
+    /// Caches a freed block (in the cache of tiny blocks where `tiny`);
+    /// returns the oldest block if that cache overflows.
     #[inline(always)]
-    pub fn cache_block(&mut self, block: CachedBlock) -> Option<CachedBlock> {
-        self.cache.push(block);
-        if self.cache.len() > CACHE_BLOCKS { Some(self.cache.remove(0)) } else { None }
+    pub fn cache_block(&mut self, block: CachedBlock, tiny: bool) -> Option<CachedBlock> {
+        let (cache, most) =
+            if tiny { (&mut self.tiny, TINY_CACHE_BLOCKS) } else { (&mut self.cache, CACHE_BLOCKS) };
+        cache.push(block);
+        if cache.len() > most { Some(cache.remove(0)) } else { None }
+    }
+
+    /// Whether both caches are empty.
+    pub fn caches_empty(&self) -> bool {
+        self.cache.is_empty() && self.tiny.is_empty()
     }
 }
 
@@ -147,6 +172,9 @@ pub struct Slot {
     plan: Option<Arc<super::plan::PlanState>>,
     /// The pool's zone placement, told of every free (see `zone.rs`).
     zone: Option<Arc<super::zone::ZoneState>>,
+    /// Whether the pool keeps tiny blocks apart (`placement::TINY_CLASS`):
+    /// then they have a cache of their own ([`SlotState::tiny`]).
+    tiny_apart: AtomicBool,
 }
 
 /// What a fast free did.
@@ -173,7 +201,26 @@ impl Slot {
             state: SlotMutex::new(SlotState::default()),
             plan: None,
             zone: None,
+            tiny_apart: AtomicBool::new(false),
         }
+    }
+
+    /// The same slot, with tiny blocks cached apart if `on`.
+    pub(crate) fn with_tiny_apart(self, on: bool) -> Slot {
+        self.tiny_apart.store(on, Ordering::Relaxed);
+        self
+    }
+
+    /// From now on tiny blocks are cached apart (the pool keeps them apart
+    /// from its first memory on, so the caches hold none yet).
+    pub(crate) fn keep_tiny_apart(&self) {
+        self.tiny_apart.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a block of `size` bytes goes to the cache of tiny blocks.
+    #[inline(always)]
+    pub fn keeps_apart(&self, size: u64) -> bool {
+        size <= super::placement::TINY_BLOCK_MAX && self.tiny_apart.load(Ordering::Relaxed)
     }
 
     /// The same slot, telling `zone` of its frees.
@@ -192,8 +239,9 @@ impl Slot {
     /// used statistic went past this slot's baseline).
     #[inline]
     pub fn alloc_fast(&self, size: u64) -> Option<(u64, u64, bool)> {
+        let tiny = self.keeps_apart(size);
         let mut st = self.lock();
-        let b = st.take_cached(size)?;
+        let b = st.take_cached(size, tiny)?;
         st.insert_live(b.addr, b.size);
         st.used += b.size as i64;
         Some((b.addr, b.size, st.used > st.baseline))
@@ -207,13 +255,14 @@ impl Slot {
         let mut st = self.lock();
         let Some(size) = st.remove_live(addr) else { return FastFree::NotHere };
         st.used -= size as i64;
+        let tiny = self.keeps_apart(size);
         let block = CachedBlock { addr, size, tag: self.clock.free_tag() };
         // A zone block goes back to the heap at once: the cache would hand
         // it to a request of its size that is not a zone block.
         let zone = self.zone.as_deref().filter(|z| z.is_on());
         let evicted = match zone {
             Some(z) if z.contains(addr) => Some(block),
-            _ => st.cache_block(block),
+            _ => st.cache_block(block, tiny),
         };
         drop(st);
         if let Some(z) = zone {
@@ -325,14 +374,14 @@ mod tests {
     #[test]
     fn cache_serves_close_sizes_newest_first_and_bounds_itself() {
         let mut s = SlotState::default();
-        assert!(s.cache_block(CachedBlock { addr: 0x1000, size: 1024, tag: 1 }).is_none());
-        assert!(s.cache_block(CachedBlock { addr: 0x2000, size: 1024, tag: 2 }).is_none());
-        assert!(s.cache_block(CachedBlock { addr: 0x3000, size: 4096, tag: 3 }).is_none());
-        assert_eq!(s.take_cached(1024).unwrap().addr, 0x2000);
-        assert!(s.take_cached(2048).is_none(), "only exact sizes are reused from the cache");
-        assert_eq!(s.take_cached(4096).unwrap().addr, 0x3000);
+        assert!(s.cache_block(CachedBlock { addr: 0x1000, size: 1024, tag: 1 }, false).is_none());
+        assert!(s.cache_block(CachedBlock { addr: 0x2000, size: 1024, tag: 2 }, false).is_none());
+        assert!(s.cache_block(CachedBlock { addr: 0x3000, size: 4096, tag: 3 }, false).is_none());
+        assert_eq!(s.take_cached(1024, false).unwrap().addr, 0x2000);
+        assert!(s.take_cached(2048, false).is_none(), "only exact sizes are reused from the cache");
+        assert_eq!(s.take_cached(4096, false).unwrap().addr, 0x3000);
         for i in 0..CACHE_BLOCKS as u64 {
-            let evicted = s.cache_block(CachedBlock { addr: 0x10000 + i * 256, size: 256, tag: 9 });
+            let evicted = s.cache_block(CachedBlock { addr: 0x10000 + i * 256, size: 256, tag: 9 }, false);
             if i + 1 < CACHE_BLOCKS as u64 {
                 assert!(evicted.is_none());
             } else {
@@ -340,5 +389,33 @@ mod tests {
             }
         }
         assert_eq!(s.cache.len(), CACHE_BLOCKS);
+    }
+
+    #[test]
+    fn tiny_blocks_have_a_cache_of_their_own() {
+        let mut s = SlotState::default();
+        let tiny = |addr, size| CachedBlock { addr, size, tag: 1 };
+        // Apart from the other cache: neither serves the other's blocks.
+        assert!(s.cache_block(tiny(0x1000, 512), true).is_none());
+        assert!(s.cache_block(tiny(0x2000, 512), false).is_none());
+        assert_eq!(s.take_cached(512, true).unwrap().addr, 0x1000);
+        assert!(s.take_cached(512, true).is_none());
+        assert_eq!(s.take_cached(512, false).unwrap().addr, 0x2000);
+        assert!(s.caches_empty());
+        // It holds TINY_CACHE_BLOCKS before its oldest goes back.
+        for i in 0..TINY_CACHE_BLOCKS as u64 + 1 {
+            let evicted = s.cache_block(tiny(0x10_0000 + i * 512, 512), true);
+            assert_eq!(evicted.map(|b| b.addr), (i == TINY_CACHE_BLOCKS as u64).then_some(0x10_0000));
+        }
+        assert_eq!((s.tiny.len(), s.cache.len()), (TINY_CACHE_BLOCKS, 0));
+    }
+
+    #[test]
+    fn a_slot_caches_tiny_blocks_apart_once_its_pool_keeps_them_apart() {
+        let slot = Slot::new(1, Arc::new(StreamClock::new(7)), RawStream::null(0));
+        assert!(!slot.keeps_apart(512), "a pool that does not keep them apart");
+        slot.keep_tiny_apart();
+        assert!(slot.keeps_apart(512) && slot.keeps_apart(super::super::placement::TINY_BLOCK_MAX));
+        assert!(!slot.keeps_apart(super::super::placement::TINY_BLOCK_MAX + 512));
     }
 }

@@ -43,6 +43,7 @@ mod pool_remap;
 mod pool_reuse;
 mod pool_stats;
 mod pool_stress;
+mod pool_tiny;
 mod pools;
 mod streams;
 mod vmm;

@@ -940,6 +940,13 @@ impl PoolCore {
         let budget = self.move_budget();
         vr.tokens = budget.burst_s;
         self.one_class.store(budget == MoveBudget::GROW_FIRST, Ordering::Relaxed);
+        // Where such a pool keeps tiny blocks apart, its streams' caches keep
+        // them over a miss (slots made from now on ask `keeps_tiny_apart`).
+        if self.keeps_tiny_apart() {
+            for slot in self.all_slots() {
+                slot.keep_tiny_apart();
+            }
+        }
         *guard = Some(vr);
         Ok(())
     }

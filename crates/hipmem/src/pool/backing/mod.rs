@@ -85,6 +85,13 @@ impl MoveBudget {
     }
 }
 
+/// `HIPMEM_POOL_TINY_APART=1`: new pools keep their tiny blocks apart
+/// ([`crate::pool::MemPool::set_tiny_blocks_apart`]); read once.
+pub(crate) fn tiny_apart_from_env() -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| std::env::var("HIPMEM_POOL_TINY_APART").is_ok_and(|v| v == "1"))
+}
+
 impl Backing {
     pub(super) fn choose(rt: &Runtime, device: usize, requested: Option<super::PoolBacking>) -> Backing {
         let wanted = match requested {
@@ -442,6 +449,33 @@ impl PoolCore {
         Ok(())
     }
 
+    /// Sets whether a pool on virtual memory that keeps one heap keeps its
+    /// tiny blocks apart (`placement::TINY_CLASS`), before it maps anything.
+    pub(crate) fn set_tiny_apart(&self, on: bool) -> Result<()> {
+        let Backing::Virtual(range) = &self.backing else {
+            return Err(Error::InvalidValue("a pool on segments keeps no blocks apart".into()));
+        };
+        let guard = lock(range);
+        if guard.is_some() {
+            return Err(Error::InvalidValue(
+                "the pool has mapped memory already: tiny blocks are kept apart, or not, from its first growth".into(),
+            ));
+        }
+        self.tiny_apart.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether tiny blocks are (to be) kept apart: None on segments.
+    pub(crate) fn tiny_apart(&self) -> Option<bool> {
+        matches!(self.backing, Backing::Virtual(_)).then(|| self.tiny_apart.load(Ordering::Relaxed))
+    }
+
+    /// Whether the pool keeps tiny blocks apart now: set, on virtual memory,
+    /// and keeping one heap (known from its first growth on).
+    pub(crate) fn keeps_tiny_apart(&self) -> bool {
+        self.one_class.load(Ordering::Relaxed) && self.tiny_apart.load(Ordering::Relaxed)
+    }
+
     /// Each size class's part of the pool's addresses: as set, or as
     /// reserved (None on segments, or before the first growth without a
     /// setting).
@@ -590,9 +624,16 @@ impl PoolCore {
     pub(super) fn class_of(&self, want: u64) -> usize {
         match self.backing {
             // A pool that only grows keeps one heap for every size: best fit
-            // over all its free memory. One that moves memory keeps the
-            // sizes apart, so that a size's places repeat.
-            Backing::Virtual(_) if self.one_class.load(Ordering::Relaxed) => 0,
+            // over all its free memory (tiny blocks apart if set,
+            // `TINY_CLASS`). One that moves memory keeps the sizes apart, so
+            // that a size's places repeat.
+            Backing::Virtual(_) if self.one_class.load(Ordering::Relaxed) => {
+                if want <= super::placement::TINY_BLOCK_MAX && self.tiny_apart.load(Ordering::Relaxed) {
+                    super::placement::TINY_CLASS
+                } else {
+                    0
+                }
+            }
             Backing::Virtual(_) => super::placement::size_class(want),
             Backing::Segments => 0,
         }

@@ -448,8 +448,8 @@ impl MemPool {
     /// It makes PyTorch's allocations cheaper where many are tiny: on
     /// variable-length inference about 30% of them are, and an allocation
     /// and its free took 29% fewer instructions; on an H200, its step time
-    /// went from 1.021x PyTorch's allocator to 1.005x (median of six
-    /// rounds). What the pool holds moves, up or down, by where large blocks
+    /// went from 1.02x PyTorch's allocator to about 1.005x (medians of six
+    /// rounds, twice). What the pool holds moves, up or down, by where large blocks
     /// land without tiny ones between them: over the committed recordings'
     /// replays its mean peak ratio fell, and more of them ended above 1.03
     /// of their peak (docs/pool-measurements.md, "Stop 74"). InvalidValue on

@@ -17,7 +17,9 @@ use crate::private_runtime;
 
 /// A pool on virtual memory that keeps what it holds at synchronization and
 /// moves memory whenever that keeps it smaller; None (with a note) where the
-/// backend has no virtual memory.
+/// backend has no virtual memory. Its tiny blocks share the heap whatever
+/// `HIPMEM_POOL_TINY_APART` says: these tests place small blocks on purpose
+/// (`pool_tiny.rs` tests the setting).
 fn vmm_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
     let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
     let pool = MemPool::create_with_backing(rt, props, PoolBacking::VirtualMemory).unwrap();
@@ -25,6 +27,7 @@ fn vmm_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
         eprintln!("{test}: skipped, the {} backend has no virtual memory", rt.backend_kind());
         return None;
     }
+    pool.set_tiny_blocks_apart(false).unwrap();
     pool.set_release_threshold(u64::MAX);
     pool.set_move_budget(MoveBudget::LEAST_MEMORY).unwrap();
     Some(pool)

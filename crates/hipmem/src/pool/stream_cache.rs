@@ -147,11 +147,6 @@ impl SlotState {
         cache.push(block);
         if cache.len() > most { Some(cache.remove(0)) } else { None }
     }
-
-    /// Whether both caches are empty.
-    pub fn caches_empty(&self) -> bool {
-        self.cache.is_empty() && self.tiny.is_empty()
-    }
 }
 
 /// One stream's front of one pool.
@@ -401,7 +396,7 @@ mod tests {
         assert_eq!(s.take_cached(512, true).unwrap().addr, 0x1000);
         assert!(s.take_cached(512, true).is_none());
         assert_eq!(s.take_cached(512, false).unwrap().addr, 0x2000);
-        assert!(s.caches_empty());
+        assert!(s.cache.is_empty() && s.tiny.is_empty());
         // It holds TINY_CACHE_BLOCKS before its oldest goes back.
         for i in 0..TINY_CACHE_BLOCKS as u64 + 1 {
             let evicted = s.cache_block(tiny(0x10_0000 + i * 512, 512), true);

@@ -20,7 +20,7 @@ use crate::private_runtime;
 /// backend has no virtual memory. Its tiny blocks share the heap whatever
 /// `HIPMEM_POOL_TINY_APART` says: these tests place small blocks on purpose
 /// (`pool_tiny.rs` tests the setting).
-fn vmm_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
+pub fn vmm_pool(rt: &Runtime, test: &str) -> Option<MemPool> {
     let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
     let pool = MemPool::create_with_backing(rt, props, PoolBacking::VirtualMemory).unwrap();
     if pool.backing() != PoolBacking::VirtualMemory {

@@ -12,17 +12,11 @@ use hipmem::{DevicePtr, MemPool, MoveBudget, PoolBacking, PoolProps, Runtime};
 use crate::pools::{fill_u32, granules, read_u32s, stream0};
 use crate::private_runtime;
 
-/// A pool on virtual memory that keeps one heap (the default budget) and
-/// keeps what it holds at synchronization; None (with a note) where the
-/// backend has no virtual memory.
+/// `pool_remap.rs`'s pool on virtual memory (it keeps what it holds at
+/// synchronization), keeping one heap (the default budget); None (with a
+/// note) where the backend has no virtual memory.
 fn vmm_pool(rt: &Runtime, test: &str, tiny_apart: bool) -> Option<MemPool> {
-    let props = PoolProps { device: 0, handle_types: 0, max_size: 0 };
-    let pool = MemPool::create_with_backing(rt, props, PoolBacking::VirtualMemory).unwrap();
-    if pool.backing() != PoolBacking::VirtualMemory {
-        eprintln!("{test}: skipped, the {} backend has no virtual memory", rt.backend_kind());
-        return None;
-    }
-    pool.set_release_threshold(u64::MAX);
+    let pool = crate::pool_remap::vmm_pool(rt, test)?;
     pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
     pool.set_tiny_blocks_apart(tiny_apart).unwrap();
     assert_eq!(pool.tiny_blocks_apart(), Some(tiny_apart));

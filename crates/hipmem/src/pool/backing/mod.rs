@@ -85,6 +85,18 @@ impl MoveBudget {
     }
 }
 
+/// Changes a setting of a pool on virtual memory that holds from its first
+/// growth on (`set`, under the range's lock, so that no growth starts
+/// meanwhile); InvalidValue saying `fixed` once the addresses are reserved.
+fn before_first_growth(range: &Mutex<Option<VirtualRange>>, fixed: &str, set: impl FnOnce()) -> Result<()> {
+    let guard = lock(range);
+    if guard.is_some() {
+        return Err(Error::InvalidValue(fixed.into()));
+    }
+    set();
+    Ok(())
+}
+
 /// `HIPMEM_POOL_TINY_APART=1`: new pools keep their tiny blocks apart
 /// ([`crate::pool::MemPool::set_tiny_blocks_apart`]); read once.
 pub(crate) fn tiny_apart_from_env() -> bool {
@@ -414,12 +426,9 @@ impl PoolCore {
                 "a mapping unit of {bytes} bytes is not 1 to 64 times the granularity of {g} bytes"
             )));
         }
-        let guard = lock(range);
-        if guard.is_some() {
-            return Err(Error::InvalidValue("the pool has mapped memory already; its unit is fixed".into()));
-        }
-        self.unit.store(bytes, Ordering::Relaxed);
-        Ok(())
+        before_first_growth(range, "the pool has mapped memory already; its unit is fixed", || {
+            self.unit.store(bytes, Ordering::Relaxed)
+        })
     }
 
     /// Sets each size class's part of a pool's addresses on virtual memory
@@ -441,12 +450,9 @@ impl PoolCore {
                 "an address part of {bytes} bytes is not a nonzero multiple of the pool's {unit}-byte unit"
             )));
         }
-        let guard = lock(range);
-        if guard.is_some() {
-            return Err(Error::InvalidValue("the pool has reserved its addresses already".into()));
-        }
-        self.address_part.store(bytes, Ordering::Relaxed);
-        Ok(())
+        before_first_growth(range, "the pool has reserved its addresses already", || {
+            self.address_part.store(bytes, Ordering::Relaxed)
+        })
     }
 
     /// Sets whether a pool on virtual memory that keeps one heap keeps its
@@ -455,14 +461,11 @@ impl PoolCore {
         let Backing::Virtual(range) = &self.backing else {
             return Err(Error::InvalidValue("a pool on segments keeps no blocks apart".into()));
         };
-        let guard = lock(range);
-        if guard.is_some() {
-            return Err(Error::InvalidValue(
-                "the pool has mapped memory already: tiny blocks are kept apart, or not, from its first growth".into(),
-            ));
-        }
-        self.tiny_apart.store(on, Ordering::Relaxed);
-        Ok(())
+        before_first_growth(
+            range,
+            "the pool has mapped memory already: tiny blocks are kept apart, or not, from its first growth",
+            || self.tiny_apart.store(on, Ordering::Relaxed),
+        )
     }
 
     /// Whether tiny blocks are (to be) kept apart: None on segments.

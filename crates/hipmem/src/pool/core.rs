@@ -158,6 +158,11 @@ pub(crate) struct PoolCore {
     /// The idle clock: the caller's time in nanoseconds, or
     /// `release::WALL_CLOCK` (the default).
     pub(super) idle_clock_ns: AtomicU64,
+    /// When the idle windows' current step ends on the idle clock
+    /// (`u64::MAX` with idle release off): an allocation that the stream's
+    /// cache would serve looks for idle memory first once it has ended
+    /// (`release.rs`, [`PoolCore::idle_step_ended`]).
+    pub(super) idle_step_end: AtomicU64,
     /// Growths of the pool (asked by idle release).
     pub(super) growths: AtomicU64,
     /// The most physical memory the pool may hold, set after creation
@@ -227,6 +232,7 @@ impl PoolCore {
             idle_window_ms: AtomicU64::new(0),
             idle: Mutex::new(super::release::IdleWindows::new()),
             idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),
+            idle_step_end: AtomicU64::new(u64::MAX),
             growths: AtomicU64::new(0),
             size_limit: AtomicU64::new(u64::MAX),
         }
@@ -395,6 +401,11 @@ impl PoolCore {
     #[inline]
     fn alloc_cached(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
         let (clock, raw) = (stream.clock, stream.raw);
+        // 0. Idle memory goes back at the first request after a step of the
+        // idle windows ends, whether the cache serves it or not.
+        if self.idle_step_ended() {
+            self.release_idle_before_hit(want, stream);
+        }
         // 1. The stream's own cache: through the slot the stream carries for
         // its first pool, else this thread's table of slots.
         // Each slot's cache is tried once; a miss goes on with that slot.

@@ -56,26 +56,26 @@ const IN_PLACE_LEAST: u64 = 64 << 20;
 
 /// A plan is laid out in place where the pool then holds at most this
 /// part of the plan's peak more than the usual way
-/// ([`PoolCore::in_place_layout`]): 1/256 (0.4%). Which way holds less
+/// ([`PoolCore::in_place_layout`]): 1/128 (0.8%). Which way holds less
 /// turns on a few tens of MB of several GB on recorded PyTorch runs (a
 /// plan laid out over several runs packs a little less tightly than in one
 /// new piece), while the usual way unmaps and releases every wholly free
-/// unit: GPT-2's second plan 25 MB more in place (0.37%), against about
-/// 790 units of 2 MiB unmapped and released.
-const IN_PLACE_SLACK: u64 = 256;
-
-/// [`IN_PLACE_SLACK`] for a pool that maps its first steps in pieces
-/// ([`PoolCore::first_steps_piece`], a choice of the warm-up's time over
-/// the last fraction of memory): 1/128 (0.8%). There the usual way gives
-/// back the first steps' pieces and maps the arena anew for a few tens of
-/// MB: the recorded CNN's third plan chose it for 17 MB of 2.9 GB (0.6%),
-/// with 404 driver calls (14.3 ms of its 40.8 ms replay on an H200), and
-/// with this slack its replay made 650 backend calls instead of 1168, held
-/// 1.010 of its peak after the warm-up instead of 1.004, and took 0.62-0.87
-/// of the driver's pool's time in six rounds on H200s instead of 1.1-1.2
-/// (docs/pool-measurements.md, "Stop 69"). Unit by unit the recorded runs
-/// choose the same either way.
-const IN_PLACE_SLACK_PIECES: u64 = 128;
+/// unit, and maps the arena anew:
+/// - GPT-2's second plan: 25 MB more in place (0.37%), against about 790
+///   units of 2 MiB unmapped and released; with tiny blocks kept apart
+///   (`MemPool::set_tiny_blocks_apart`) 30 MB (0.45%), and at 1/256 its 60
+///   steps made 4 270 driver calls instead of 3 030, though in place it
+///   held 73 MB less than the default pool does.
+/// - The recorded CNN's third plan, its first steps mapped in pieces: 17 MB
+///   of 2.9 GB (0.6%), with 404 driver calls (14.3 ms of its 40.8 ms replay
+///   on an H200). With this slack its replay made 650 backend calls instead
+///   of 1168, held 1.010 of its peak after the warm-up instead of 1.004, and
+///   took 0.62-0.87 of the driver's pool's time in six rounds on H200s
+///   instead of 1.1-1.2 (docs/pool-measurements.md, "Stop 69").
+///
+/// Pools with the defaults choose the same at 1/256 and at 1/128 on every
+/// recorded run (docs/pool-measurements.md, "Stop 75").
+const IN_PLACE_SLACK: u64 = 128;
 
 /// The spans of `spans` (address, length; sorted, disjoint) that overlap
 /// `[start, end)`, with their indices (none where the range is empty).
@@ -434,8 +434,7 @@ impl PoolCore {
     /// Chosen only where the pool then holds no more than the usual way
     /// (giving back all unused memory but the arena before, then laying
     /// the plan out in the runs that are left and a new piece over that
-    /// arena), but for [`IN_PLACE_SLACK`] ([`IN_PLACE_SLACK_PIECES`] where
-    /// the first steps were mapped in pieces): what it keeps mapped under the
+    /// arena), but for [`IN_PLACE_SLACK`]: what it keeps mapped under the
     /// plan's blocks (the arena before among them) plus its new piece,
     /// against the usual way's new piece. Each unit kept costs no unmap,
     /// no release and no new memory, where on an H100 unmapping and
@@ -507,8 +506,7 @@ impl PoolCore {
         // laying the plan out the usual way where it needs no more than
         // that.
         let usual_least = usual_bound.next_multiple_of(unit);
-        let slack =
-            least / if self.cuts_first_steps_pieces() { IN_PLACE_SLACK_PIECES } else { IN_PLACE_SLACK };
+        let slack = least / IN_PLACE_SLACK;
         // Otherwise the usual way is laid out, given up as soon as it needs
         // `held_here - slack` or more (then in place is chosen: laid out to
         // the end, it would need at least that).

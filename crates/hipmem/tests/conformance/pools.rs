@@ -1272,6 +1272,56 @@ fn idle_release_runs_on_the_callers_clock() {
     pool.check_invariants().unwrap();
 }
 
+/// Idle release looks at the first request after a step of its windows
+/// ends, also where the stream's cache serves that request: a run whose
+/// first request after an idle gap is a size it just freed gives the idle
+/// memory back then, not at its next request of another size.
+#[test]
+fn idle_release_looks_at_a_request_the_cache_serves() {
+    let rt = private_runtime();
+    let s = stream0(&rt);
+    let pool = new_pool(&rt, 0);
+    let _ = pool.set_first_steps_piece(0);
+    pool.set_idle_release(Some(Duration::from_millis(100))).unwrap();
+    let at = |ms: u64| pool.set_idle_clock(Some(Duration::from_millis(ms))).unwrap();
+    at(0);
+    let keep = pool.alloc_raw(MIB, &s).unwrap();
+    fill_u32(&rt, keep, MIB, 0x1d1e_0003, &s);
+    // A peak of 96 MiB at 0 ms, freed, the frees known complete (a
+    // threshold that keeps everything, so that the synchronization
+    // releases nothing itself).
+    let peak: Vec<DevicePtr> = (0..12).map(|_| pool.alloc_raw(8 * MIB, &s).unwrap()).collect();
+    for p in peak {
+        rt.free_async(p, &s).unwrap();
+    }
+    pool.set_attribute(PoolAttribute::ReleaseThreshold, u64::MAX).unwrap();
+    s.synchronize().unwrap();
+    pool.set_attribute(PoolAttribute::ReleaseThreshold, 0).unwrap();
+    // At 30 ms a request of a new size (the slow path: the pool sees its
+    // growth), freed into the stream's cache.
+    at(30);
+    let small = 3 * 4096;
+    let p = pool.alloc_raw(small, &s).unwrap();
+    rt.free_async(p, &s).unwrap();
+    let held = pool.stats().reserved_current;
+    assert!(held >= 97 * MIB, "{held}");
+    // A second later the same size again: the cache has it, and the idle
+    // memory goes back first.
+    at(1030);
+    let q = pool.alloc_raw(small, &s).unwrap();
+    let after = pool.stats().reserved_current;
+    assert!(
+        after <= 8 * MIB,
+        "idle for ten windows, 96 MiB should have gone back at the request the cache served: {held} then {after} bytes held"
+    );
+    assert!(read_u32s(&rt, keep, MIB).iter().all(|&v| v == 0x1d1e_0003), "a live block keeps its data");
+    rt.free_async(q, &s).unwrap();
+    rt.free_async(keep, &s).unwrap();
+    pool.set_idle_clock(None).unwrap();
+    s.synchronize().unwrap();
+    pool.check_invariants().unwrap();
+}
+
 /// A peak left behind goes back after one window, but a peak that the
 /// pool gave back and then needed again (a loop that comes back to the same
 /// largest batch) waits twice as long the next time, so that its memory is

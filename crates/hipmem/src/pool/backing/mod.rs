@@ -508,12 +508,6 @@ impl PoolCore {
         }
     }
 
-    /// Whether the pool cuts its first steps' growths into pieces: a piece
-    /// larger than one unit, and growths mapped in groups (pieces are groups).
-    pub(crate) fn cuts_first_steps_pieces(&self) -> bool {
-        self.mapping_unit().is_some_and(|unit| self.first_steps_piece() > unit) && self.growth_mapping() > 0
-    }
-
     pub(crate) fn set_first_steps_piece(&self, bytes: u64) -> Result<()> {
         self.set_size(&self.first_piece, bytes, "piece size")
     }

@@ -507,7 +507,7 @@ impl MemPool {
     /// summed over three rounds, 0.67-0.93× on the 12- and 23-step
     /// recordings). Such a pool's plans
     /// also lay themselves out over the pieces where that holds at most
-    /// 1/128 of the plan's peak more (1/256 unit by unit), rather than give
+    /// 1/128 of the plan's peak more (as unit by unit), rather than give
     /// them back and map their arenas anew.
     /// Off by default (`0`, or `HIPMEM_POOL_FIRST_PIECE_MIB` for new pools):
     /// a workload without a repeating step, such as variable-length
@@ -559,8 +559,9 @@ impl MemPool {
     /// HIP releases a pool's memory above its release threshold when a
     /// stream or the device is synchronized; a program that synchronizes
     /// through another runtime (PyTorch) never lets the pool see that. With
-    /// idle release the pool applies the threshold on its own clock: on its
-    /// slow path, at the end of each quarter window, it gives back memory
+    /// idle release the pool applies the threshold on its own clock: at the
+    /// first request after each quarter window ends (also one the stream's
+    /// cache serves), it gives back memory
     /// beyond the most it needed in the last two windows (and beyond the
     /// threshold), when that is more than 1/16 of it and the pool has not
     /// grown for two windows (a pool that grows again right after a release

@@ -49,6 +49,14 @@ ratio, which moves least:
     python3 examples/python/replay_sweep.py --windows 25,35,50,70,100,133,167,200,250,300 \
         --first-steps 1700,1900,2048,2200,2400
 
+A change tuned against the committed recordings looks better on them than it
+is. --holdout replays eight more variable-length recordings instead (seeds 67-101,
+fixtures/traces/pytorch/holdout/), which no test and no rule before stop 75 was
+chosen on:
+
+    python3 examples/python/replay_sweep.py --holdout --windows 25,35,50,70,100,133,167,200,250,300 \
+        --first-steps 1900,2048,2200
+
 Needs only Python 3 and a built `hipmem` binary (no GPU, no PyTorch). The
 environment passes through, so `HIPMEM_POOL_*` settings reach every replay.
 Exit status: 0, or 1 if a replay failed.
@@ -69,6 +77,11 @@ FIXTURES = os.path.join(ROOT, "crates", "hipmem-cli", "fixtures", "traces", "pyt
 # recording (the batches have the same operations whatever their shapes).
 VARLEN_LATE_FROM = 8272
 SEEDS = [7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61]
+# Variable-length recordings kept out of the tests and of every tuning
+# before stop 75 (fixtures/traces/pytorch/holdout/, recorded on an H200 the
+# same way as SEEDS): --holdout replays them alone, to judge a change on
+# runs the pool's rules were not chosen on.
+HOLDOUT_SEEDS = [67, 71, 73, 79, 83, 89, 97, 101]
 
 
 def default_traces():
@@ -84,6 +97,12 @@ def default_traces():
     # in the check after training (four 384 MiB copies of the parameters).
     traces += [("ddp rank 0", "ddp_rank0.hipmem.jsonl.gz", None)]
     return [(label, os.path.join(FIXTURES, f), late) for label, f, late in traces]
+
+
+def holdout_traces():
+    """(label, path, late_from): the held-out variable-length recordings."""
+    return [(f"varlen holdout seed {n}", os.path.join(FIXTURES, "holdout", f"varlen_infer_seed{n}.pickle.gz"),
+             VARLEN_LATE_FROM) for n in HOLDOUT_SEEDS]
 
 
 def find_hipmem(given):
@@ -220,6 +239,9 @@ def main():
     ap.add_argument("--only", default="", help="only traces whose label contains this (e.g. varlen)")
     ap.add_argument("--json", default="", help="write every case here")
     ap.add_argument("--zone", action="store_true", help="replay with zone placement (hipmem replay --zone)")
+    ap.add_argument("--holdout", action="store_true",
+                    help="replay the held-out variable-length recordings (fixtures/traces/pytorch/holdout) "
+                         "instead of the committed set the tests use")
     ap.add_argument("--passes", type=int, default=0,
                     help="append this many passes over the one-pass variable-length recordings' timed batches "
                          "and measure from the first (the steady state; training runs left out)")
@@ -229,7 +251,7 @@ def main():
                          "1700,1900,2048,2200,2400: HIPMEM_POOL_FIRST_STEPS) and summarize over them")
     args = ap.parse_args()
     hipmem = find_hipmem(args.hipmem)
-    traces = [t for t in default_traces() if args.only in t[0]]
+    traces = [t for t in (holdout_traces() if args.holdout else default_traces()) if args.only in t[0]]
     tmp = None
     if args.passes > 0:
         tmp = tempfile.TemporaryDirectory(prefix="replay-sweep-")

@@ -1215,8 +1215,11 @@ fn tiny_blocks_kept_apart_replay_close_to_the_peak() {
         let r = &report.pools[0];
         assert_eq!(r.pool, "hipmem-vmm-tiny");
         assert_eq!((r.failures, &r.first_failure), (0, &None), "{name}");
+        // (Over its whole trace seed 53 holds 1.035, the default pool 1.038:
+        // its warm-up.)
+        let whole = if late_from.is_some() { 1.04 } else { 1.03 };
         assert!(
-            r.reserved_over_live <= 1.04 && r.reserved_over_live_second_half <= 1.03,
+            r.reserved_over_live <= whole && r.reserved_over_live_second_half <= 1.03,
             "{name}: {:.3} over the whole trace, {:.3} in its second half",
             r.reserved_over_live,
             r.reserved_over_live_second_half

@@ -900,6 +900,45 @@ fn a_loan_does_not_cut_a_large_free_run_off_from_its_hole() {
     );
 }
 
+/// Without idle release the replay keeps everything freed (the release
+/// threshold at its maximum, as a program's caching allocator would). Such
+/// a pool gives nothing back before a large growth, so the free memory of
+/// batches past left scattered between live blocks used to stay beside the
+/// new memory of each larger batch: variable-length inference held 1.250 of
+/// its peak, seed 13 1.471, seed 29 1.230; with tiny blocks kept apart the
+/// two-GPU job's closing check held 1.090 of its second half's peak. Past
+/// the first steps, a growth of 256 MiB or more that would set a new peak
+/// now moves the wholly free memory under the block (`release.rs`,
+/// `moves_before_new_peak`).
+#[test]
+fn a_pool_that_keeps_its_memory_moves_it_under_a_new_peak() {
+    let rt = runtime();
+    let ddp: (&str, &[u8]) =
+        ("ddp_rank0_67.hipmem", include_bytes!("../../fixtures/traces/pytorch/ddp_rank0_67.hipmem.jsonl.gz"));
+    let varlen = RECORDED
+        .iter()
+        .chain(VARLEN_SEEDS.iter())
+        .filter(|(n, _)| ["varlen_infer", "varlen_infer_seed13", "varlen_infer_seed29"].contains(n));
+    for &(name, bytes) in varlen.chain([&ddp]) {
+        let w = Workload::from_bytes(bytes, name).unwrap();
+        for tiny in [false, true] {
+            let kind = if tiny { PoolKind::VmmTiny } else { PoolKind::Vmm };
+            let report = replay(&rt, &w, &[kind], 0, &Options::default(), &mut Progress::new(false)).unwrap();
+            let r = &report.pools[0];
+            assert_eq!(r.failures, 0, "{name}");
+            let (ratio, most) = if name.starts_with("ddp") {
+                (r.reserved_over_live_second_half, 1.02)
+            } else {
+                (r.reserved_over_live, 1.03)
+            };
+            assert!(
+                ratio <= most,
+                "{name}, tiny blocks apart {tiny}, no idle release: {ratio:.3} of the peak"
+            );
+        }
+    }
+}
+
 /// The live variable-length inference run's warm-up has its largest batch
 /// first (6.26 GiB; the measured batches need at most 4.04): its memory must
 /// go back before the measured batches start, in a run as fast as the

@@ -719,6 +719,14 @@ impl MemPool {
     }
 
     /// Sets the release threshold (`u64::MAX` keeps everything).
+    ///
+    /// A pool on virtual memory holding no more than its threshold gives
+    /// nothing back before it grows. Past a run's first steps (2048 frees),
+    /// a growth of 256 MiB or more that would take it past its high
+    /// watermark moves the physical memory of wholly free units and groups
+    /// under the new block (unmapped there, mapped here; what the block
+    /// does not cover stays free elsewhere) and creates only the rest: the
+    /// pool keeps every byte, at other addresses. Live blocks never move.
     pub fn set_release_threshold(&self, bytes: u64) {
         let _ = self.set_attribute(PoolAttribute::ReleaseThreshold, bytes);
     }

@@ -232,8 +232,123 @@ pub fn find_run(want: u64, g: u64, pieces: impl IntoIterator<Item = (u64, u64, C
     best.map(|(_, _, run)| run)
 }
 
+/// Where memory unmapped to move under a growth goes
+/// ([`place_moved`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// How many of the growth's new places (from the first) the moved
+    /// memory takes.
+    pub places_used: usize,
+    /// Each physical allocation placed: (handle, length, address).
+    pub placed: Vec<(u64, u64, u64)>,
+    /// Those no place could take (handle, length): they go back.
+    pub left: Vec<(u64, u64)>,
+}
+
+/// Places physical allocations unmapped to move (`handles`: (handle,
+/// length), lengths whole granules of `g`) for a growth whose new memory
+/// goes at `places` (granule addresses, ascending): the largest first, each
+/// across consecutive places from the first on; what does not fit there
+/// goes, whole, into the first stretch of `holes` (unbacked (start, length),
+/// ascending) that no range in `taken` (what the growth maps besides its
+/// places) or an earlier placement covers, and stays free there. Nothing
+/// moved is left out while some hole can take it.
+pub fn place_moved(
+    g: u64,
+    places: &[u64],
+    taken: &[(u64, u64)],
+    holes: &[(u64, u64)],
+    handles: &[(u64, u64)],
+) -> Moved {
+    let mut sorted = handles.to_vec();
+    sorted.sort_unstable_by_key(|&(h, len)| (std::cmp::Reverse(len), h));
+    let mut out = Moved::default();
+    let mut rest = Vec::new();
+    for (handle, len) in sorted {
+        let k = (len / g) as usize;
+        let used = out.places_used;
+        let fits = len > 0
+            && len % g == 0
+            && used + k <= places.len()
+            && places[used + k - 1] == places[used] + (k as u64 - 1) * g;
+        if fits {
+            out.placed.push((handle, len, places[used]));
+            out.places_used += k;
+        } else {
+            rest.push((handle, len));
+        }
+    }
+    // The rest: first fit in the holes, around every range in use.
+    let mut busy: Vec<(u64, u64)> = taken.to_vec();
+    busy.extend(places.iter().map(|&at| (at, g)));
+    for (handle, len) in rest {
+        busy.sort_unstable();
+        match first_gap(holes, &busy, len, g) {
+            Some(at) => {
+                out.placed.push((handle, len, at));
+                busy.push((at, len));
+            }
+            None => out.left.push((handle, len)),
+        }
+    }
+    out
+}
+
+/// The first address, aligned to `g`, from which `len` bytes lie in one of
+/// `holes` and outside every range of `busy` (sorted by start).
+fn first_gap(holes: &[(u64, u64)], busy: &[(u64, u64)], len: u64, g: u64) -> Option<u64> {
+    for &(start, size) in holes {
+        let end = start + size;
+        let mut at = start.checked_next_multiple_of(g)?;
+        for &(b, n) in busy {
+            if b + n <= at {
+                continue;
+            }
+            if b >= end || at + len <= b {
+                break;
+            }
+            at = (b + n).checked_next_multiple_of(g)?;
+        }
+        if at + len <= end {
+            return Some(at);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn moved_memory_fills_the_places_then_the_first_free_stretch() {
+        let g = 2;
+        let places: Vec<u64> = (100..110).step_by(2).collect(); // 5 places at 100..110
+        // A group of 3 granules, two units, and a group of 4 that does not fit.
+        let handles = [(1, 2), (2, 6), (3, 2), (4, 8)];
+        let holes = [(0, 4), (20, 10), (100, 40)];
+        let taken = [(22, 2)];
+        let m = place_moved(g, &places, &taken, &holes, &handles);
+        // Largest first: the group of 4 fits the five places, then one unit.
+        assert_eq!(m.places_used, 5);
+        assert_eq!(m.placed[0], (4, 8, 100));
+        assert_eq!(m.placed[1], (1, 2, 108));
+        // The group of 3 goes past the taken range in the second hole; the
+        // last unit into the first hole.
+        assert_eq!(m.placed[2], (2, 6, 24));
+        assert_eq!(m.placed[3], (3, 2, 0));
+        assert!(m.left.is_empty());
+    }
+
+    #[test]
+    fn moved_memory_no_hole_can_take_is_left() {
+        let m = place_moved(2, &[10], &[], &[(10, 2)], &[(7, 4), (8, 2)]);
+        assert_eq!(m.placed, vec![(8, 2, 10)]);
+        assert_eq!(m.left, vec![(7, 4)]);
+        assert_eq!(m.places_used, 1);
+        // Places that are not consecutive take only what fits in one stretch.
+        let m = place_moved(2, &[10, 14], &[], &[(10, 6)], &[(9, 4)]);
+        assert_eq!((m.places_used, m.left.len()), (0, 1), "{m:?}");
+    }
+
     use super::*;
 
     const G: u64 = 2 << 20;

@@ -138,8 +138,8 @@ impl PoolCore {
                 }
             }
         }
-        let (unmapped, lend) = self.release_before_large_growth(&rt, slot, want);
-        let grow_err = match self.grow_reusing(&rt, want, zone, slot.stream_id(), unmapped, lend) {
+        let before = self.release_before_large_growth(&rt, slot, want);
+        let grow_err = match self.grow_reusing(&rt, want, zone, slot.stream_id(), before) {
             Ok(found) => {
                 self.note_growth();
                 return Ok(found);

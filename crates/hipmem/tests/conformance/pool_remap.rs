@@ -700,6 +700,104 @@ fn a_large_growth_maps_the_memory_a_release_before_it_unmapped() {
     pool.check_invariants().unwrap();
 }
 
+/// A pool whose release threshold keeps its memory (here `u64::MAX`, as
+/// PyTorch's `cudaMallocAsync` backend sets it) gives nothing back before a
+/// large growth. Past a run's first steps, a growth of 256 MiB or more that
+/// would take it past its high watermark instead moves the physical memory
+/// of wholly free units and groups under the new block and creates only
+/// the rest: the pool holds the peak of what was needed at once, not the
+/// sum of two phases. With each unit its own physical allocation the moved
+/// memory covers the block exactly; a group moves only whole, so with
+/// groups part of the block may still be new. Nothing is released, the
+/// live blocks between the free memory keep their data, the statistics
+/// stay exact, and once every block is freed trim gives back all of it.
+#[test]
+fn a_pool_that_keeps_its_memory_moves_free_memory_under_a_new_peak() {
+    // (It counts the frees that end a run's first steps.)
+    if std::env::var_os("HIPMEM_POOL_FIRST_STEPS").is_some() {
+        return;
+    }
+    for units_alone in [true, false] {
+        let rt = private_runtime();
+        let Some(pool) = vmm_pool(&rt, "a_pool_that_keeps_its_memory_moves_free_memory_under_a_new_peak")
+        else {
+            return;
+        };
+        pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+        if pool.planning() {
+            pool.set_planning(false).unwrap();
+        }
+        if units_alone && pool.mapping_unit().is_some() {
+            pool.set_growth_mapping(0).unwrap();
+        }
+        assert_eq!(pool.attribute(PoolAttribute::ReleaseThreshold), u64::MAX);
+        let u = unit(&pool);
+        let s = stream0(&rt);
+        past_the_first_steps(&rt, &pool, &s);
+        // Two runs of 160 MiB, each with a live unit after it: freed,
+        // neither fits 288 MiB.
+        let a = pool.alloc_raw(160 * MIB, &s).unwrap();
+        let pin_a = pool.alloc_raw(u, &s).unwrap();
+        let b = pool.alloc_raw(160 * MIB, &s).unwrap();
+        let pin_b = pool.alloc_raw(u, &s).unwrap();
+        fill_u32(&rt, pin_a, u, 0x5eed_0a01, &s);
+        fill_u32(&rt, pin_b, u, 0x5eed_0b01, &s);
+        rt.free_async(a, &s).unwrap();
+        rt.free_async(b, &s).unwrap();
+        s.synchronize().unwrap();
+        let held = pool.stats().reserved_current;
+        assert_eq!(held, pool.stats().reserved_high, "{:?}", pool.stats());
+        assert!(held >= 320 * MIB + 2 * u, "{held}");
+        let before = pool.backend_calls().unwrap();
+        let big = pool.alloc_raw(288 * MIB, &s).unwrap();
+        let after = pool.backend_calls().unwrap();
+        let created = after.bytes_created - before.bytes_created;
+        let most = if units_alone { 2 * u } else { 144 * MIB };
+        assert!(
+            created <= most,
+            "units alone {units_alone}: {created} bytes created for 288 MiB while 320 MiB lay free: {after:?}"
+        );
+        assert_eq!(
+            after.bytes_released, before.bytes_released,
+            "a pool that keeps its memory gives none back"
+        );
+        assert!(after.unmaps > before.unmaps, "the free memory moved: {after:?}");
+        // (Memory moved and not mapped again would be missing here.)
+        let st = pool.stats();
+        assert_eq!(st.reserved_current, held + created, "{st:?}");
+        assert_eq!(st.reserved_high, st.reserved_current, "{st:?}");
+        let used = 2 * u + 288 * MIB;
+        assert!(st.used_current >= used && st.used_current < used + u, "{st:?}");
+        pool.check_invariants().unwrap();
+        // Data: the new block across the moved memory, and the live blocks
+        // beside the memory that moved away.
+        let offsets: Vec<u64> = (0..9).map(|k| k * 32 * MIB + (k % 3) * 4096).collect();
+        for (k, &off) in offsets.iter().enumerate() {
+            fill_u32(&rt, DevicePtr(big.0 + off), 4096, 0x6b16_0000 | k as u32, &s);
+        }
+        s.synchronize().unwrap();
+        for (k, &off) in offsets.iter().enumerate() {
+            let got = read_u32s(&rt, DevicePtr(big.0 + off), 4096);
+            assert!(got.iter().all(|&v| v == 0x6b16_0000 | k as u32), "block data at +{off:#x}");
+        }
+        assert!(read_u32s(&rt, pin_a, u).iter().all(|&v| v == 0x5eed_0a01), "a live block kept its data");
+        assert!(read_u32s(&rt, pin_b, u).iter().all(|&v| v == 0x5eed_0b01), "a live block kept its data");
+        // Freed, the memory stays (the threshold keeps it); trimmed, it goes.
+        let kept = pool.stats().reserved_current;
+        rt.free_async(big, &s).unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(pool.stats().reserved_current, kept);
+        rt.free_async(pin_a, &s).unwrap();
+        rt.free_async(pin_b, &s).unwrap();
+        s.synchronize().unwrap();
+        pool.trim_to(0).unwrap();
+        assert_eq!(pool.stats().reserved_current, 0);
+        let end = pool.backend_calls().unwrap();
+        assert_eq!(end.bytes_released, end.bytes_created, "{end:?}");
+        pool.check_invariants().unwrap();
+    }
+}
+
 /// Enough frees reaching the pool's heap for it to lend (past a run's first
 /// steps, `hipmem::pool` lends nothing before 2048): small blocks of two
 /// sizes in turn, so that each allocation misses the stream's cache and

@@ -25,6 +25,25 @@ pub(in crate::pool) struct Asker {
     /// Whether groups' free runs (also those pending on the stream) are
     /// lent to the block even where it sets no new peak.
     pub(in crate::pool) lend: bool,
+    /// Whether the growth's unmapped memory was unmapped to move under the
+    /// block: all of it is mapped again, none given back (`release.rs`,
+    /// `moves_before_new_peak`).
+    pub(in crate::pool) move_free: bool,
+}
+
+/// What is done before a large growth (`release.rs`,
+/// `release_before_large_growth`), for [`PoolCore::grow_reusing`].
+#[derive(Debug, Default)]
+pub(in crate::pool) struct BeforeGrowth {
+    /// Physical allocations given back but not released: the growth maps
+    /// those of a size it needs and releases the rest.
+    pub(in crate::pool) unmapped: Unmapped,
+    /// Whether groups' free runs (also those pending on the stream) are lent
+    /// to the block even where it sets no new peak.
+    pub(in crate::pool) lend: bool,
+    /// Whether `unmapped` holds wholly free memory unmapped to move under
+    /// the block (a pool that keeps its memory): all of it is mapped again.
+    pub(in crate::pool) move_free: bool,
 }
 
 /// What a growth asks of [`PoolCore::map_for`].
@@ -42,6 +61,12 @@ struct Ask {
     /// new peak (a large growth that did not wait for its stream's frees,
     /// `release.rs`).
     lend_anyway: bool,
+    /// Whether every physical allocation in the growth's `unmapped` is
+    /// mapped again, none given back (a pool that keeps its memory moving
+    /// its wholly free memory under a growth past its high watermark:
+    /// `release.rs`): first under the block, the rest after it or in
+    /// another hole ([`remap::place_moved`]).
+    move_free: bool,
 }
 
 impl PoolCore {
@@ -57,24 +82,28 @@ impl PoolCore {
     /// [`PoolCore::grow`]; `zone`: for a zone block (`zone.rs`), in the
     /// zone's part of the address range.
     pub(crate) fn grow_in(&self, rt: &Runtime, want: u64, zone: bool, stream: u64) -> Result<(u64, u64)> {
-        self.grow_reusing(rt, want, zone, stream, Vec::new(), false)
+        self.grow_reusing(rt, want, zone, stream, BeforeGrowth::default())
     }
 
-    /// [`PoolCore::grow`], mapping the physical allocations in `unmapped`
-    /// where memory of their size is needed; the rest go back before
-    /// anything is created. `lend`: groups' free runs (also those pending
-    /// on `stream`) are lent to the block even where it sets no new peak.
+    /// [`PoolCore::grow`] after `before`: the physical allocations in its
+    /// `unmapped` are mapped where memory of their size is needed and the
+    /// rest go back before anything is created; with its `lend`, groups'
+    /// free runs (also those pending on `stream`) are lent to the block
+    /// even where it sets no new peak; with its `move_free`, every one of
+    /// the physical allocations in `unmapped` is mapped again (under the
+    /// block first) and none goes back while some hole can take it.
     pub(in crate::pool) fn grow_reusing(
         &self,
         rt: &Runtime,
         want: u64,
         zone: bool,
         stream: u64,
-        mut unmapped: Unmapped,
-        lend: bool,
+        before: BeforeGrowth,
     ) -> Result<(u64, u64)> {
+        let BeforeGrowth { mut unmapped, lend, move_free } = before;
         if let Backing::Virtual(range) = &self.backing {
-            let grown = self.grow_virtual(rt, range, want, zone, Asker { stream, lend }, &mut unmapped);
+            let asker = Asker { stream, lend, move_free };
+            let grown = self.grow_virtual(rt, range, want, zone, asker, &mut unmapped);
             // What the growth did not map again goes back off this thread.
             self.release_later(unmapped);
             return grown;
@@ -128,7 +157,7 @@ impl PoolCore {
         asker: Asker,
         unmapped: &mut Unmapped,
     ) -> Result<(u64, u64)> {
-        let Asker { stream, lend } = asker;
+        let Asker { stream, lend, move_free } = asker;
         let vm = rt
             .backend()
             .virtual_memory()
@@ -154,12 +183,12 @@ impl PoolCore {
             // PyTorch CNN training: 1.019 of its peak live bytes with eight
             // times, 1.009 with two; the other replays unchanged). Not while
             // a plan runs ([`PoolCore::growth_is_exact`]).
-            let span = if self.growth_is_exact() {
+            let span = if self.growth_is_exact() || move_free {
                 want
             } else {
                 (vr.physical_bytes() / 32).min(want.saturating_mul(2)).max(want)
             };
-            let ask = Ask { want, span, stream, use_donors: false, lend_anyway: lend };
+            let ask = Ask { want, span, stream, use_donors: false, lend_anyway: lend, move_free };
             match self.map_for(vm, vr, class, ask, unmapped) {
                 Ok(found) => return Ok(found),
                 // Addresses, not memory, may have run out: loans holding
@@ -253,7 +282,7 @@ impl PoolCore {
             vm,
             vr,
             class,
-            Ask { want, span: want, stream, use_donors: true, lend_anyway: false },
+            Ask { want, span: want, stream, use_donors: true, lend_anyway: false, move_free: false },
             &mut Vec::new(),
         );
         if result.is_err() && self.evict_aliases(vm, vr, Some(class), usize::MAX) > 0 {
@@ -262,7 +291,7 @@ impl PoolCore {
                 vm,
                 vr,
                 class,
-                Ask { want, span: want, stream, use_donors: true, lend_anyway: false },
+                Ask { want, span: want, stream, use_donors: true, lend_anyway: false, move_free: false },
                 &mut Vec::new(),
             );
         }
@@ -276,7 +305,8 @@ impl PoolCore {
             std::array::from_fn(|c| heap.unbacked_ranges_of(c).iter().map(|&(_, len)| len).max().unwrap_or(0))
         });
         if let Some(holes) = holes.filter(|h| h[class] < want) {
-            let ask = Ask { want, span: want, stream, use_donors: true, lend_anyway: false };
+            let ask =
+                Ask { want, span: want, stream, use_donors: true, lend_anyway: false, move_free: false };
             // Another class's part takes the block, as blocks go to other
             // classes' free memory where the pool cannot grow (`reuse.rs`,
             // step 4b).
@@ -427,12 +457,15 @@ impl PoolCore {
         ask: Ask,
         unmapped: &mut Unmapped,
     ) -> Result<(u64, u64)> {
-        let Ask { want, span, stream, use_donors, lend_anyway } = ask;
+        let Ask { want, span, stream, use_donors, lend_anyway, move_free } = ask;
         let g = vr.granularity;
+        // Memory unmapped to move here: all of it is mapped again.
+        let moving = move_free && !unmapped.is_empty();
+        let moved = if moving { unmapped.iter().map(|&(_, len)| len).sum::<u64>() } else { 0 };
         let span = span.max(want);
         let group_min = self.growth_mapping();
         let least_group = least_plain_group(group_min);
-        let (mut plan, owners, lent, first_steps) = {
+        let (mut plan, owners, lent, first_steps, placed) = {
             let mut heap = lock(&self.heap);
             let first_steps = heap.frees() < super::first_steps();
             let reserved = vr.physical_bytes();
@@ -510,7 +543,12 @@ impl PoolCore {
                         lend::layout(want, g, &sources, growth, &spaces, lend::MOST_SOURCES)
                     })
                     .flatten()
-                    .filter(|l| (l.new_units.len() as u64) * g < planned_new);
+                    // (Memory moved here covers new units either way: the
+                    // layout is taken where it creates less.)
+                    .filter(|l| {
+                        (l.new_units.len() as u64 * g).saturating_sub(moved)
+                            < planned_new.saturating_sub(moved)
+                    });
                 if let Some(l) = layout {
                     let mut shadowed = Vec::new();
                     for &(s, at) in &l.lent {
@@ -558,6 +596,7 @@ impl PoolCore {
             let least = group_min / g;
             let n = plan.new_granules.len() as u64;
             if !use_donors
+                && !moving
                 && !first_steps
                 && lent.is_empty()
                 && !self.growth_is_exact()
@@ -574,7 +613,30 @@ impl PoolCore {
                 let last = *plan.new_granules.last().expect("n > 0");
                 plan.new_granules.extend((1..=least - n).map(|i| last + i * g));
             }
-            (plan, owners, lent, first_steps)
+            // Memory moved here goes under the block first; what the block
+            // does not cover right after it where the hole has room, else in
+            // another hole (it stays free there).
+            let n = plan.new_granules.len() as u64;
+            let moved_units = moved / g;
+            if moving && moved_units > n && plan.room >= (moved_units - n) * g {
+                if let Some(&last) = plan.new_granules.last() {
+                    plan.new_granules.extend((1..=moved_units - n).map(|i| last + i * g));
+                }
+            }
+            let placed = if moving {
+                let taken: Vec<(u64, u64)> = lent.iter().map(|(s, at, _)| s.loan.alias(*at)).collect();
+                let mut spaces: Vec<(u64, u64)> = holes.iter().map(|h| (h.start, h.size)).collect();
+                spaces.sort_unstable();
+                let m = remap::place_moved(g, &plan.new_granules, &taken, &spaces, unmapped);
+                // (Places past the block that no moved memory took stay unbacked.)
+                plan.new_granules.truncate((n as usize).max(m.places_used));
+                plan.new_granules.drain(..m.places_used);
+                *unmapped = m.left;
+                m.placed
+            } else {
+                Vec::new()
+            };
+            (plan, owners, lent, first_steps, placed)
         };
         tracing::trace!(target: "hipmem::pool", want, moved = plan.reuse.len(), new = plan.new_granules.len(), "remapping");
         // Without the heap's lock: map.
@@ -638,6 +700,13 @@ impl PoolCore {
         if failed.is_some() {
             // Nothing new is made on a failed growth.
             plan.new_granules.clear();
+        }
+        // Memory unmapped to move here first (units alone, groups whole).
+        let mut moved_groups: Vec<(u64, Group)> = Vec::new();
+        if !placed.is_empty() {
+            if let Err(e) = self.map_moved(vm, &access, g, placed, unmapped, &mut mapped, &mut moved_groups) {
+                failed.get_or_insert(e);
+            }
         }
         for &(pid, at) in &plan.reuse {
             match map_with_access(&self.calls, vm, &access, at, g, pid) {
@@ -760,6 +829,7 @@ impl PoolCore {
                 }
             }
         }
+        groups.extend(moved_groups);
         let now = vr.tick();
         let mut heap = lock(&self.heap);
         for &(at, pid, new) in &mapped {
@@ -1049,6 +1119,70 @@ impl PoolCore {
             return Err(e);
         }
         Ok(handle)
+    }
+
+    /// Maps memory moved from elsewhere in the pool where
+    /// [`remap::place_moved`] placed it (`placed`: handle, length, address):
+    /// a unit alone into `mapped` (its handle is its id), a group whole
+    /// into `groups`, access once per run of adjacent mappings. After an
+    /// error the rest go to `unmapped` (they go back); what was mapped
+    /// stays.
+    #[allow(clippy::too_many_arguments)]
+    fn map_moved(
+        &self,
+        vm: &dyn VirtualMemory,
+        access: &[AccessFlags],
+        g: u64,
+        mut placed: Vec<(u64, u64, u64)>,
+        unmapped: &mut Unmapped,
+        mapped: &mut Vec<(u64, u64, bool)>,
+        groups: &mut Vec<(u64, Group)>,
+    ) -> Result<()> {
+        placed.sort_unstable_by_key(|&(_, _, at)| at);
+        let mut done: Vec<(u64, u64, u64)> = Vec::new(); // (handle, len, at)
+        let mut error = None;
+        for (handle, len, at) in placed {
+            if error.is_some() {
+                unmapped.push((handle, len));
+                continue;
+            }
+            match vm.mem_map(DevicePtr(at), len, 0, handle) {
+                Ok(()) => {
+                    CallCounts::add(&self.calls.maps);
+                    done.push((handle, len, at));
+                }
+                Err(e) => {
+                    unmapped.push((handle, len));
+                    error = Some(e);
+                }
+            }
+        }
+        let spans: Vec<(u64, u64)> = done.iter().map(|&(_, len, at)| (at, len)).collect();
+        let mut kept = Vec::with_capacity(done.len());
+        for run in adjacent_runs(&spans) {
+            let (start, (last, len)) = (spans[run.start].0, spans[run.end - 1]);
+            match give_access(vm, access, start, last + len - start) {
+                Ok(()) => kept.extend_from_slice(&done[run]),
+                Err(e) => {
+                    // Mapped without access: unmapped again, and they go back.
+                    for &(handle, len, at) in &done[run] {
+                        let _ = vm.mem_unmap(DevicePtr(at), len);
+                        unmapped.push((handle, len));
+                    }
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        let bytes: u64 = kept.iter().map(|&(_, len, _)| len).sum();
+        tracing::debug!(target: "hipmem::pool", "pool {:#x}: moved {} physical allocations ({bytes} bytes) under a growth; {} go back", self.id, kept.len(), unmapped.len());
+        for (handle, len, at) in kept {
+            if len == g {
+                mapped.push((at, handle, true));
+            } else {
+                groups.push((at, Group { handle, len }));
+            }
+        }
+        error.map_or(Ok(()), Err)
     }
 
     /// Maps physical memory of `size` bytes at `at`, with no access yet

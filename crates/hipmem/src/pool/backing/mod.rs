@@ -18,6 +18,7 @@ mod give_back;
 mod grow;
 mod range;
 
+pub(in crate::pool) use grow::BeforeGrowth;
 pub(crate) use range::VirtualRange;
 use range::{ALIASES_HIGH, ALIASES_LOW, Alias, GROUPED_UNIT, Group, Phys, Switch};
 
@@ -210,7 +211,7 @@ const FIRST_STEPS: u64 = 2048;
 
 /// The frees that make a run's first steps: [`FIRST_STEPS`], or
 /// `HIPMEM_POOL_FIRST_STEPS` where it is set to a number (read once).
-pub(super) fn first_steps() -> u64 {
+pub(in crate::pool) fn first_steps() -> u64 {
     static FROM_ENV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *FROM_ENV.get_or_init(|| first_steps_from(std::env::var("HIPMEM_POOL_FIRST_STEPS").ok().as_deref()))
 }

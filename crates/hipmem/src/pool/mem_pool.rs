@@ -549,7 +549,9 @@ impl MemPool {
     /// least 1/8 of what the pool holds) that fits no free run first gives
     /// back the memory no block uses, up to its size and never below the
     /// release threshold, then grows; a pool that moves memory moves it
-    /// under the request instead. InvalidValue for other pools or a budget
+    /// under the request instead, and so does one whose release threshold
+    /// keeps what it holds where the request would set a new peak
+    /// ([`MemPool::set_release_threshold`]). InvalidValue for other pools or a budget
     /// out of range.
     pub fn set_move_budget(&self, budget: MoveBudget) -> Result<()> {
         self.own("move memory")?.set_move_budget(budget)
@@ -572,7 +574,10 @@ impl MemPool {
     /// windows makes the next one wait twice as long, up to 64 windows (a
     /// loop's largest batch, which comes back every pass, then keeps its
     /// memory). Memory a block uses, or whose free has not completed, never
-    /// goes, nor does a running plan's arena. hipmem's PyTorch interface
+    /// goes, nor does a running plan's arena; on virtual memory nothing goes
+    /// where all that could go is under 1/64 of what the pool holds (a loop
+    /// needing it again would pay a driver call per unit to map it back).
+    /// hipmem's PyTorch interface
     /// turns it on for the pools it allocates from
     /// (`HIPMEM_TORCH_IDLE_RELEASE_MS`, default 100; 0: off). InvalidValue
     /// for a pool that is not hipmem's own, or a window of zero.

@@ -26,7 +26,21 @@ impl PoolCore {
         rt: &Runtime,
         bytes: u64,
         floor: u64,
+        keep: Option<&mut Unmapped>,
+    ) -> u64 {
+        self.release_unused_in_order(rt, bytes, floor, keep, false)
+    }
+
+    /// [`PoolCore::release_unused_keeping`], on virtual memory wholly free
+    /// groups first where `groups_first` (each moves or goes back in one
+    /// unmap, whatever its size), then units.
+    pub(in crate::pool) fn release_unused_in_order(
+        &self,
+        rt: &Runtime,
+        bytes: u64,
+        floor: u64,
         mut keep: Option<&mut Unmapped>,
+        groups_first: bool,
     ) -> u64 {
         match &self.backing {
             Backing::Segments => {
@@ -43,65 +57,97 @@ impl PoolCore {
                 let Some(vm) = rt.backend().virtual_memory() else { return 0 };
                 let mut guard = lock(range);
                 let Some(vr) = guard.as_mut() else { return 0 };
-                let g = vr.granularity;
-                let mut victims = {
-                    let heap = lock(&self.heap);
-                    vr.donors(&heap)
-                };
-                victims.sort_by_key(|d| (d.freed, d.active));
                 let mut released = 0;
-                for d in victims {
-                    if released >= bytes {
-                        break;
-                    }
-                    let mut heap = lock(&self.heap);
-                    if heap.reserved().saturating_sub(g) < floor || !heap.unback(d.active, g) {
-                        continue;
-                    }
-                    let Some(p) = vr.phys.remove(&d.pid) else { continue };
-                    tracing::trace!(target: "hipmem::pool", "released granule {:#x} aliases={:x?}", d.pid, p.aliases);
-                    for &a in &p.aliases {
-                        if a != p.active {
-                            heap.unback_shadowed(a, g);
-                        }
-                        vr.aliases.remove(&a);
-                    }
-                    drop(heap);
-                    for &a in &p.aliases {
-                        match vm.mem_unmap(DevicePtr(a), g) {
-                            Ok(()) => CallCounts::add(&self.calls.unmaps),
-                            Err(e) => {
-                                tracing::warn!(target: "hipmem", "unmapping a pool granule failed: {e}")
-                            }
-                        }
-                    }
-                    crate::trace::pool_release(self.id, self.device, p.active, g);
-                    self.release_or_keep(d.pid, g, keep.as_deref_mut());
-                    released += g;
-                }
-                // Loans wholly free go home (`lend.rs`): their addresses
-                // come back, and their groups may go back whole.
-                self.unmap_idle_loans(vm, vr);
-                // Groups whose every unit is free go back whole, the longest
-                // unused first.
-                let mut idle: Vec<(u64, u64, Group)> = {
-                    let heap = lock(&self.heap);
-                    vr.groups
-                        .iter()
-                        .filter_map(|(&base, &gr)| Some((vr.group_idle(&heap, base, gr.len)?, base, gr)))
-                        .collect()
-                };
-                idle.sort_unstable_by_key(|&(freed, base, _)| (freed, base));
-                for (_, base, gr) in idle {
-                    if released >= bytes {
-                        break;
-                    }
-                    if self.release_group(vm, vr, base, gr, floor, keep.as_deref_mut()) {
-                        released += gr.len;
-                    }
+                if groups_first {
+                    self.give_back_groups(vm, vr, bytes, floor, &mut released, keep.as_deref_mut());
+                    self.give_back_units(vm, vr, bytes, floor, &mut released, keep);
+                } else {
+                    self.give_back_units(vm, vr, bytes, floor, &mut released, keep.as_deref_mut());
+                    self.give_back_groups(vm, vr, bytes, floor, &mut released, keep);
                 }
                 self.free_addresses_if_destroyed(rt, vm, &mut guard);
                 released
+            }
+        }
+    }
+
+    /// Units alone that are wholly free go back (or into `keep`), the
+    /// longest unused first, until `released` reaches `bytes`, never taking
+    /// the pool below `floor`.
+    fn give_back_units(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        bytes: u64,
+        floor: u64,
+        released: &mut u64,
+        mut keep: Option<&mut Unmapped>,
+    ) {
+        let g = vr.granularity;
+        let mut victims = {
+            let heap = lock(&self.heap);
+            vr.donors(&heap)
+        };
+        victims.sort_by_key(|d| (d.freed, d.active));
+        for d in victims {
+            if *released >= bytes {
+                break;
+            }
+            let mut heap = lock(&self.heap);
+            if heap.reserved().saturating_sub(g) < floor || !heap.unback(d.active, g) {
+                continue;
+            }
+            let Some(p) = vr.phys.remove(&d.pid) else { continue };
+            tracing::trace!(target: "hipmem::pool", "released granule {:#x} aliases={:x?}", d.pid, p.aliases);
+            for &a in &p.aliases {
+                if a != p.active {
+                    heap.unback_shadowed(a, g);
+                }
+                vr.aliases.remove(&a);
+            }
+            drop(heap);
+            for &a in &p.aliases {
+                match vm.mem_unmap(DevicePtr(a), g) {
+                    Ok(()) => CallCounts::add(&self.calls.unmaps),
+                    Err(e) => {
+                        tracing::warn!(target: "hipmem", "unmapping a pool granule failed: {e}")
+                    }
+                }
+            }
+            crate::trace::pool_release(self.id, self.device, p.active, g);
+            self.release_or_keep(d.pid, g, keep.as_deref_mut());
+            *released += g;
+        }
+    }
+
+    /// Wholly free loans go home (`lend.rs`: their addresses come back, and
+    /// their groups may go back whole); then groups whose every unit is free
+    /// go back whole (or into `keep`), the longest unused first, until
+    /// `released` reaches `bytes`, never taking the pool below `floor`.
+    fn give_back_groups(
+        &self,
+        vm: &dyn VirtualMemory,
+        vr: &mut VirtualRange,
+        bytes: u64,
+        floor: u64,
+        released: &mut u64,
+        mut keep: Option<&mut Unmapped>,
+    ) {
+        self.unmap_idle_loans(vm, vr);
+        let mut idle: Vec<(u64, u64, Group)> = {
+            let heap = lock(&self.heap);
+            vr.groups
+                .iter()
+                .filter_map(|(&base, &gr)| Some((vr.group_idle(&heap, base, gr.len)?, base, gr)))
+                .collect()
+        };
+        idle.sort_unstable_by_key(|&(freed, base, _)| (freed, base));
+        for (_, base, gr) in idle {
+            if *released >= bytes {
+                break;
+            }
+            if self.release_group(vm, vr, base, gr, floor, keep.as_deref_mut()) {
+                *released += gr.len;
             }
         }
     }

@@ -114,10 +114,10 @@ const PEAK_COMES_BACK_WITHIN: u32 = 16 * STEPS;
 /// training steps gave back 16 MiB of 3.05 GB (the rest lay in the plan's
 /// arena), and a later allocation of 16 MiB mapped it again: 16 of the 30
 /// driver calls in the second half of the 66-step recording (12 by
-/// default); with this rule 14. The sweep of the
-/// variable-length recordings over windows and first-steps bounds moved by
-/// less than its spread (12.0 of 180 cases above 1.03 either way by
-/// default; 14.6 and 14.2 with tiny blocks apart).
+/// default); with this rule 14. The sweep of the variable-length
+/// recordings over windows and first-steps bounds moved by less than its
+/// spread (12.0 of 180 cases above 1.03 either way by default; 14.6 and
+/// 14.2 with tiny blocks apart).
 const IDLE_LEAST_SHARE: u64 = 64;
 
 /// Steps kept before the current one: two windows.

@@ -393,30 +393,17 @@ impl PoolCore {
         slot: &Arc<Slot>,
         want: u64,
     ) -> BeforeGrowth {
-        let mut unmapped = Vec::new();
         let zone = self.zone.is_on();
-        let nothing = |unmapped| BeforeGrowth { unmapped, lend: false, move_free: false };
         if (want < LARGE_REQUEST && !zone) || !self.gives_back_before_growing() {
-            return nothing(unmapped);
+            return BeforeGrowth::default();
         }
         let reserved = lock(&self.heap).reserved();
         let threshold = self.release_threshold.load(Ordering::Relaxed);
-        if reserved <= threshold && !zone {
-            if !self.moves_before_new_peak(rt, slot, want, reserved) {
-                return nothing(unmapped);
-            }
-            // Groups first: each moves in one unmap and one map, whatever
-            // its size (with tiny blocks apart, 257 fewer driver calls over
-            // the 28 recordings; by default the same).
-            let moved = self.release_unused_in_order(rt, want, 0, Some(&mut unmapped), true);
-            tracing::debug!(target: "hipmem::pool", "pool {:#x}: unmapped {moved} of {reserved} bytes to move under a growth for {want}", self.id);
-            return BeforeGrowth { unmapped, lend: false, move_free: true };
-        }
-        if want.saturating_mul(8) < reserved && !zone {
-            return nothing(unmapped);
-        }
-        if reserved <= threshold {
-            return nothing(unmapped);
+        // Where the threshold keeps what the pool holds, nothing goes back:
+        // the memory may move instead.
+        let moves = reserved <= threshold && !zone && self.moves_before_new_peak(want, reserved);
+        if !moves && (reserved <= threshold || (want.saturating_mul(8) < reserved && !zone)) {
+            return BeforeGrowth::default();
         }
         // (A small growth of a pool with zone placement gives back only what
         // is known free: waiting costs a synchronization per growth.)
@@ -431,13 +418,22 @@ impl PoolCore {
         let waits = want >= LARGE_REQUEST
             && large_growth_waits()
             && reserved.saturating_add(want) > self.reserved_high.load(Ordering::Acquire);
-        let lends = waits && self.lends_instead_of_waiting(slot.stream_id(), want);
+        let lends = !moves && waits && self.lends_instead_of_waiting(slot.stream_id(), want);
         if waits && !lends {
             self.wait_for_own_frees(rt, slot.stream_id());
         } else {
             self.promote_completed(rt, slot);
         }
         lock(&self.heap).reclaim_lent(None);
+        let mut unmapped = Vec::new();
+        if moves {
+            // Groups first: each moves in one unmap and one map, whatever
+            // its size (with tiny blocks apart, 257 fewer driver calls over
+            // the 28 recordings; by default the same).
+            let moved = self.release_unused_in_order(rt, want, 0, Some(&mut unmapped), true);
+            tracing::debug!(target: "hipmem::pool", "pool {:#x}: unmapped {moved} of {reserved} bytes to move under a growth for {want}", self.id);
+            return BeforeGrowth { unmapped, lend: false, move_free: true };
+        }
         // Unmapped, not given back yet: the growth maps what it can of it.
         let released = self.release_unused_keeping(rt, want, threshold, Some(&mut unmapped));
         tracing::debug!(target: "hipmem::pool", "pool {:#x}: gave back {released} of {reserved} bytes before growing for {want}", self.id);
@@ -453,9 +449,9 @@ impl PoolCore {
     /// unmaps up to the request's size of that memory and the growth maps
     /// all of it again (`grow.rs`, [`crate::pool::remap::place_moved`]):
     /// nothing goes back, so the threshold still holds; the memory only
-    /// changes address. This stream's pending frees are waited for first
-    /// (as before a large growth that gives back), so that their memory can
-    /// move too. Whatever the request's share of the pool (unlike giving
+    /// changes address. The caller waits for this stream's pending frees
+    /// first (as before a large growth that gives back), so that their
+    /// memory can move too. Whatever the request's share of the pool (unlike giving
     /// back, which keeps the 1/8 rule): moving never gives back memory a
     /// later request must create again.
     ///
@@ -468,21 +464,11 @@ impl PoolCore {
     /// it moved a pool's early memory under GPT-2's largest blocks, its
     /// first plan could no longer be laid out in place, and the run made
     /// half again as many driver calls for the same peak.
-    fn moves_before_new_peak(&self, rt: &Runtime, slot: &Arc<Slot>, want: u64, reserved: u64) -> bool {
-        if !matches!(self.backing, Backing::Virtual(_))
-            || want < LARGE_REQUEST
-            || reserved.saturating_add(want) <= self.reserved_high.load(Ordering::Acquire)
-            || lock(&self.heap).frees() < super::backing::first_steps()
-        {
-            return false;
-        }
-        if large_growth_waits() {
-            self.wait_for_own_frees(rt, slot.stream_id());
-        } else {
-            self.promote_completed(rt, slot);
-        }
-        lock(&self.heap).reclaim_lent(None);
-        true
+    fn moves_before_new_peak(&self, want: u64, reserved: u64) -> bool {
+        matches!(self.backing, Backing::Virtual(_))
+            && want >= LARGE_REQUEST
+            && reserved.saturating_add(want) > self.reserved_high.load(Ordering::Acquire)
+            && lock(&self.heap).frees() >= super::backing::first_steps()
     }
 
     /// Whether a large growth on `stream` lends the memory of the stream's

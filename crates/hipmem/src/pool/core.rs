@@ -113,8 +113,9 @@ pub(crate) struct PoolCore {
     pub(super) group: AtomicU64,
     /// The budget for moving memory, if set (else the environment's).
     pub(super) move_budget: Mutex<Option<super::backing::MoveBudget>>,
-    /// Set when the pool first maps memory under a budget that never
-    /// moves: every size shares one heap (see `class_of`).
+    /// Set when the pool first maps memory under a budget that can run out
+    /// ([`super::backing::MoveBudget::never_runs_out`]; one that never
+    /// moves included): every size shares one heap (see `class_of`).
     pub(super) one_class: AtomicBool,
     /// Whether a pool that keeps one heap keeps its tiny blocks apart
     /// (`placement::TINY_CLASS`; [`super::MemPool::set_tiny_blocks_apart`],
@@ -583,6 +584,13 @@ impl CallCounts {
     /// [`MemPool::host_waits`](super::MemPool::host_waits).
     pub(super) fn host_waits(&self) -> u64 {
         self.host_waits.load(Ordering::Relaxed)
+    }
+
+    /// How much the pool has created so far: (segments allocated, bytes
+    /// of physical memory created); a growth that changed neither only
+    /// moved memory.
+    pub(super) fn created(&self) -> (u64, u64) {
+        (self.segments_allocated.load(Ordering::Relaxed), self.bytes_created.load(Ordering::Relaxed))
     }
 
     pub(super) fn snapshot(&self) -> super::BackendCalls {

@@ -138,10 +138,19 @@ impl PoolCore {
                 }
             }
         }
+        // Only a growth that left the pool holding more, or created memory,
+        // counts as one for idle release: memory moved under the request (by
+        // a pool that moves memory, or unmapped before a large growth and
+        // mapped again here) is not new, and a workload that moves memory at
+        // every new size would otherwise never look idle.
+        let created = self.calls.created();
+        let held = lock(&self.heap).reserved();
         let before = self.release_before_large_growth(&rt, slot, want);
         let grow_err = match self.grow_reusing(&rt, want, zone, slot.stream_id(), before) {
             Ok(found) => {
-                self.note_growth();
+                if self.calls.created() != created || lock(&self.heap).reserved() > held {
+                    self.note_growth();
+                }
                 return Ok(found);
             }
             Err(e) => e,

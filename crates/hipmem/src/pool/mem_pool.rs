@@ -542,14 +542,16 @@ impl MemPool {
     /// ([`MoveBudget::GROW_FIRST`] by default: only when it cannot grow;
     /// [`MoveBudget::LEAST_MEMORY`]: whenever that keeps it smaller).
     /// Set it before the pool's first allocation: a pool that first maps
-    /// memory under [`MoveBudget::GROW_FIRST`] keeps one heap for every size
-    /// (best fit over all its free memory), one that may move keeps three
-    /// size classes apart, and that choice stays. Under
-    /// [`MoveBudget::GROW_FIRST`] a request of 256 MiB or more (and at
-    /// least 1/8 of what the pool holds) that fits no free run first gives
-    /// back the memory no block uses, up to its size and never below the
-    /// release threshold, then grows; a pool that moves memory moves it
-    /// under the request instead, and so does one whose release threshold
+    /// memory under a budget that can run out ([`MoveBudget::never_runs_out`]
+    /// false, [`MoveBudget::GROW_FIRST`] among them) keeps one heap for
+    /// every size (best fit over all its free memory), one whose budget
+    /// never runs out keeps three size classes apart, and that choice stays.
+    /// Under [`MoveBudget::GROW_FIRST`], or once a budget is spent, a
+    /// request of 256 MiB or more (and at least 1/8 of what the pool holds)
+    /// that fits no free run first gives back the memory no block uses, up
+    /// to its size and never below the release threshold, then grows; a
+    /// pool with time left to move memory moves it under the request
+    /// instead, and so does one whose release threshold
     /// keeps what it holds where the request would set a new peak
     /// ([`MemPool::set_release_threshold`]). InvalidValue for other pools or a budget
     /// out of range.

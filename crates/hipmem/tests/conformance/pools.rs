@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use hipmem::pool::handle_type;
 use hipmem::{
-    AccessFlags, DevicePtr, DeviceSlice, FillValue, MemPool, MemoryType, PoolAttribute, PoolProps, Runtime,
-    Stream,
+    AccessFlags, DevicePtr, DeviceSlice, FillValue, MemPool, MemoryType, MoveBudget, PoolAttribute,
+    PoolProps, Runtime, Stream,
 };
 
 use crate::{expect_err, host_addr, non_blocking, private_runtime};
@@ -1020,18 +1020,27 @@ fn idle_release_gives_back_on_a_worker_and_trim_waits_for_it() {
 /// grows for it, up to the request's size: the pool then holds what is live
 /// and the new block, not also the free memory beside them. A live block in
 /// the middle keeps its data; the release threshold still keeps memory; a
-/// smaller request grows as before.
+/// smaller request grows as before. A pool whose budget for moving memory
+/// is spent does the same (it moved nothing and gave nothing back before).
 #[test]
 fn a_large_request_gives_back_unused_memory_before_the_pool_grows() {
     let rt = private_runtime();
     let s = stream0(&rt);
-    // (threshold, first block, request, whether memory goes back first)
-    for (threshold, first, want, gives_back) in [
-        (0, 299 * MIB, 400 * MIB, true),
-        (u64::MAX, 299 * MIB, 400 * MIB, false),
-        (0, 149 * MIB, 200 * MIB, false),
+    // A budget for moving memory that is spent at once: such a pool grows,
+    // and gives back first, as one that never moves does.
+    let spent = MoveBudget { burst_s: 0.0, share: 1e-9 };
+    // (threshold, first block, request, whether memory goes back first,
+    // the budget)
+    for (threshold, first, want, gives_back, budget) in [
+        (0, 299 * MIB, 400 * MIB, true, MoveBudget::GROW_FIRST),
+        (u64::MAX, 299 * MIB, 400 * MIB, false, MoveBudget::GROW_FIRST),
+        (0, 149 * MIB, 200 * MIB, false, MoveBudget::GROW_FIRST),
+        (0, 299 * MIB, 400 * MIB, true, spent),
     ] {
         let pool = new_pool(&rt, 0);
+        if pool.mapping_unit().is_some() {
+            pool.set_move_budget(budget).unwrap();
+        }
         pool.set_planning(false).unwrap();
         // Each unit its own physical allocation (a group goes back only whole).
         if pool.mapping_unit().is_some() {

@@ -1009,7 +1009,7 @@ impl PoolCore {
         let mut vr = VirtualRange::new(base.0, size, granularity);
         let budget = self.move_budget();
         vr.tokens = budget.burst_s;
-        self.one_class.store(budget == MoveBudget::GROW_FIRST, Ordering::Relaxed);
+        self.one_class.store(!budget.never_runs_out(), Ordering::Relaxed);
         // Where such a pool keeps tiny blocks apart, its streams' caches keep
         // them over a miss (slots made from now on ask `keeps_tiny_apart`).
         if self.keeps_tiny_apart() {

@@ -586,13 +586,6 @@ impl CallCounts {
         self.host_waits.load(Ordering::Relaxed)
     }
 
-    /// How much the pool has created so far: (segments allocated, bytes
-    /// of physical memory created); a growth that changed neither only
-    /// moved memory.
-    pub(super) fn created(&self) -> (u64, u64) {
-        (self.segments_allocated.load(Ordering::Relaxed), self.bytes_created.load(Ordering::Relaxed))
-    }
-
     pub(super) fn snapshot(&self) -> super::BackendCalls {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         super::BackendCalls {

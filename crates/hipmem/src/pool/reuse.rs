@@ -143,12 +143,15 @@ impl PoolCore {
         // a pool that moves memory, or unmapped before a large growth and
         // mapped again here) is not new, and a workload that moves memory at
         // every new size would otherwise never look idle.
-        let created = self.calls.created();
+        let created = self.calls.snapshot();
         let held = lock(&self.heap).reserved();
         let before = self.release_before_large_growth(&rt, slot, want);
         let grow_err = match self.grow_reusing(&rt, want, zone, slot.stream_id(), before) {
             Ok(found) => {
-                if self.calls.created() != created || lock(&self.heap).reserved() > held {
+                let now = self.calls.snapshot();
+                let made = now.bytes_created > created.bytes_created
+                    || now.segments_allocated > created.segments_allocated;
+                if made || lock(&self.heap).reserved() > held {
                     self.note_growth();
                 }
                 return Ok(found);

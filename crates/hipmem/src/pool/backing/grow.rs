@@ -173,8 +173,7 @@ impl PoolCore {
         // as a caching allocator would, and moves memory only when it
         // cannot grow.
         let started = std::time::Instant::now();
-        vr.refill(started, self.move_budget());
-        if vr.tokens <= 0.0 {
+        if vr.budget_spent(started, self.move_budget()) {
             // Growing is not charged: a caching allocator pays it too. Like
             // one, it grows by more than asked (up to twice the request, at
             // most 1/32 of what the pool holds), so that the requests that

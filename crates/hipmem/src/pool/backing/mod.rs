@@ -56,8 +56,10 @@ pub struct MoveBudget {
 }
 
 impl MoveBudget {
-    /// Whether moving never has to wait for the budget: an endless burst,
-    /// or the whole of wall-clock time. Only such a pool keeps its size
+    /// Whether the budget is never out of moving time for long: an endless
+    /// burst, or the whole of wall-clock time earned (a move longer than
+    /// what is saved up still leaves it short until time catches up).
+    /// Only such a pool keeps its size
     /// classes apart: one whose budget runs out keeps one heap, as a pool
     /// that only grows does, since it then grows and gives back as one.
     /// (With classes apart and no time left to move memory between them,
@@ -624,14 +626,7 @@ impl PoolCore {
                 // that neither moved nor gave back held 1.77 of its peak
                 // after a warm-up, replayed on an H200 with 5% of the time
                 // to move.)
-                let mut guard = lock(range);
-                match guard.as_mut() {
-                    Some(vr) => {
-                        vr.refill(std::time::Instant::now(), budget);
-                        vr.tokens <= 0.0
-                    }
-                    None => false,
-                }
+                lock(range).as_mut().is_some_and(|vr| vr.budget_spent(std::time::Instant::now(), budget))
             }
         }
     }

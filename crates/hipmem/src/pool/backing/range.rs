@@ -157,6 +157,12 @@ impl VirtualRange {
         self.refilled = now;
     }
 
+    /// Refills the budget to `now`; whether it is spent (no moving time left).
+    pub(super) fn budget_spent(&mut self, now: std::time::Instant, budget: MoveBudget) -> bool {
+        self.refill(now, budget);
+        self.tokens <= 0.0
+    }
+
     /// Charges the driver time a growth took.
     pub(super) fn charge(&mut self, spent: std::time::Duration) {
         self.tokens -= spent.as_secs_f64();

@@ -52,10 +52,10 @@ where an allocator learns):
   hipmem-pieces  hipmem whose run's first steps map their growths in pieces
                of up to 8 MiB, not 2 MiB units: about a third of the driver
                calls (HIPMEM_POOL_FIRST_PIECE_MIB=8; not in the default set)
-  hipmem-tiny  hipmem whose pools keep tiny blocks (16 KiB or less) apart,
-               with a cache of their own per stream that a request of
-               another size does not send back (HIPMEM_POOL_TINY_APART=1;
-               not in the default set)
+  hipmem-mixed  hipmem whose pools keep tiny blocks (16 KiB or less) in one
+               heap with the rest, as before stop 78, not apart with a cache
+               of their own per stream (HIPMEM_POOL_TINY_APART=0; not in the
+               default set)
   hipmem-direct  hipmem with tensors' allocations going to it straight from
                PyTorch's allocator interface, past the pluggable allocator's
                locked map of live blocks (hipmem_torch.use_hipmem(lib,
@@ -170,8 +170,8 @@ def setup_allocator(name, lib):
         os.environ["HIPMEM_POOL_PLAN_IN_PLACE"] = "0"
     if name == "hipmem-pieces":
         os.environ["HIPMEM_POOL_FIRST_PIECE_MIB"] = "8"
-    if name == "hipmem-tiny":
-        os.environ["HIPMEM_POOL_TINY_APART"] = "1"
+    if name == "hipmem-mixed":
+        os.environ["HIPMEM_POOL_TINY_APART"] = "0"
     if name == "pluggable-async":
         return (torch,) + pluggable_async(torch)
     if not name.startswith("hipmem"):

@@ -51,7 +51,7 @@ enum Command {
     Replay {
         /// The trace: a file written with HIPMEM_TRACE, or a torch.cuda.memory._dump_snapshot pickle (either may be gzip-compressed).
         trace: std::path::PathBuf,
-        /// Allocators: vmm, vmm-lowmem (moving memory whenever that keeps the pool smaller), vmm-units (mapping each unit alone, not each growth of 128 MiB or more in one call), vmm-pieces (a run's first steps mapped in pieces of up to 8 MiB, not 2 MiB units; only when named), vmm-tiny (tiny blocks kept apart, with a cache of their own per stream; only when named), segments, driver, malloc (repeat or separate by commas; default: all the backend has but vmm-pieces and vmm-tiny).
+        /// Allocators: vmm, vmm-lowmem (moving memory whenever that keeps the pool smaller), vmm-units (mapping each unit alone, not each growth of 64 MiB or more in one call), vmm-pieces (a run's first steps mapped in pieces of up to 8 MiB, not 2 MiB units; only when named), vmm-mixed (tiny blocks in one heap with the rest, not kept apart with a cache of their own per stream; only when named), segments, driver, malloc (repeat or separate by commas; default: all the backend has but vmm-pieces and vmm-mixed).
         #[arg(long = "pool", value_name = "POOL")]
         pools: Vec<String>,
         /// The device to replay on.

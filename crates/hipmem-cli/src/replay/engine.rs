@@ -29,7 +29,9 @@ use super::workload::{OpKind, Workload};
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PoolKind {
     /// hipmem's pool on one reserved virtual address range (the default:
-    /// each growth of 128 MiB or more mapped in one call).
+    /// each growth of 64 MiB or more mapped in one call, in groups of up to
+    /// 128 MiB in a run's first steps and 64 MiB after them; tiny blocks
+    /// kept apart).
     Vmm,
     /// The same, moving memory whenever that keeps it smaller
     /// (`MoveBudget::LEAST_MEMORY`).
@@ -41,10 +43,10 @@ pub enum PoolKind {
     /// up to 8 MiB (`MemPool::set_first_steps_piece`), for comparison; not
     /// in [`PoolKind::ALL`].
     VmmPieces,
-    /// The default pool keeping its tiny blocks apart, with a cache of
-    /// their own per stream (`MemPool::set_tiny_blocks_apart`), for
-    /// comparison; not in [`PoolKind::ALL`].
-    VmmTiny,
+    /// The default pool keeping its tiny blocks in one heap with the rest
+    /// (`MemPool::set_tiny_blocks_apart(false)`, the default before stop
+    /// 78), for comparison; not in [`PoolKind::ALL`].
+    VmmMixed,
     /// hipmem's pool on separate device allocations.
     Segments,
     /// The driver's own pool (cuMemPool*, cuda only).
@@ -55,7 +57,7 @@ pub enum PoolKind {
 
 impl PoolKind {
     /// Every kind replayed when `--pool` names none, in the order of the
-    /// report (not [`PoolKind::VmmPieces`] or [`PoolKind::VmmTiny`], which
+    /// report (not [`PoolKind::VmmPieces`] or [`PoolKind::VmmMixed`], which
     /// are named when wanted).
     pub const ALL: [PoolKind; 6] = [
         PoolKind::Vmm,
@@ -73,7 +75,7 @@ impl PoolKind {
             PoolKind::VmmLeastMemory => "hipmem-vmm-lowmem",
             PoolKind::VmmUnits => "hipmem-vmm-units",
             PoolKind::VmmPieces => "hipmem-vmm-pieces",
-            PoolKind::VmmTiny => "hipmem-vmm-tiny",
+            PoolKind::VmmMixed => "hipmem-vmm-mixed",
             PoolKind::Segments => "hipmem-segments",
             PoolKind::Driver => "driver-pool",
             PoolKind::Malloc => "malloc",
@@ -87,7 +89,7 @@ impl PoolKind {
             "vmm-lowmem" | "hipmem-vmm-lowmem" => Some(PoolKind::VmmLeastMemory),
             "vmm-units" | "hipmem-vmm-units" => Some(PoolKind::VmmUnits),
             "vmm-pieces" | "hipmem-vmm-pieces" => Some(PoolKind::VmmPieces),
-            "vmm-tiny" | "hipmem-vmm-tiny" => Some(PoolKind::VmmTiny),
+            "vmm-mixed" | "hipmem-vmm-mixed" => Some(PoolKind::VmmMixed),
             "segments" | "hipmem-segments" => Some(PoolKind::Segments),
             "driver" | "driver-pool" => Some(PoolKind::Driver),
             "malloc" | "direct" => Some(PoolKind::Malloc),
@@ -103,7 +105,7 @@ impl PoolKind {
                 | PoolKind::VmmLeastMemory
                 | PoolKind::VmmUnits
                 | PoolKind::VmmPieces
-                | PoolKind::VmmTiny
+                | PoolKind::VmmMixed
                 | PoolKind::Segments
         )
     }
@@ -282,7 +284,7 @@ impl Target {
             | PoolKind::VmmLeastMemory
             | PoolKind::VmmUnits
             | PoolKind::VmmPieces
-            | PoolKind::VmmTiny
+            | PoolKind::VmmMixed
             | PoolKind::Segments => {
                 let backing = if kind == PoolKind::Segments {
                     PoolBacking::Segments
@@ -305,8 +307,8 @@ impl Target {
                 if kind == PoolKind::VmmPieces {
                     pool.set_first_steps_piece(8 << 20).map_err(|e| e.to_string())?;
                 }
-                if kind == PoolKind::VmmTiny {
-                    pool.set_tiny_blocks_apart(true).map_err(|e| e.to_string())?;
+                if kind == PoolKind::VmmMixed {
+                    pool.set_tiny_blocks_apart(false).map_err(|e| e.to_string())?;
                 }
                 pool
             }

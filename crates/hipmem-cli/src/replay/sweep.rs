@@ -83,7 +83,7 @@ pub fn sweep(
     let kinds: Vec<PoolKind> = kinds.iter().copied().filter(|k| k.is_hipmem()).collect();
     if kinds.is_empty() {
         return Err(
-            "--idle-sweep replays hipmem's pools only: name vmm, vmm-lowmem, vmm-units, vmm-pieces, vmm-tiny or segments".into()
+            "--idle-sweep replays hipmem's pools only: name vmm, vmm-lowmem, vmm-units, vmm-pieces, vmm-mixed or segments".into()
         );
     }
     if windows_ms.is_empty() {

@@ -512,8 +512,8 @@ fn pool_names_parse() {
     assert_eq!(parse_pools(&[]).unwrap(), PoolKind::ALL);
     assert_eq!(parse_pools(&["vmm-pieces".into()]).unwrap(), [PoolKind::VmmPieces]);
     assert!(!PoolKind::ALL.contains(&PoolKind::VmmPieces), "named only when wanted");
-    assert_eq!(parse_pools(&["vmm-tiny".into()]).unwrap(), [PoolKind::VmmTiny]);
-    assert!(!PoolKind::ALL.contains(&PoolKind::VmmTiny), "named only when wanted");
+    assert_eq!(parse_pools(&["vmm-mixed".into()]).unwrap(), [PoolKind::VmmMixed]);
+    assert!(!PoolKind::ALL.contains(&PoolKind::VmmMixed), "named only when wanted");
     assert!(parse_pools(&["nope".into()]).unwrap_err().contains("nope"));
 }
 
@@ -701,8 +701,12 @@ fn recorded_pytorch_runs_replay_close_to_their_peak() {
         "ckpt_train" => 1200,
         "side_stream" => 200,
         // 36 batches whose shapes swing: the idle release gives memory back
-        // between large batches (groups of at most 128 MiB).
-        "varlen_infer" | "varlen_infer.hipmem" => 2100,
+        // between large batches, and growths after the first steps map
+        // groups of at most 64 MiB (2243 and 2419 calls on the CPU backend,
+        // 2286 and 2760 on an H200, whose frees complete at other points of
+        // the trace's clock; 1761 and 1890 with 128 MiB groups, which held
+        // more: `backing::max_group`).
+        "varlen_infer" | "varlen_infer.hipmem" => 3000,
         _ => 3300,
     };
     // The planned training runs' steps after the first ones: none.
@@ -922,12 +926,19 @@ fn a_pool_that_keeps_its_memory_moves_it_under_a_new_peak() {
     for &(name, bytes) in varlen.chain([&ddp]) {
         let w = Workload::from_bytes(bytes, name).unwrap();
         for tiny in [false, true] {
-            let kind = if tiny { PoolKind::VmmTiny } else { PoolKind::Vmm };
+            let kind = if tiny { PoolKind::Vmm } else { PoolKind::VmmMixed };
             let report = replay(&rt, &w, &[kind], 0, &Options::default(), &mut Progress::new(false)).unwrap();
             let r = &report.pools[0];
             assert_eq!(r.failures, 0, "{name}");
+            // (Seed 13 holds 1.031 with tiny blocks apart, the default
+            // since stop 78: at its peak 107 MiB lie free in a 128 MiB group
+            // of the first steps. Over the 27 variable-length recordings
+            // replayed without idle release, the default's whole traces
+            // hold 1.032 of their peaks on average, the mixed heap's 1.044.)
             let (ratio, most) = if name.starts_with("ddp") {
                 (r.reserved_over_live_second_half, 1.02)
+            } else if tiny {
+                (r.reserved_over_live, 1.035)
             } else {
                 (r.reserved_over_live, 1.03)
             };
@@ -1223,22 +1234,21 @@ fn an_idle_sweep_refuses_what_it_cannot_do() {
     assert!(err.unwrap_err().contains("no times"));
 }
 
-/// `--pool vmm-tiny`: a pool keeping its tiny blocks apart replays the
-/// recorded training run and variable-length inference with no failure,
-/// within 1.03 of their peaks over the whole trace and its second half
-/// (replayed: GPT-2 1.006 and 1.006, variable-length inference 1.007 and
-/// 1.007; the default pool 1.005 and 1.011). It changes where the large
-/// blocks land, so other recordings move up or down (docs/pool-measurements.md,
-/// "Stop 74" and "Stop 75"). Also:
-/// - GPT-2's second plan is laid out in place, as the default pool's is:
-///   at most 3 300 driver calls (3 026-3 080; 3 794-4 324 where the slack for
+/// The default pool keeps its tiny blocks apart (stop 78; `--pool
+/// vmm-mixed` replays the mixed heap before it): it replays the recorded
+/// training run and variable-length inference with no failure, within 1.03
+/// of their peaks over the whole trace and its second half. It changes
+/// where the large blocks land, so other recordings move up or down
+/// (docs/pool-measurements.md, "Stop 74", "Stop 75" and "Stop 78"). Also:
+/// - GPT-2's second plan is laid out in place, as the mixed heap's is:
+///   at most 3 300 driver calls (3 026-3 088; 3 794-4 324 where the slack for
 ///   that choice was 1/256, `planned.rs`'s `IN_PLACE_SLACK`).
 /// - Seed 53's warm-up peak has gone back when the timed batches begin
-///   (1.004 of their peak). Their first request is a tiny block the cache
+///   (1.024 of their peak). Their first request is a tiny block the cache
 ///   serves; idle release looked only at requests the cache missed, and the
 ///   4.3 GB went back five requests later (1.181).
 #[test]
-fn tiny_blocks_kept_apart_replay_close_to_the_peak() {
+fn the_default_pool_keeps_tiny_blocks_apart_close_to_the_peak() {
     let rt = runtime();
     if rt.backend().virtual_memory().is_none() {
         return;
@@ -1250,13 +1260,14 @@ fn tiny_blocks_kept_apart_replay_close_to_the_peak() {
         let late_from = (*name == "varlen_infer_seed53").then_some(8272);
         let options =
             Options { idle: Some(std::time::Duration::from_millis(100)), late_from, ..Options::default() };
-        let report = replay(&rt, &w, &[PoolKind::VmmTiny], 0, &options, &mut Progress::new(false)).unwrap();
+        let report = replay(&rt, &w, &[PoolKind::Vmm], 0, &options, &mut Progress::new(false)).unwrap();
         let r = &report.pools[0];
-        assert_eq!(r.pool, "hipmem-vmm-tiny");
+        assert_eq!(r.pool, "hipmem-vmm");
         assert_eq!((r.failures, &r.first_failure), (0, &None), "{name}");
-        // (Over its whole trace seed 53 holds 1.035, the default pool 1.038:
-        // its warm-up.)
-        let whole = if late_from.is_some() { 1.04 } else { 1.03 };
+        // (Over its whole trace seed 53 holds 1.045, the mixed heap 1.038:
+        // its warm-up, where 374 MiB lie free in 128 MiB groups beside the
+        // first batches' blocks either way.)
+        let whole = if late_from.is_some() { 1.05 } else { 1.03 };
         assert!(
             r.reserved_over_live <= whole && r.reserved_over_live_second_half <= 1.03,
             "{name}: {:.3} over the whole trace, {:.3} in its second half",

@@ -119,7 +119,7 @@ pub(crate) struct PoolCore {
     pub(super) one_class: AtomicBool,
     /// Whether a pool that keeps one heap keeps its tiny blocks apart
     /// (`placement::TINY_CLASS`; [`super::MemPool::set_tiny_blocks_apart`],
-    /// else `HIPMEM_POOL_TINY_APART=1`).
+    /// else yes unless `HIPMEM_POOL_TINY_APART=0`).
     pub(super) tiny_apart: AtomicBool,
     /// Zone placement (`zone.rs`): off unless turned on.
     pub(super) zone: Arc<super::zone::ZoneState>,
@@ -413,7 +413,7 @@ impl PoolCore {
         let slot = if let Some(front) = stream.primary_front(self.id) {
             if let Some((addr, _, sample)) = front.take(want) {
                 if sample {
-                    self.sample_usage(&self.slot_of(stream));
+                    self.after_hit(&self.slot_of(stream), want);
                 }
                 return Ok(DevicePtr(addr));
             }
@@ -422,7 +422,7 @@ impl PoolCore {
             match super::stream_cache::with_recent_slot(self.id, clock.stream_id, |s| s.alloc_fast(want)) {
                 Some(Some((addr, _, sample))) => {
                     if sample {
-                        self.sample_usage(&self.slot(clock, raw));
+                        self.after_hit(&self.slot(clock, raw), want);
                     }
                     return Ok(DevicePtr(addr));
                 }
@@ -431,7 +431,7 @@ impl PoolCore {
                     let slot = self.slot_of(stream);
                     if let Some((addr, _, sample)) = slot.alloc_fast(want) {
                         if sample {
-                            self.sample_usage(&slot);
+                            self.after_hit(&slot, want);
                         }
                         return Ok(DevicePtr(addr));
                     }
@@ -442,6 +442,25 @@ impl PoolCore {
         let (addr, got) = self.alloc_slow(want, size, &slot)?;
         self.count_allocated(&slot, addr, got, true);
         Ok(DevicePtr(addr))
+    }
+
+    /// After a hit in `slot`'s caches for a block of `want` bytes that the
+    /// slot flagged: samples the high watermark where the slot passed its
+    /// baseline, and where a tiny block came from the cache of tiny blocks
+    /// while larger blocks were cached, sends those back to the heap as a
+    /// miss would have (the larger blocks' places stay those of a pool
+    /// without a cache of tiny blocks).
+    fn after_hit(&self, slot: &Arc<Slot>, want: u64) {
+        let (sample, flush) = {
+            let st = slot.lock();
+            (st.used > st.baseline, slot.keeps_apart(want) && !st.cache.is_empty())
+        };
+        if flush {
+            self.flush_slot_cache_only(slot);
+        }
+        if sample {
+            self.sample_usage(slot);
+        }
     }
 
     /// Counts a new block of `bytes` at `addr` in `slot`'s used bytes (and,

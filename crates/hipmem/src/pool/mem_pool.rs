@@ -434,26 +434,32 @@ impl MemPool {
     }
 
     /// Sets whether a hipmem pool on virtual memory keeps its tiny blocks
-    /// (16 KiB or less) apart, before it maps any memory. Off by default
-    /// (`HIPMEM_POOL_TINY_APART=1` turns it on for new pools). Where the pool
-    /// keeps one heap for every size (its default move budget,
-    /// [`MoveBudget::GROW_FIRST`]), tiny blocks then take a part of the
-    /// pool's addresses of their own, and each stream's freed tiny blocks a
-    /// cache of their own (up to 256), which a request of another size does
-    /// not send back to the heap: the stream's next request of a cached
-    /// size takes it with no search. The other reuse rules stay: a cached
-    /// block serves its own stream only; a trim, the release threshold,
-    /// idle release and a retiring stream send the cache back first.
+    /// (16 KiB or less) apart, before it maps any memory. On by default
+    /// since stop 78 (`HIPMEM_POOL_TINY_APART=0` turns it off for new
+    /// pools). Where the pool keeps one heap for every size (its default
+    /// move budget, [`MoveBudget::GROW_FIRST`]), tiny blocks then take a
+    /// part of the pool's addresses of their own, and each stream's freed
+    /// tiny blocks a cache of their own (up to 256), which a request of
+    /// another size does not send back to the heap: the stream's next
+    /// request of a cached size takes it with no search. A tiny block taken
+    /// from that cache sends the stream's larger cached blocks back to the
+    /// heap, as the request would have as a miss without it, so that the
+    /// larger blocks land where they would without the cache. The other
+    /// reuse rules stay: a cached block serves its own stream only; a trim,
+    /// the release threshold, idle release and a retiring stream send the
+    /// cache back first.
     ///
     /// It makes PyTorch's allocations cheaper where many are tiny: on
     /// variable-length inference about 30% of them are, and an allocation
-    /// and its free took 29% fewer instructions; on an H200, its step time
-    /// went from 1.02x PyTorch's allocator to about 1.005x (medians of six
-    /// rounds, twice). What the pool holds moves, up or down, by where large blocks
-    /// land without tiny ones between them: over the committed recordings'
-    /// replays its mean peak ratio fell, and more of them ended above 1.03
-    /// of their peak (docs/pool-measurements.md, "Stop 74"). InvalidValue on
-    /// other pools, or once the pool has mapped memory.
+    /// and its free took 23% fewer instructions (3 646 against 4 746). On
+    /// an H200, in one process taking turns with PyTorch's allocator, its
+    /// step time was 1.005x PyTorch's (median of five rounds) against 1.021x
+    /// with tiny blocks in one heap (twelve rounds). What the pool holds
+    /// moves, up or down, by where large blocks land without tiny ones
+    /// between them; over the 27 variable-length recordings replayed with
+    /// idle release the mean peak ratio fell (docs/pool-measurements.md,
+    /// "Stop 74" and "Stop 78"). InvalidValue on other pools, or once the
+    /// pool has mapped memory.
     pub fn set_tiny_blocks_apart(&self, on: bool) -> Result<()> {
         self.own("keep blocks apart")?.set_tiny_apart(on)
     }

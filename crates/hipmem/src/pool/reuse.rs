@@ -428,6 +428,12 @@ impl PoolCore {
         moved
     }
 
+    /// Sends `slot`'s cache back to the heap, its tiny blocks kept apart
+    /// staying cached, as a miss does.
+    pub(super) fn flush_slot_cache_only(&self, slot: &Slot) -> bool {
+        self.flush_slot(slot, false)
+    }
+
     pub(super) fn flush_slot_cache(&self, slot: &Slot) -> bool {
         self.flush_slot(slot, true)
     }

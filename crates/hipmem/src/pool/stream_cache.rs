@@ -231,7 +231,10 @@ impl Slot {
     }
 
     /// Allocates from the stream's cache: (address, block size, whether the
-    /// used statistic went past this slot's baseline).
+    /// pool must look at the slot after this hit: the used statistic went
+    /// past the slot's baseline, or a tiny block came from the cache of tiny
+    /// blocks while larger blocks were cached, which a pool without that
+    /// cache would have sent back to the heap at this request).
     #[inline]
     pub fn alloc_fast(&self, size: u64) -> Option<(u64, u64, bool)> {
         let tiny = self.keeps_apart(size);
@@ -239,7 +242,8 @@ impl Slot {
         let b = st.take_cached(size, tiny)?;
         st.insert_live(b.addr, b.size);
         st.used += b.size as i64;
-        Some((b.addr, b.size, st.used > st.baseline))
+        let flush = tiny && !st.cache.is_empty();
+        Some((b.addr, b.size, st.used > st.baseline || flush))
     }
 
     /// Frees a live block of this slot into the stream's cache. (Always

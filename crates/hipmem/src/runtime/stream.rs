@@ -50,8 +50,9 @@ pub struct FastSlot {
 /// per-stream cache of freed blocks behind it). The core only stores it.
 pub trait StreamFront: Any + Send + Sync {
     /// Takes a block of `size` bytes from the front, if it has one:
-    /// (address, block size, and whether the allocator's statistics need a
-    /// fresh sample).
+    /// (address, block size, and whether the allocator must look at the
+    /// front after the hit: its statistics need a fresh sample, or other
+    /// work is due).
     fn take(&self, size: u64) -> Option<(u64, u64, bool)>;
 }
 

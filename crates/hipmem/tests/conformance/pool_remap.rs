@@ -1358,3 +1358,75 @@ fn blocks_placed_outside_their_part_keep_their_data_under_random_use() {
     pool.check_invariants().unwrap();
     pool.destroy().unwrap();
 }
+
+/// A pool that only grows maps a large growth as groups (one physical
+/// allocation each, which goes back only whole): of at most 128 MiB in a
+/// run's first steps, where the growths are a training run's weights,
+/// state and first plan's memory, and of at most 64 MiB after them, where
+/// they are a varying workload's new peaks whose memory blocks of other
+/// sizes later share, so that a long-lived block keeps less from going back
+/// (replayed: docs/pool-measurements.md, "Stop 78"). The data stays, and a
+/// trim gives everything back.
+#[test]
+fn large_growths_map_smaller_groups_after_the_first_steps() {
+    if ["HIPMEM_POOL_GROUP_MIB", "HIPMEM_POOL_FIRST_STEPS"].iter().any(|v| std::env::var_os(v).is_some()) {
+        return;
+    }
+    let test = "large_growths_map_smaller_groups_after_the_first_steps";
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, test) else {
+        return;
+    };
+    pool.set_move_budget(MoveBudget::GROW_FIRST).unwrap();
+    let u = unit(&pool);
+    let mib = 1u64 << 20;
+    if u > 16 * mib {
+        eprintln!("{test}: a unit of {u} bytes is too large to check groups of 64 MiB");
+        return;
+    }
+    let s = stream0(&rt);
+    let large = 256 * mib;
+    // The pieces behind a block, by size.
+    let pieces_under = |p: DevicePtr| -> Vec<u64> {
+        let mut v: Vec<u64> = pool
+            .physical_pieces()
+            .unwrap()
+            .iter()
+            .filter(|q| q.start < p.0 + large && p.0 < q.start + q.size)
+            .map(|q| q.size)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let before = pool.backend_calls().unwrap();
+    let first = pool.alloc_raw(large, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.granules_created - before.granules_created, 2, "in the first steps: two groups");
+    assert_eq!(pieces_under(first), [128 * mib, 128 * mib]);
+    fill_u32(&rt, first, large, 0x6464_0101, &s);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, DevicePtr(first.0 + large - 4096), 4096).iter().all(|&v| v == 0x6464_0101));
+    rt.free_async(first, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0);
+    past_the_first_steps(&rt, &pool, &s);
+    pool.trim_to(0).unwrap();
+    let before = pool.backend_calls().unwrap();
+    let later = pool.alloc_raw(large, &s).unwrap();
+    let after = pool.backend_calls().unwrap();
+    assert_eq!(after.granules_created - before.granules_created, 4, "after them: four groups");
+    assert_eq!(after.maps - before.maps, 4, "a mapping each");
+    assert_eq!(pieces_under(later), [64 * mib; 4]);
+    fill_u32(&rt, later, large, 0x6464_0202, &s);
+    s.synchronize().unwrap();
+    for off in [0, 64 * mib, 128 * mib, large - 4096] {
+        assert!(read_u32s(&rt, DevicePtr(later.0 + off), 4096).iter().all(|&v| v == 0x6464_0202), "at {off}");
+    }
+    rt.free_async(later, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0, "a trim gives every group back");
+    pool.check_invariants().unwrap();
+    pool.destroy().unwrap();
+}

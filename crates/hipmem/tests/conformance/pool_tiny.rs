@@ -114,3 +114,65 @@ fn keeping_tiny_blocks_apart_is_a_setting_of_pools_on_virtual_memory() {
     crate::expect_err(segments.set_tiny_blocks_apart(true), 1, &["segments"]);
     segments.destroy().unwrap();
 }
+
+/// New pools on virtual memory keep their tiny blocks apart (stop 78),
+/// unless `HIPMEM_POOL_TINY_APART=0` says otherwise.
+#[test]
+fn new_pools_keep_tiny_blocks_apart_unless_told_not_to() {
+    let rt = private_runtime();
+    let pool = MemPool::create_with_backing(&rt, PoolProps::default(), PoolBacking::VirtualMemory).unwrap();
+    if pool.backing() == PoolBacking::VirtualMemory {
+        let off = std::env::var("HIPMEM_POOL_TINY_APART").is_ok_and(|v| v == "0");
+        assert_eq!(pool.tiny_blocks_apart(), Some(!off));
+    } else {
+        assert_eq!(pool.tiny_blocks_apart(), None);
+    }
+    pool.destroy().unwrap();
+}
+
+/// A tiny block taken from the stream's cache of tiny blocks sends the
+/// stream's larger cached blocks back to the heap, as the request would
+/// have as a miss without that cache: the larger blocks then land where
+/// they would in a pool without it (replayed, the cache had moved the
+/// variable-length recordings' peaks up or down by where large blocks
+/// landed: docs/pool-measurements.md, "Stop 78"). A larger block taken
+/// from the cache leaves the tiny ones cached.
+#[test]
+fn a_tiny_block_from_its_cache_sends_the_larger_cached_blocks_back() {
+    let test = "a_tiny_block_from_its_cache_sends_the_larger_cached_blocks_back";
+    let rt = private_runtime();
+    let Some(pool) = vmm_pool(&rt, test, true) else {
+        return;
+    };
+    let s = stream0(&rt);
+    let unit = pool.mapping_unit().unwrap();
+    let tiny = pool.alloc_raw(4096, &s).unwrap();
+    let big = pool.alloc_raw(unit / 2, &s).unwrap();
+    fill_u32(&rt, big, unit / 2, 0x7878_7878, &s);
+    rt.free_async(tiny, &s).unwrap();
+    rt.free_async(big, &s).unwrap();
+    assert_eq!((kind_at(&pool, tiny), kind_at(&pool, big)), (RunKind::Cached, RunKind::Cached));
+    let again = pool.alloc_raw(4096, &s).unwrap();
+    assert_eq!(again, tiny, "the cache of tiny blocks serves the tiny request");
+    let back = kind_at(&pool, big);
+    assert!(
+        matches!(back, RunKind::PendingFree | RunKind::Free),
+        "the larger cached block went back to the heap, not {back:?}"
+    );
+    // A larger block taken from the cache leaves the tiny ones there.
+    rt.free_async(again, &s).unwrap();
+    let big2 = pool.alloc_raw(unit / 2, &s).unwrap();
+    rt.free_async(big2, &s).unwrap();
+    let big3 = pool.alloc_raw(unit / 2, &s).unwrap();
+    assert_eq!(big3, big2, "the stream's cache serves its own size");
+    assert_eq!(kind_at(&pool, tiny), RunKind::Cached, "the tiny block stays cached");
+    fill_u32(&rt, big3, unit / 2, 0x5656_5656, &s);
+    s.synchronize().unwrap();
+    assert!(read_u32s(&rt, big3, unit / 2).iter().all(|&x| x == 0x5656_5656));
+    assert_eq!(pool.stats().used_current, granules(unit / 2));
+    rt.free_async(big3, &s).unwrap();
+    s.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().reserved_current, 0, "a trim gives everything back");
+    pool.destroy().unwrap();
+}

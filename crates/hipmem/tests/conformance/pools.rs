@@ -1309,9 +1309,9 @@ fn idle_release_looks_at_a_request_the_cache_serves() {
     // At 30 ms a request of a new size (the slow path: the pool sees its
     // growth), freed into the stream's cache.
     at(30);
-    // (Larger than a tiny block: with HIPMEM_POOL_TINY_APART=1 a tiny one
-    // would grow the tiny blocks' part, and idle release waits a step
-    // after any growth.)
+    // (Larger than a tiny block: where tiny blocks are kept apart, the
+    // default, a tiny one would grow the tiny blocks' part, and idle release
+    // waits a step after any growth.)
     let small = 20 * 4096;
     let p = pool.alloc_raw(small, &s).unwrap();
     rt.free_async(p, &s).unwrap();
@@ -1379,8 +1379,8 @@ fn idle_release_keeps_what_is_too_little_to_give_back() {
     synchronize();
     // Idle for ten windows, asked at two requests of new sizes: only the
     // unit could go (1/65 of the pool), and it stays.
-    // (Larger than tiny blocks: with HIPMEM_POOL_TINY_APART=1 those grow a
-    // part of their own.)
+    // (Larger than tiny blocks: kept apart, the default, those grow a part
+    // of their own.)
     at(30);
     let p = pool.alloc_raw(20 * 4096, &s).unwrap();
     rt.free_async(p, &s).unwrap();

@@ -464,7 +464,7 @@ impl PoolCore {
         let span = span.max(want);
         let group_min = self.growth_mapping();
         let least_group = least_plain_group(group_min);
-        let (mut plan, owners, lent, first_steps, placed) = {
+        let (mut plan, owners, lent, first_steps, placed, padded) = {
             let mut heap = lock(&self.heap);
             let first_steps = heap.frees() < super::first_steps();
             let reserved = vr.physical_bytes();
@@ -591,9 +591,11 @@ impl PoolCore {
             // [`FIRST_STEPS`]; not for a plan's new piece, which is grown
             // exactly; not in a pool with a maxSize; in one with a size
             // limit, only where the whole group fits under it; not where
-            // units were lent.)
+            // units were lent.) It is one group whatever `max_group` says
+            // (padding to 64 MiB groups instead held more: stop 78).
             let least = group_min / g;
             let n = plan.new_granules.len() as u64;
+            let mut padded = false;
             if !use_donors
                 && !moving
                 && !first_steps
@@ -611,6 +613,7 @@ impl PoolCore {
             {
                 let last = *plan.new_granules.last().expect("n > 0");
                 plan.new_granules.extend((1..=least - n).map(|i| last + i * g));
+                padded = true;
             }
             // Memory moved here goes under the block first; what the block
             // does not cover right after it where the hole has room, else in
@@ -635,7 +638,7 @@ impl PoolCore {
             } else {
                 Vec::new()
             };
-            (plan, owners, lent, first_steps, placed)
+            (plan, owners, lent, first_steps, placed, padded)
         };
         tracing::trace!(target: "hipmem::pool", want, moved = plan.reuse.len(), new = plan.new_granules.len(), "remapping");
         // Without the heap's lock: map.
@@ -743,15 +746,16 @@ impl PoolCore {
             && plan.new_granules.windows(2).all(|w| w[1] == w[0] + g);
         let mut groups: Vec<(u64, Group)> = Vec::new();
         if grouped {
-            // Groups of at most MAX_GROUP: memory that a long-lived block
-            // keeps from going back is at most one group around it.
+            // Groups of at most MAX_GROUP in a run's first steps, half that
+            // after them: memory that a long-lived block keeps from going
+            // back is at most one group around it (`max_group`).
             // (A remainder smaller than the least group joins the last.)
             let n = plan.new_granules.len();
             // (A plan's arena piece goes back whole anyway: one group.)
-            let per = if self.exact_growth.load(Ordering::Relaxed) {
+            let per = if self.exact_growth.load(Ordering::Relaxed) || padded {
                 n
             } else {
-                (MAX_GROUP.max(group_min) / g).max(1) as usize
+                (max_group(group_min, first_steps || self.zone.is_on()) / g).max(1) as usize
             };
             let least = (least_group / g).max(1) as usize;
             let mut chunks = Vec::new();

@@ -112,11 +112,12 @@ fn before_first_growth(range: &Mutex<Option<VirtualRange>>, fixed: &str, set: im
     Ok(())
 }
 
-/// `HIPMEM_POOL_TINY_APART=1`: new pools keep their tiny blocks apart
-/// ([`crate::pool::MemPool::set_tiny_blocks_apart`]); read once.
+/// Whether new pools keep their tiny blocks apart
+/// ([`crate::pool::MemPool::set_tiny_blocks_apart`]): yes, unless
+/// `HIPMEM_POOL_TINY_APART=0`; read once.
 pub(crate) fn tiny_apart_from_env() -> bool {
     static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENV.get_or_init(|| std::env::var("HIPMEM_POOL_TINY_APART").is_ok_and(|v| v == "1"))
+    *ENV.get_or_init(|| std::env::var("HIPMEM_POOL_TINY_APART").map_or(true, |v| v != "0"))
 }
 
 impl Backing {
@@ -183,6 +184,27 @@ fn least_plain_group(group_min: u64) -> u64 {
 /// 1.071 and 1.073), and 1.016 and 1.031 after the warm-up, for 15% more
 /// driver calls; the training runs hold the same.
 const MAX_GROUP: u64 = 128 << 20;
+
+/// The largest group a growth maps: [`MAX_GROUP`] (or the growth mapping
+/// set, if larger) in a run's first steps ([`FIRST_STEPS`]), half that
+/// after them. The first steps' large growths are a training run's weights,
+/// optimizer state and first plan's memory, which stay or go back whole,
+/// and the short runs' replay time is their mappings. After them the
+/// growths are a varying workload's new peaks, whose memory later blocks of
+/// other sizes share: a group goes back only whole, so one long-lived block
+/// keeps up to a group around it from going back. Replayed
+/// (`replay_sweep.py --windows 25,50,100,200`, one pass and two, the
+/// committed and the held-out recordings: 196 cases), the default pool
+/// (tiny blocks apart) held more than 1.03 of the second half's peak in 15
+/// cases with these groups, against 27 with 128 MiB groups and tiny blocks
+/// in one heap, for 1.7-2.4 times the second halves' driver calls
+/// (docs/pool-measurements.md, "Stop 78"). Zone placement (`zone.rs`)
+/// keeps [`MAX_GROUP`]: its parts trade memory by giving groups back whole.
+/// A small growth padded to a whole group (`grow.rs`) stays one group.
+pub(super) fn max_group(growth_mapping: u64, first_steps: bool) -> u64 {
+    let most = MAX_GROUP.max(growth_mapping);
+    if first_steps { most } else { most / 2 }
+}
 
 /// The heap's frees that make a run's *first steps*: in them a pool lends
 /// nothing (`lend.rs`), pads no small growth to a whole group, and maps a

@@ -172,8 +172,10 @@ fn least_plain_group(group_min: u64) -> u64 {
     group_min / 2
 }
 
-/// The largest group a growth maps (larger growths map several; a
-/// remainder under [`least_plain_group`] joins the last): the growth
+/// The largest group a growth maps in a run's first steps, and the largest
+/// a padded small growth maps (half of it after the first steps:
+/// [`max_group`]; larger growths map several; a remainder under
+/// [`least_plain_group`] joins the last): the growth
 /// mapping's 128 MiB ([`DEFAULT_GROWTH_MAPPING`]), where mapping is already
 /// cheap (on an H100 about 1.3 µs per MiB for 64 MiB, 0.6 for 128 and 0.2
 /// for 512: `hipmem bench vmm`), so that a long-lived block keeps as little

@@ -1,7 +1,8 @@
-//! A pool on virtual memory may keep its tiny blocks (16 KiB or less) apart
-//! (`MemPool::set_tiny_blocks_apart`): in a part of its addresses of their
-//! own, and in each stream's cache of tiny blocks, which a request of
-//! another size does not send back to the heap. These tests check what a
+//! A pool on virtual memory keeps its tiny blocks (16 KiB or less) apart by
+//! default (`MemPool::set_tiny_blocks_apart`): in a part of its addresses of
+//! their own, and in each stream's cache of tiny blocks, which a request of
+//! another size does not send back to the heap (a tiny block taken from it
+//! sends the stream's larger cached blocks back, as a miss would). These tests check what a
 //! user can see of that: where the blocks go, that a cached block serves
 //! only its own stream, that data and statistics stay exact, and that a
 //! trim gives everything back.

@@ -453,7 +453,7 @@ impl MemPool {
     /// variable-length inference about 30% of them are, and an allocation
     /// and its free took 23% fewer instructions (3 646 against 4 746). On
     /// an H200, in one process taking turns with PyTorch's allocator, its
-    /// step time was 1.005x PyTorch's (median of five rounds) against 1.021x
+    /// step time was 1.005x PyTorch's (median of seven rounds) against 1.021x
     /// with tiny blocks in one heap (twelve rounds). What the pool holds
     /// moves, up or down, by where large blocks land without tiny ones
     /// between them; over the 27 variable-length recordings replayed with

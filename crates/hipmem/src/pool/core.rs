@@ -456,7 +456,7 @@ impl PoolCore {
             (st.used > st.baseline, slot.keeps_apart(want) && !st.cache.is_empty())
         };
         if flush {
-            self.flush_slot_cache_only(slot);
+            self.flush_slot(slot, false);
         }
         if sample {
             self.sample_usage(slot);

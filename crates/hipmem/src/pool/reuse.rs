@@ -428,19 +428,13 @@ impl PoolCore {
         moved
     }
 
-    /// Sends `slot`'s cache back to the heap, its tiny blocks kept apart
-    /// staying cached, as a miss does.
-    pub(super) fn flush_slot_cache_only(&self, slot: &Slot) -> bool {
-        self.flush_slot(slot, false)
-    }
-
     pub(super) fn flush_slot_cache(&self, slot: &Slot) -> bool {
         self.flush_slot(slot, true)
     }
 
     /// Sends `slot`'s cache back to the heap, and its cache of tiny blocks
-    /// with `tiny_too`; whether any block went back.
-    fn flush_slot(&self, slot: &Slot, tiny_too: bool) -> bool {
+    /// with `tiny_too` (a miss leaves them); whether any block went back.
+    pub(super) fn flush_slot(&self, slot: &Slot, tiny_too: bool) -> bool {
         // Taken out under the slot's lock by changing places with the slot's
         // spare vector, so that neither allocates again; given back to the
         // heap outside it (lock order), then the emptied vector is the spare.

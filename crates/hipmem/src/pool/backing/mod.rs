@@ -203,9 +203,11 @@ const MAX_GROUP: u64 = 128 << 20;
 /// (docs/pool-measurements.md, "Stop 78"). Zone placement (`zone.rs`)
 /// keeps [`MAX_GROUP`]: its parts trade memory by giving groups back whole.
 /// A small growth padded to a whole group (`grow.rs`) stays one group.
-pub(super) fn max_group(growth_mapping: u64, first_steps: bool) -> u64 {
+/// `full`: the growth is in a run's first steps, or the pool places by
+/// zones.
+pub(super) fn max_group(growth_mapping: u64, full: bool) -> u64 {
     let most = MAX_GROUP.max(growth_mapping);
-    if first_steps { most } else { most / 2 }
+    if full { most } else { most / 2 }
 }
 
 /// The heap's frees that make a run's *first steps*: in them a pool lends

@@ -791,8 +791,10 @@ impl PoolCore {
                 }
             }
             // Access in one call for the groups mapped (consecutive, as the
-            // units are): on a GPU each call costs tens of microseconds
-            // beyond its size's share, and a growth of 2 GiB is 16 groups.
+            // units are): one driver call, not one per group. (It saves
+            // calls, not time: on an H200 setting access costs 34-42 µs per
+            // physical allocation covered, from 2 to 128 MiB, in one call or
+            // in one each; docs/pool-measurements.md, stops 63 and 79.)
             if let (Some(&(start, _)), Some(&(last, gr))) = (groups.first(), groups.last()) {
                 if let Err(e) = give_access(vm, &access, start, last + gr.len - start) {
                     for (at, gr) in groups.drain(..) {
@@ -804,9 +806,11 @@ impl PoolCore {
         }
         if failed.is_none() && !grouped {
             // Each unit its own physical allocation (it goes back alone),
-            // access given once per run of consecutive units: on a GPU
-            // setting access is most of a small mapping's cost, and one call
-            // covers several mappings.
+            // access given once per run of consecutive units (one call, not
+            // one per unit). On an H200 a unit costs about 48 µs to create,
+            // map and give access, 33 µs of it access, which is paid per
+            // physical allocation however the calls cover them: what makes
+            // a run's first steps slow is the count of units.
             let mut fresh: Vec<(u64, u64)> = Vec::new(); // (at, pid), no access yet
             self.release_unmapped_but(unmapped, &vec![g; plan.new_granules.len()]);
             for &at in &plan.new_granules {

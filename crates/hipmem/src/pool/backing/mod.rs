@@ -339,8 +339,9 @@ fn unmap_and_release(calls: &CallCounts, vm: &dyn VirtualMemory, at: u64, size: 
 }
 
 /// The index ranges of `spans` (address, length), in order, whose spans
-/// each start where the one before ends: one access call covers each (on a
-/// GPU setting access costs tens of microseconds a call).
+/// each start where the one before ends: one access call covers each (fewer
+/// driver calls; the time is per physical allocation covered, 34-42 µs each
+/// on an H200, see `grow.rs`).
 fn adjacent_runs(spans: &[(u64, u64)]) -> Vec<std::ops::Range<usize>> {
     let mut runs = Vec::new();
     let mut i = 0;

@@ -180,7 +180,7 @@ pub fn stream_on(rt: &Runtime, device: usize, handle: hipStream_t) -> Result<Str
 /// made once and live as long as the process). None: ask [`with_stream`].
 #[inline]
 pub(crate) fn null_stream(rt: &'static Runtime, handle: hipStream_t) -> Option<&'static Stream> {
-    if is_null_handle(handle as usize as u64) { null_streams(rt).get(current_device()) } else { None }
+    if is_null_handle(handle as usize as u64) { null_stream_of(rt, current_device()) } else { None }
 }
 
 /// Runs `f` on the stream behind `handle` if this thread's cache holds it
@@ -227,7 +227,7 @@ pub(crate) fn with_stream_on<R>(
 ) -> Result<R> {
     let h = handle as usize as u64;
     if is_null_handle(h) {
-        return match null_streams(rt).get(device) {
+        return match null_stream_of(rt, device) {
             Some(s) => f(s),
             None => f(&Stream::from_raw(rt, RawStream::null(device))?),
         };
@@ -341,6 +341,28 @@ fn not_live(h: u64) -> Error {
 /// the C ABI uses), made once: a call on stream 0 borrows it, and the stream
 /// keeps the pool slot it learned across calls.
 static NULL_STREAMS: OnceLock<Vec<Stream>> = OnceLock::new();
+
+/// The first devices' null streams again, in one cache line (a call on
+/// stream 0 otherwise reads the vector's header and then its buffer, two
+/// lines that a framework's step has evicted between calls;
+/// docs/pool-measurements.md, "Stop 79").
+#[repr(align(64))]
+struct FirstNullStreams([OnceLock<Stream>; FIRST_NULL_STREAMS]);
+const FIRST_NULL_STREAMS: usize = 4;
+static FIRST_NULL: FirstNullStreams = FirstNullStreams([const { OnceLock::new() }; FIRST_NULL_STREAMS]);
+
+/// The null stream of `device` of the global runtime, if the device exists.
+#[inline]
+fn null_stream_of(rt: &'static Runtime, device: usize) -> Option<&'static Stream> {
+    if let Some(s) = FIRST_NULL.0.get(device).and_then(OnceLock::get) {
+        return Some(s);
+    }
+    let s = null_streams(rt).get(device)?;
+    Some(match FIRST_NULL.0.get(device) {
+        Some(first) => first.get_or_init(|| s.clone()),
+        None => s,
+    })
+}
 
 fn null_streams(rt: &'static Runtime) -> &'static [Stream] {
     let streams = NULL_STREAMS.get_or_init(|| {

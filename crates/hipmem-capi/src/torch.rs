@@ -38,7 +38,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use hipmem_rs::{DevicePtr, Error, PoolAttribute, Result, Stream, StreamFlags};
@@ -124,8 +124,7 @@ pub extern "C-unwind" fn hipmem_torch_malloc(size: isize, device: c_int, stream:
     let result = guarded(|| {
         let bytes = u64::try_from(size)
             .map_err(|_| Error::InvalidValue(format!("hipmem_torch_malloc: negative size {size}")))?;
-        let rt = rt()?;
-        let device = device_ordinal(rt, device)?;
+        let (rt, device) = torch_rt(device)?;
         idle_release_once(rt, device);
         let p = handles::with_stream_on(rt, device, stream, |s| {
             if s.device() != device {
@@ -137,7 +136,7 @@ pub extern "C-unwind" fn hipmem_torch_malloc(size: isize, device: c_int, stream:
             }
             rt.malloc_async(bytes, s)
         })?;
-        if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
+        if HOT.recorded.load(Ordering::Acquire) > 0 {
             // A record left by a block freed outside hipmem_torch_free must
             // not apply to the new block at its address.
             forget_record(p.0 as usize);
@@ -187,7 +186,59 @@ pub extern "C" fn hipmem_torch_raise_on_failure(on: c_int) -> hipError_t {
 /// address, until the block is freed; and how many blocks have records, so
 /// that a free of a block that has none costs one atomic load.
 static RECORDED: Mutex<Option<HashMap<usize, Vec<usize>>>> = Mutex::new(None);
-static RECORDED_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// What every allocation and free of this interface reads, in one cache
+/// line: in a framework's step the calls find the allocator's state
+/// evicted by the step's own work, and statics the linker scatters cost a
+/// line each (five lines a pair before; docs/pool-measurements.md, "Stop 79").
+#[repr(C, align(64))]
+struct Hot {
+    /// The process's runtime (`rt()`), once opened, and its device count.
+    rt: OnceLock<(&'static hipmem_rs::Runtime, usize)>,
+    /// The primary stream: the device and stream (handle) of the process's
+    /// first `hipmem_torch_alloc` that succeeded. Its blocks have no record:
+    /// a block without one was allocated there.
+    primary: OnceLock<(c_int, usize)>,
+    /// How many blocks have a record in `ORIGINS`: while none has, a delete
+    /// looks up nothing (most programs allocate on one stream of one device).
+    /// (32 bits: a record per live block, and no device holds 2^32 blocks of
+    /// at least 256 bytes.)
+    origins: AtomicU32,
+    /// How many blocks have streams in `RECORDED`: while none has, a free
+    /// looks up nothing.
+    recorded: AtomicU32,
+    /// The devices (bit `d` for device `d` below 64) whose pool's idle
+    /// release was set up (`idle_release_once`).
+    idle_set: std::sync::atomic::AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Hot>() == 64);
+
+static HOT: Hot = Hot {
+    rt: OnceLock::new(),
+    primary: OnceLock::new(),
+    origins: AtomicU32::new(0),
+    recorded: AtomicU32::new(0),
+    idle_set: std::sync::atomic::AtomicU64::new(0),
+};
+
+/// [`rt`] through [`HOT`] (the runtime's own static is a line of its own),
+/// with `device` checked as [`device_ordinal`] checks it.
+#[inline]
+fn torch_rt(device: c_int) -> Result<(&'static hipmem_rs::Runtime, usize)> {
+    let &(rt, devices) = match HOT.rt.get() {
+        Some(hot) => hot,
+        None => {
+            let rt = rt()?;
+            HOT.rt.get_or_init(|| (rt, rt.device_count()))
+        }
+    };
+    match usize::try_from(device) {
+        Ok(d) if d < devices => Ok((rt, d)),
+        // (The error, as every entry point words it.)
+        _ => Ok((rt, device_ordinal(rt, device)?)),
+    }
+}
 
 fn recorded() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Vec<usize>>>> {
     RECORDED.lock().unwrap_or_else(|p| p.into_inner())
@@ -198,7 +249,7 @@ fn forget_record(ptr: usize) -> Vec<usize> {
     let mut table = recorded();
     let streams = table.as_mut().and_then(|t| t.remove(&ptr)).unwrap_or_default();
     if !streams.is_empty() {
-        RECORDED_COUNT.fetch_sub(1, Ordering::AcqRel);
+        HOT.recorded.fetch_sub(1, Ordering::AcqRel);
     }
     streams
 }
@@ -221,7 +272,7 @@ pub extern "C" fn hipmem_torch_record_stream(ptr: *mut c_void, stream: hipStream
     let mut table = recorded();
     let streams = table.get_or_insert_with(HashMap::new).entry(ptr).or_default();
     if streams.is_empty() {
-        RECORDED_COUNT.fetch_add(1, Ordering::AcqRel);
+        HOT.recorded.fetch_add(1, Ordering::AcqRel);
     }
     if !streams.contains(&stream) {
         streams.push(stream);
@@ -306,10 +357,12 @@ fn free_after_uses(
 /// places blocks by zones if `HIPMEM_TORCH_ZONE=1`
 /// (`MemPool::set_zone_placement`).
 fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static DONE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
-    let Some(done) = DONE.get(device) else { return };
-    if done.load(Ordering::Relaxed) || done.swap(true, Ordering::AcqRel) {
+    use std::sync::atomic::Ordering;
+    // (Devices from 64 on are not set up: none has that many.)
+    let Some(bit) = u32::try_from(device).ok().and_then(|d| 1u64.checked_shl(d)) else { return };
+    if HOT.idle_set.load(Ordering::Relaxed) & bit != 0
+        || HOT.idle_set.fetch_or(bit, Ordering::AcqRel) & bit != 0
+    {
         return;
     }
     static WINDOW_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -343,14 +396,8 @@ fn zone_placement_wanted() -> bool {
 type Origins = hipmem_rs::pool::AddrMap<(usize, c_int)>;
 const ORIGIN_SHARDS: usize = 64;
 const _: () = assert!(ORIGIN_SHARDS == 1 << (64 - 58), "origins_of takes the hash's top 6 bits");
+// (How many blocks have a record here, and the primary stream: `HOT`.)
 static ORIGINS: [Mutex<Option<Origins>>; ORIGIN_SHARDS] = [const { Mutex::new(None) }; ORIGIN_SHARDS];
-/// How many blocks have a record in `ORIGINS`: while none has, a delete
-/// looks up nothing (most programs allocate on one stream of one device).
-static ORIGINS_COUNT: AtomicUsize = AtomicUsize::new(0);
-/// The primary stream: the device and stream (handle) of the process's
-/// first `hipmem_torch_alloc` that succeeded. Its blocks have no record: a
-/// block without one was allocated there.
-static PRIMARY: OnceLock<(c_int, usize)> = OnceLock::new();
 
 fn origins_of(ptr: usize) -> std::sync::MutexGuard<'static, Option<Origins>> {
     // (The top 6 bits of a multiplicative hash: one of the 64 shards.)
@@ -361,12 +408,12 @@ fn origins_of(ptr: usize) -> std::sync::MutexGuard<'static, Option<Origins>> {
 /// Removes and returns where the block at `ptr` was allocated, if it has a
 /// record (it was allocated off the primary stream).
 fn forget_origin(ptr: usize) -> Option<(usize, c_int)> {
-    if ORIGINS_COUNT.load(Ordering::Acquire) == 0 {
+    if HOT.origins.load(Ordering::Acquire) == 0 {
         return None;
     }
     let origin = origins_of(ptr).as_mut().and_then(|m| m.remove(&(ptr as u64)));
     if origin.is_some() {
-        ORIGINS_COUNT.fetch_sub(1, Ordering::AcqRel);
+        HOT.origins.fetch_sub(1, Ordering::AcqRel);
     }
     origin
 }
@@ -385,7 +432,7 @@ pub extern "C-unwind" fn hipmem_torch_alloc(size: isize, device: c_int, stream: 
     let p = hipmem_torch_malloc(size, device, stream);
     if !p.is_null() {
         let here = (device, stream as usize);
-        if *PRIMARY.get_or_init(|| here) == here {
+        if *HOT.primary.get_or_init(|| here) == here {
             // A record left at this address by a block freed outside
             // hipmem_torch_delete and hipmem_torch_free must not send this
             // block to that block's stream.
@@ -398,7 +445,7 @@ pub extern "C-unwind" fn hipmem_torch_alloc(size: isize, device: c_int, stream: 
             // got the pointer after this call returned, and sees both. A
             // stale record replaced was counted already.)
             if stale.is_none() {
-                ORIGINS_COUNT.fetch_add(1, Ordering::AcqRel);
+                HOT.origins.fetch_add(1, Ordering::AcqRel);
             }
         }
     }
@@ -421,7 +468,7 @@ pub extern "C" fn hipmem_torch_delete(ptr: *mut c_void) {
     }
     let (stream, device) = match forget_origin(ptr as usize) {
         Some((stream, device)) => (stream as hipStream_t, device),
-        None => match PRIMARY.get() {
+        None => match HOT.primary.get() {
             Some(&(device, stream)) => (stream as hipStream_t, device),
             None => {
                 return failed(
@@ -472,13 +519,12 @@ fn free_block(what: &str, ptr: *mut c_void, device: c_int, stream: hipStream_t, 
         if ptr.is_null() {
             return Ok(());
         }
-        let rt = rt()?;
-        let device = device_ordinal(rt, device)?;
+        let (rt, device) = torch_rt(device)?;
         let p = DevicePtr(ptr as usize as u64);
         if release == Release::AnyDropOrigin {
             forget_origin(ptr as usize);
         }
-        if RECORDED_COUNT.load(Ordering::Acquire) > 0 {
+        if HOT.recorded.load(Ordering::Acquire) > 0 {
             let others = forget_record(ptr as usize);
             if others.iter().any(|&o| o != stream as usize) {
                 return free_after_uses(rt, device, p, stream, &others, release);

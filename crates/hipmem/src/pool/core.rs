@@ -81,9 +81,38 @@ pub(super) struct ReusePolicy {
 }
 
 /// One hipmem pool.
+///
+/// Its first cache line holds what every allocation reads (the id, the
+/// planner, the idle clock, the flags; `zone_on` mirrors the zone's switch):
+/// in a framework's step each call finds the pool's state evicted, and the
+/// fields an allocation read lay in four lines (docs/pool-measurements.md,
+/// "Stop 79"). `repr(C)` keeps that order.
+#[repr(C, align(64))]
 pub(crate) struct PoolCore {
     pub(crate) id: u64,
     pub(crate) device: usize,
+    /// The learned layout of a repeating sequence (`plan/`, `planned.rs`).
+    pub(super) plan: Arc<super::plan::PlanState>,
+    /// When the idle windows' current step ends on the idle clock
+    /// (`u64::MAX` with idle release off): an allocation that the stream's
+    /// cache would serve looks for idle memory first once it has ended
+    /// (`release.rs`, [`PoolCore::idle_step_ended`]).
+    pub(super) idle_step_end: AtomicU64,
+    /// The idle clock: the caller's time in nanoseconds, or
+    /// `release::WALL_CLOCK` (the default).
+    pub(super) idle_clock_ns: AtomicU64,
+    pub(super) destroyed: AtomicBool,
+    /// Whether zone placement is on: the zone's own switch, mirrored here
+    /// (set only through [`PoolCore::set_zone_on`]), read on every allocation.
+    pub(super) zone_on: AtomicBool,
+    /// Set when the pool first maps memory under a budget that can run out
+    /// ([`super::backing::MoveBudget::never_runs_out`]; one that never
+    /// moves included): every size shares one heap (see `class_of`).
+    pub(super) one_class: AtomicBool,
+    /// Whether a pool that keeps one heap keeps its tiny blocks apart
+    /// (`placement::TINY_CLASS`; [`super::MemPool::set_tiny_blocks_apart`],
+    /// else yes unless `HIPMEM_POOL_TINY_APART=0`).
+    pub(super) tiny_apart: AtomicBool,
     pub(crate) props: PoolProps,
     pub(crate) is_default: bool,
     pub(super) rt: WeakRuntime,
@@ -113,14 +142,6 @@ pub(crate) struct PoolCore {
     pub(super) group: AtomicU64,
     /// The budget for moving memory, if set (else the environment's).
     pub(super) move_budget: Mutex<Option<super::backing::MoveBudget>>,
-    /// Set when the pool first maps memory under a budget that can run out
-    /// ([`super::backing::MoveBudget::never_runs_out`]; one that never
-    /// moves included): every size shares one heap (see `class_of`).
-    pub(super) one_class: AtomicBool,
-    /// Whether a pool that keeps one heap keeps its tiny blocks apart
-    /// (`placement::TINY_CLASS`; [`super::MemPool::set_tiny_blocks_apart`],
-    /// else yes unless `HIPMEM_POOL_TINY_APART=0`).
-    pub(super) tiny_apart: AtomicBool,
     /// Zone placement (`zone.rs`): off unless turned on.
     pub(super) zone: Arc<super::zone::ZoneState>,
     pub(super) used_high: Mutex<u64>,
@@ -128,11 +149,8 @@ pub(crate) struct PoolCore {
     /// memory growth may make before it must move free memory instead.
     pub(super) live_high: AtomicU64,
     pub(super) access: Mutex<Vec<AccessFlags>>,
-    pub(super) destroyed: AtomicBool,
     /// The pool's identity in pointer export data (random, chosen on first export).
     pub(super) ipc_uid: std::sync::OnceLock<[u8; 16]>,
-    /// The learned layout of a repeating sequence (`plan/`, `planned.rs`).
-    pub(super) plan: Arc<super::plan::PlanState>,
     /// Set while a plan's new piece is made: growth maps exactly what is asked.
     pub(super) exact_growth: AtomicBool,
     /// Set while a plan's new piece is made: its new units are mapped in
@@ -156,14 +174,6 @@ pub(crate) struct PoolCore {
     /// what the pool needed in the current and the last window.
     pub(super) idle_window_ms: AtomicU64,
     pub(super) idle: Mutex<super::release::IdleWindows>,
-    /// The idle clock: the caller's time in nanoseconds, or
-    /// `release::WALL_CLOCK` (the default).
-    pub(super) idle_clock_ns: AtomicU64,
-    /// When the idle windows' current step ends on the idle clock
-    /// (`u64::MAX` with idle release off): an allocation that the stream's
-    /// cache would serve looks for idle memory first once it has ended
-    /// (`release.rs`, [`PoolCore::idle_step_ended`]).
-    pub(super) idle_step_end: AtomicU64,
     /// Growths of the pool (asked by idle release).
     pub(super) growths: AtomicU64,
     /// The most physical memory the pool may hold, set after creation
@@ -171,6 +181,7 @@ pub(crate) struct PoolCore {
     /// `props.max_size`, the lower of the two binding.
     pub(super) size_limit: AtomicU64,
 }
+
 impl std::fmt::Debug for PoolCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemPool").field("id", &self.id).field("device", &self.device).finish()
@@ -222,6 +233,7 @@ impl PoolCore {
             live_high: AtomicU64::new(0),
             access: Mutex::new(access),
             destroyed: AtomicBool::new(false),
+            zone_on: AtomicBool::new(false),
             ipc_uid: std::sync::OnceLock::new(),
             plan: Arc::new(super::plan::PlanState::new(plan)),
             exact_growth: AtomicBool::new(false),
@@ -339,6 +351,18 @@ impl PoolCore {
 
     // ---- allocation ------------------------------------------------------------------
 
+    /// Turns zone placement on or off: the zone's switch and its mirror in
+    /// the pool's first line together.
+    pub(super) fn set_zone_on(&self, on: bool) {
+        // (Under the map of slots, where slots are made from the switch.)
+        let slots = lock(&self.slots);
+        self.zone.set_on(on);
+        self.zone_on.store(on, Ordering::Relaxed);
+        for slot in slots.values() {
+            slot.set_zone_on(on);
+        }
+    }
+
     /// Allocates `size` bytes for use on the stream with `clock`/`raw`
     /// (recorded in the process's trace, if one is being recorded).
     #[inline]
@@ -371,7 +395,7 @@ impl PoolCore {
     /// the stream's cache, then the slow path.
     #[inline]
     pub(super) fn alloc_unplanned(&self, want: u64, size: u64, stream: &StreamRef<'_>) -> Result<DevicePtr> {
-        if self.zone.is_on() {
+        if self.zone_on.load(Ordering::Relaxed) {
             return self.alloc_zoned(want, size, stream);
         }
         self.alloc_cached(want, size, stream)

@@ -638,7 +638,7 @@ impl MemPool {
                 return Err(Error::NotSupported("zone placement is not for a pool made for sharing".into()));
             }
         }
-        core.zone.set_on(on);
+        core.set_zone_on(on);
         Ok(())
     }
 

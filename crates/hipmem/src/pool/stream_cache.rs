@@ -167,6 +167,10 @@ pub struct Slot {
     plan: Option<Arc<super::plan::PlanState>>,
     /// The pool's zone placement, told of every free (see `zone.rs`).
     zone: Option<Arc<super::zone::ZoneState>>,
+    /// Whether that zone placement is on (its switch, mirrored here by the
+    /// pool under its map of slots: a free then reads no line of the
+    /// zone's while it is off, the default).
+    zone_on: AtomicBool,
     /// Whether the pool keeps tiny blocks apart (`placement::TINY_CLASS`):
     /// then they have a cache of their own ([`SlotState::tiny`]).
     tiny_apart: AtomicBool,
@@ -196,6 +200,7 @@ impl Slot {
             state: SlotMutex::new(SlotState::default()),
             plan: None,
             zone: None,
+            zone_on: AtomicBool::new(false),
             tiny_apart: AtomicBool::new(false),
         }
     }
@@ -220,8 +225,15 @@ impl Slot {
 
     /// The same slot, telling `zone` of its frees.
     pub(crate) fn with_zone(mut self, zone: Arc<super::zone::ZoneState>) -> Slot {
+        self.zone_on.store(zone.is_on(), Ordering::Relaxed);
         self.zone = Some(zone);
         self
+    }
+
+    /// The pool's zone placement turned on or off (by the pool, under its
+    /// map of slots, as it makes slots).
+    pub(crate) fn set_zone_on(&self, on: bool) {
+        self.zone_on.store(on, Ordering::Relaxed);
     }
 
     /// The same slot, telling `plan` of its frees.
@@ -258,7 +270,7 @@ impl Slot {
         let block = CachedBlock { addr, size, tag: self.clock.free_tag() };
         // A zone block goes back to the heap at once: the cache would hand
         // it to a request of its size that is not a zone block.
-        let zone = self.zone.as_deref().filter(|z| z.is_on());
+        let zone = self.zone.as_deref().filter(|_| self.zone_on.load(Ordering::Relaxed));
         let evicted = match zone {
             Some(z) if z.contains(addr) => Some(block),
             _ => st.cache_block(block, tiny),

@@ -616,7 +616,7 @@ impl PoolCore {
         *lock(&self.move_budget) = Some(budget);
         // A pool that moves memory keeps its size classes apart: no zone.
         if budget != MoveBudget::GROW_FIRST {
-            self.zone.set_on(false);
+            self.set_zone_on(false);
         }
         if let Some(vr) = lock(range).as_mut() {
             vr.tokens = budget.burst_s;

@@ -24,15 +24,24 @@ type CurrentPool = (PoolRef, Weak<PoolOwner>);
 /// current pool.
 #[derive(Default)]
 pub(crate) struct PoolTable {
+    /// What every `hipMallocAsync` reads of each device, a line each.
+    devices: Box<[DeviceEntry]>,
     pools: Mutex<HashMap<u64, Arc<PoolCore>>>,
     drivers: Mutex<HashMap<u64, Arc<DriverPool>>>,
-    /// The default pool of each device, made on first use (read without a
-    /// lock by every `hipMallocAsync` that uses it).
-    defaults: Vec<OnceLock<Arc<PoolCore>>>,
     driver_defaults: Mutex<HashMap<usize, Arc<DriverPool>>>,
     imported: Mutex<HashMap<u64, Weak<dyn ImportedPool>>>,
     current: Mutex<HashMap<usize, CurrentPool>>,
-    current_ids: Vec<AtomicU64>,
+}
+
+/// A device's current pool and its default pool, in one cache line (an
+/// allocation reads both; as two vectors they were two lines, and in a
+/// framework's step both are evicted between calls).
+#[repr(align(64))]
+struct DeviceEntry {
+    /// The id of the pool `hipMallocAsync` uses (0: the default pool).
+    current: AtomicU64,
+    /// The default pool, made on first use (read without a lock).
+    default: OnceLock<Arc<PoolCore>>,
 }
 
 /// Ids of pools of both kinds, unique in the process (the thread-local slot
@@ -131,8 +140,9 @@ impl CoreHooks for PoolTable {
 impl PoolTable {
     fn new(devices: usize) -> PoolTable {
         PoolTable {
-            defaults: (0..devices).map(|_| OnceLock::new()).collect(),
-            current_ids: (0..devices).map(|_| AtomicU64::new(0)).collect(),
+            devices: (0..devices)
+                .map(|_| DeviceEntry { current: AtomicU64::new(0), default: OnceLock::new() })
+                .collect(),
             ..Default::default()
         }
     }
@@ -193,7 +203,7 @@ impl PoolTable {
     /// The default pool of `device`, created on first use.
     pub(crate) fn default_pool(&self, rt: &Runtime, device: usize) -> Arc<PoolCore> {
         let make = || self.create(rt, PoolProps { device, handle_types: 0, max_size: 0 }, true, None);
-        match self.defaults.get(device) {
+        match self.devices.get(device).map(|d| &d.default) {
             Some(cell) => Arc::clone(cell.get_or_init(make)),
             // Callers check the device first; an unchecked one gets a pool
             // of its own rather than a panic.
@@ -203,7 +213,7 @@ impl PoolTable {
 
     /// The id of `device`'s current pool (0: the default pool).
     pub(crate) fn current_id(&self, device: usize) -> u64 {
-        self.current_ids.get(device).map(|c| c.load(Ordering::Acquire)).unwrap_or(0)
+        self.devices.get(device).map(|d| d.current.load(Ordering::Acquire)).unwrap_or(0)
     }
 
     /// Forgets the hipmem pool `id` (a destroyed pool that holds nothing:
@@ -215,7 +225,7 @@ impl PoolTable {
     /// A hipmem pool by id. The devices' default pools (what `hipMallocAsync`
     /// uses unless told otherwise) are found without the table's lock.
     pub(crate) fn get(&self, id: u64) -> Option<Arc<PoolCore>> {
-        if let Some(p) = self.defaults.iter().filter_map(OnceLock::get).find(|p| p.id == id) {
+        if let Some(p) = self.devices.iter().filter_map(|d| d.default.get()).find(|p| p.id == id) {
             return Some(Arc::clone(p));
         }
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
@@ -257,7 +267,7 @@ impl PoolTable {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         if current.get(&pool.device()).is_some_and(|(c, _)| c.same(pool)) {
             current.remove(&pool.device());
-            self.current_ids[pool.device()].store(0, Ordering::Release);
+            self.devices[pool.device()].current.store(0, Ordering::Release);
         }
     }
 }
@@ -303,11 +313,11 @@ impl Runtime {
         let mut current = table(self).current.lock().unwrap_or_else(|p| p.into_inner());
         if pool.is_default() && !pool.is_driver_pool() {
             current.remove(&device);
-            table(self).current_ids[device].store(0, Ordering::Release);
+            table(self).devices[device].current.store(0, Ordering::Release);
         } else {
             let owner = pool.owner.as_ref().map(Arc::downgrade).unwrap_or_default();
             current.insert(device, (pool.pool.clone(), owner));
-            table(self).current_ids[device].store(pool.pool.id(), Ordering::Release);
+            table(self).devices[device].current.store(pool.pool.id(), Ordering::Release);
         }
         Ok(())
     }
@@ -322,7 +332,7 @@ impl Runtime {
         let device = stream.device();
         let pools = table(self);
         let id = pools.current_id(device);
-        let default = pools.defaults.get(device).and_then(OnceLock::get);
+        let default = pools.devices.get(device).and_then(|d| d.default.get());
         if let Some(pool) = default.filter(|p| id == 0 || p.id == id) {
             // The common case: the device's default pool, no reference count
             // touched.

@@ -201,11 +201,12 @@ struct Hot {
     primary: OnceLock<(c_int, usize)>,
     /// How many blocks have a record in `ORIGINS`: while none has, a delete
     /// looks up nothing (most programs allocate on one stream of one device).
-    /// (32 bits: a record per live block, and no device holds 2^32 blocks of
-    /// at least 256 bytes.)
+    /// (32 bits, counted by [`count_up`] and [`count_down`]: a count that
+    /// reaches `u32::MAX` stays there, so that it never reads 0 while
+    /// records exist; the lookups then always happen.)
     origins: AtomicU32,
-    /// How many blocks have streams in `RECORDED`: while none has, a free
-    /// looks up nothing.
+    /// How many blocks have streams in `RECORDED` (counted likewise): while
+    /// none has, a free looks up nothing.
     recorded: AtomicU32,
     /// The devices (bit `d` for device `d` below 64) whose pool's idle
     /// release was set up (`idle_release_once`).
@@ -221,6 +222,18 @@ static HOT: Hot = Hot {
     recorded: AtomicU32::new(0),
     idle_set: std::sync::atomic::AtomicU64::new(0),
 };
+
+/// Counts one more record in `count` (a saturated count stays saturated).
+fn count_up(count: &AtomicU32) {
+    let _ = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_add(1));
+}
+
+/// Counts one record fewer in `count` (not below 0; a saturated count stays
+/// saturated: it no longer knows how many there are).
+fn count_down(count: &AtomicU32) {
+    let _ = count
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| (c != u32::MAX).then(|| c.saturating_sub(1)));
+}
 
 /// [`rt`] through [`HOT`] (the runtime's own static is a line of its own),
 /// with `device` checked as [`device_ordinal`] checks it.
@@ -249,7 +262,7 @@ fn forget_record(ptr: usize) -> Vec<usize> {
     let mut table = recorded();
     let streams = table.as_mut().and_then(|t| t.remove(&ptr)).unwrap_or_default();
     if !streams.is_empty() {
-        HOT.recorded.fetch_sub(1, Ordering::AcqRel);
+        count_down(&HOT.recorded);
     }
     streams
 }
@@ -272,7 +285,7 @@ pub extern "C" fn hipmem_torch_record_stream(ptr: *mut c_void, stream: hipStream
     let mut table = recorded();
     let streams = table.get_or_insert_with(HashMap::new).entry(ptr).or_default();
     if streams.is_empty() {
-        HOT.recorded.fetch_add(1, Ordering::AcqRel);
+        count_up(&HOT.recorded);
     }
     if !streams.contains(&stream) {
         streams.push(stream);
@@ -413,7 +426,7 @@ fn forget_origin(ptr: usize) -> Option<(usize, c_int)> {
     }
     let origin = origins_of(ptr).as_mut().and_then(|m| m.remove(&(ptr as u64)));
     if origin.is_some() {
-        HOT.origins.fetch_sub(1, Ordering::AcqRel);
+        count_down(&HOT.origins);
     }
     origin
 }
@@ -445,7 +458,7 @@ pub extern "C-unwind" fn hipmem_torch_alloc(size: isize, device: c_int, stream: 
             // got the pointer after this call returned, and sees both. A
             // stale record replaced was counted already.)
             if stale.is_none() {
-                HOT.origins.fetch_add(1, Ordering::AcqRel);
+                count_up(&HOT.origins);
             }
         }
     }
@@ -640,4 +653,35 @@ pub extern "C" fn hipmem_torch_reset_peak(device: c_int) -> hipError_t {
         pool.set_attribute(PoolAttribute::ReservedMemHigh, 0)?;
         pool.set_attribute(PoolAttribute::UsedMemHigh, 0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_counts_never_read_zero_while_records_exist() {
+        let c = AtomicU32::new(0);
+        count_up(&c);
+        count_up(&c);
+        count_down(&c);
+        assert_eq!(c.load(Ordering::Relaxed), 1);
+        count_down(&c);
+        count_down(&c);
+        assert_eq!(c.load(Ordering::Relaxed), 0, "a count does not go below 0");
+        // Saturated, a count no longer knows how many records there are: it
+        // stays nonzero, so that every free looks records up.
+        let c = AtomicU32::new(u32::MAX - 1);
+        count_up(&c);
+        count_up(&c);
+        assert_eq!(c.load(Ordering::Relaxed), u32::MAX);
+        count_down(&c);
+        assert_eq!(c.load(Ordering::Relaxed), u32::MAX);
+    }
+
+    #[test]
+    fn the_hot_state_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Hot>(), 64);
+        assert_eq!(std::mem::align_of::<Hot>(), 64);
+    }
 }

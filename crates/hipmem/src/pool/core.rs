@@ -645,3 +645,39 @@ impl CallCounts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The zone switch a pool's allocations read (its first line) and the
+    /// one each slot's frees read follow the zone's own, for slots made
+    /// before and after it turns on.
+    #[test]
+    fn the_zone_switch_is_mirrored_in_the_pool_and_its_slots() {
+        use crate::backend::BackendChoice;
+        use crate::backend::host::HostConfig;
+        use crate::pool::table::table;
+        use crate::runtime::Runtime;
+        use std::sync::atomic::Ordering;
+        let config = HostConfig { devices: 1, memory_per_device: 1 << 30, ..HostConfig::default() };
+        let rt = Runtime::builder().backend(BackendChoice::Host).host_config(config).build().unwrap();
+        let dev = rt.device(0).unwrap();
+        let (early, late) = (dev.create_stream().unwrap(), dev.create_stream().unwrap());
+        let pool = dev.create_mem_pool(0, 0).unwrap();
+        let core = table(&rt).get(pool.id()).unwrap();
+        let touch = |s: &crate::Stream| {
+            let p = pool.alloc_raw(1 << 20, s).unwrap();
+            rt.free_async(p, s).unwrap();
+            s.synchronize().unwrap();
+        };
+        touch(&early);
+        pool.set_zone_placement(true).unwrap();
+        touch(&late);
+        let slots = core.all_slots();
+        assert_eq!(slots.len(), 2);
+        assert!(core.zone.is_on() && core.zone_on.load(Ordering::Relaxed));
+        assert!(slots.iter().all(|s| s.zone_is_on()), "a slot made before it turned on sees it too");
+        pool.set_zone_placement(false).unwrap();
+        assert!(!core.zone.is_on() && !core.zone_on.load(Ordering::Relaxed));
+        assert!(slots.iter().all(|s| !s.zone_is_on()));
+    }
+}

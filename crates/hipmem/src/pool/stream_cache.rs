@@ -236,6 +236,12 @@ impl Slot {
         self.zone_on.store(on, Ordering::Relaxed);
     }
 
+    /// Whether the slot sees its pool's zone placement on.
+    #[cfg(test)]
+    pub(crate) fn zone_is_on(&self) -> bool {
+        self.zone_on.load(Ordering::Relaxed)
+    }
+
     /// The same slot, telling `plan` of its frees.
     pub(crate) fn with_plan(mut self, plan: Arc<super::plan::PlanState>) -> Slot {
         self.plan = Some(plan);
@@ -419,6 +425,27 @@ mod tests {
             assert_eq!(evicted.map(|b| b.addr), (i == TINY_CACHE_BLOCKS as u64).then_some(0x10_0000));
         }
         assert_eq!((s.tiny.len(), s.cache.len()), (TINY_CACHE_BLOCKS, 0));
+    }
+
+    #[test]
+    fn a_slot_sends_zone_blocks_back_at_once_while_its_pool_has_zones_on() {
+        let zone = Arc::new(super::super::zone::ZoneState::default());
+        zone.set_range(0x100_0000, 0x200_0000);
+        let slot =
+            Slot::new(1, Arc::new(StreamClock::new(7)), RawStream::null(0)).with_zone(Arc::clone(&zone));
+        let live = |addr| slot.lock().insert_live(addr, 4096);
+        // Off (as made): a block in the zone's part is cached like any other.
+        live(0x100_0000);
+        assert_eq!(slot.free_fast(0x100_0000), FastFree::Done);
+        // On, as the pool turns it on for the slots it has: it goes back.
+        zone.set_on(true);
+        slot.set_zone_on(true);
+        live(0x100_1000);
+        let back = slot.free_fast(0x100_1000);
+        assert!(matches!(back, FastFree::Evicted(b) if b.addr == 0x100_1000), "{back:?}");
+        // Outside the zone's part: cached.
+        live(0x300_0000);
+        assert_eq!(slot.free_fast(0x300_0000), FastFree::Done);
     }
 
     #[test]

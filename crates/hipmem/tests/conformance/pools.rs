@@ -1499,6 +1499,11 @@ fn zone_placement_packs_the_blocks_live_at_each_steps_largest_and_keeps_data() {
         MemPool::create_with_backing(&rt, PoolProps::default(), hipmem::PoolBacking::Segments).unwrap();
     expect_err(segments.set_zone_placement(true), 801, &["virtual memory"]);
     segments.set_zone_placement(false).unwrap();
+    // The stream's slot exists before zone placement turns on (its frees
+    // must then reach the zone all the same).
+    let early = pool.alloc_raw(MIB, &s).unwrap();
+    rt.free_async(early, &s).unwrap();
+    s.synchronize().unwrap();
     pool.set_zone_placement(true).unwrap();
     assert!(pool.zone_placement());
     // Long-lived blocks first (a model's weights).

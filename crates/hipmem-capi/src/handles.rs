@@ -159,8 +159,8 @@ pub fn stream(rt: &Runtime, handle: hipStream_t) -> Result<Stream> {
 /// The stream behind a `hipStream_t` whose device the caller names (0,
 /// `hipStreamLegacy` and `hipStreamPerThread` are `device`'s null stream; a
 /// foreign stream is adopted on its own device where the backend can tell
-/// it, else as a stream of `device`: callers that need `device` check
-/// [`Stream::device`]).
+/// it, else as a stream of `device`: callers that need `device` check the
+/// stream's own device).
 pub fn stream_on(rt: &Runtime, device: usize, handle: hipStream_t) -> Result<Stream> {
     match crate::rt() {
         Ok(global) if global.ptr_eq(rt) => with_stream_on(global, device, handle, |s| Ok(s.clone())),

@@ -4,7 +4,7 @@
 //! Every exported function has HIP's exact name and signature and is built on
 //! [`hipmem_rs::Runtime::global`]. The rules every export follows:
 //!
-//! - the body runs inside [`call`]: a caught panic becomes `hipErrorUnknown`,
+//! - the body runs inside `call`: a caught panic becomes `hipErrorUnknown`,
 //!   and a failing call records its code for `hipGetLastError` /
 //!   `hipPeekAtLastError` (per thread);
 //! - every pointer argument is checked for null where HIP's contract says so;

@@ -38,7 +38,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use hipmem_rs::{DevicePtr, Error, PoolAttribute, Result, Stream, StreamFlags};
@@ -210,7 +210,7 @@ struct Hot {
     recorded: AtomicU32,
     /// The devices (bit `d` for device `d` below 64) whose pool's idle
     /// release was set up (`idle_release_once`).
-    idle_set: std::sync::atomic::AtomicU64,
+    idle_set: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<Hot>() == 64);
@@ -220,7 +220,7 @@ static HOT: Hot = Hot {
     primary: OnceLock::new(),
     origins: AtomicU32::new(0),
     recorded: AtomicU32::new(0),
-    idle_set: std::sync::atomic::AtomicU64::new(0),
+    idle_set: AtomicU64::new(0),
 };
 
 /// Counts one more record in `count` (a saturated count stays saturated).
@@ -370,7 +370,6 @@ fn free_after_uses(
 /// places blocks by zones if `HIPMEM_TORCH_ZONE=1`
 /// (`MemPool::set_zone_placement`).
 fn idle_release_once(rt: &hipmem_rs::Runtime, device: usize) {
-    use std::sync::atomic::Ordering;
     // (Devices from 64 on are not set up: none has that many.)
     let Some(bit) = u32::try_from(device).ok().and_then(|d| 1u64.checked_shl(d)) else { return };
     if HOT.idle_set.load(Ordering::Relaxed) & bit != 0

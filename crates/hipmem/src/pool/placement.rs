@@ -605,7 +605,9 @@ impl Heap {
     pub fn joinable_free_ending_at(&self, addr: u64, stream: u64) -> u64 {
         let Some(&i) = self.runs.get(&addr) else { return 0 };
         let b = self.node(i);
-        let same = self.block_at(addr).is_some_and(|j| b.next == j);
+        // (The block after it in its segment starts at `addr`: blocks tile
+        // their segment.)
+        let same = b.next != NIL;
         if same && usable_by(b.state, stream) { b.size } else { 0 }
     }
 
@@ -614,7 +616,9 @@ impl Heap {
     pub fn joinable_free_starting_at(&self, addr: u64, stream: u64) -> u64 {
         let Some(j) = self.block_at(addr) else { return 0 };
         let b = self.node(j);
-        let same = self.runs.get(&addr).is_some_and(|&i| b.prev == i);
+        // (The block before it in its segment ends at `addr`; it counts
+        // where it is one of the runs, the blocks not allocated.)
+        let same = b.prev != NIL && self.node(b.prev).state != State::Allocated;
         if same && usable_by(b.state, stream) { b.size } else { 0 }
     }
 

@@ -15,7 +15,8 @@
 //!   hash of its maps and the planner's);
 //! - `reuse.rs`: **the reuse rules**, what an allocation that missed its
 //!   stream's cache may take, in order;
-//! - `placement.rs`: best-fit placement, splitting, coalescing;
+//! - `placement.rs`: best-fit placement, splitting, coalescing
+//!   (`free_index.rs`: the ordered index of free blocks best fit searches);
 //! - `plan/` (`learn.rs`: finding a period; `layout.rs`: building and laying
 //!   out a plan; `mod.rs`: running it) and `planned.rs` (the pool's side):
 //!   learned layouts (a sequence that repeats gets an offline plan: each
@@ -51,6 +52,7 @@ pub(crate) mod core;
 mod deferred;
 pub(crate) mod driver_pool;
 mod free;
+mod free_index;
 pub(crate) mod imported;
 pub mod layout;
 mod lend;

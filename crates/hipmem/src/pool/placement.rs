@@ -7,11 +7,12 @@
 //! also in a tree ordered by their ends, which finds the run holding an
 //! address (keyed by the end, a take from the front of a free run and a
 //! free that merges with the run after it leave the run's key as it was).
-//! Free blocks are indexed by `(size, address)` in size-ordered trees, so a
-//! request finds the smallest free block that fits (best fit, lowest address
-//! on ties) in O(log n); the chosen block is split and the remainder stays
-//! free. A take and a free each change the trees two to five times (an
-//! address-ordered map of every block took twice as many changes).
+//! Free blocks are indexed by `(size, address)` in size-ordered sets
+//! (`free_index.rs`: buckets of sizes, each a sorted vector), so a request
+//! finds the smallest free block that fits (best fit, lowest address on
+//! ties); the chosen block is split and the remainder stays free. A take and
+//! a free each change the indexes two to five times (an address-ordered map
+//! of every block took twice as many changes).
 //!
 //! A free block has an *owner*:
 //! - [`Owner::Global`]: free for every stream (never used, or its free is known
@@ -30,7 +31,9 @@
 #![forbid(unsafe_code)]
 
 use super::addr_hash::{AddrMap, NumMap};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+
+use super::free_index::FreeSet;
 use std::ops::Bound::{Excluded, Unbounded};
 
 /// Alignment and size granule of every block.
@@ -169,7 +172,7 @@ pub struct Heap {
     /// its end: what finds the run that holds an address.
     runs: BTreeMap<u64, u32>,
     segments: BTreeMap<u64, Segment>,
-    global_free: [BTreeSet<(u64, u64)>; CLASSES],
+    global_free: [FreeSet; CLASSES],
     /// Blocks pending on each stream: their index by class and their bytes
     /// (one map, so that a change looks the stream up once).
     pending: NumMap<Pending>,
@@ -202,7 +205,7 @@ pub struct Heap {
 #[derive(Debug, Default)]
 struct Pending {
     /// (size, address) of each, by size class.
-    sets: [BTreeSet<(u64, u64)>; CLASSES],
+    sets: [FreeSet; CLASSES],
     /// Their bytes.
     bytes: u64,
 }
@@ -1007,9 +1010,9 @@ impl Heap {
             return None;
         }
         // ((address to take the block at, the run's start), the run's size)
-        let first_fit = |set: Option<&BTreeSet<(u64, u64)>>| {
+        let first_fit = |set: Option<&FreeSet>| {
             let set = set?;
-            set.range((want, 0)..).take(GROUP_KEEPING_CANDIDATES).find_map(|&(len, run)| {
+            set.at_least(want).take(GROUP_KEEPING_CANDIDATES).find_map(|&(len, run)| {
                 if !self.breaks_free_group(run, len, run, want) {
                     return Some(((run, run), len));
                 }
@@ -1027,8 +1030,8 @@ impl Heap {
     /// `stream`): zone placement packs its blocks from the bottom.
     pub fn lowest_fit(&self, class: usize, stream: u64, want: u64) -> Option<u64> {
         let mut best: Option<u64> = None;
-        let mut look = |set: Option<&BTreeSet<(u64, u64)>>| {
-            for &(_, addr) in set.into_iter().flat_map(|s| s.range((want, 0)..)) {
+        let mut look = |set: Option<&FreeSet>| {
+            for &(_, addr) in set.into_iter().flat_map(|s| s.at_least(want)) {
                 if best.is_none_or(|b| addr < b) {
                     best = Some(addr);
                 }
@@ -1047,7 +1050,7 @@ impl Heap {
     /// The smallest global free block of at least `size` bytes in ranges of
     /// size class `class`.
     pub fn best_fit_global_in(&self, class: usize, size: u64) -> Option<(u64, u64)> {
-        self.global_free.get(class)?.range((size, 0)..).next().map(|&(s, a)| (a, s))
+        self.global_free.get(class)?.at_least(size).next().map(|&(s, a)| (a, s))
     }
 
     /// The smallest block pending on `stream` of at least `size` bytes whose
@@ -1070,7 +1073,7 @@ impl Heap {
         mut eligible: impl FnMut(u64) -> bool,
     ) -> Option<(u64, u64)> {
         let set = self.pending.get(&stream)?.sets.get(class)?;
-        for &(s, a) in set.range((size, 0)..) {
+        for &(s, a) in set.at_least(size) {
             if let Some(Block { state: State::Free(Owner::Stream { tag, .. }), .. }) =
                 self.block_at(a).map(|i| self.node(i))
             {

@@ -98,6 +98,11 @@ pub(crate) struct PoolCore {
     /// cache would serve looks for idle memory first once it has ended
     /// (`release.rs`, [`PoolCore::idle_step_ended`]).
     pub(super) idle_step_end: AtomicU64,
+    /// The most the idle windows' current step has needed so far (their
+    /// `current`, mirrored here under the idle lock): a request that needs
+    /// no more, before the step's end, leaves the windows as they are and
+    /// takes no lock (`release.rs`, [`PoolCore::release_if_idle`]).
+    pub(super) idle_current: AtomicU64,
     /// The idle clock: the caller's time in nanoseconds, or
     /// `release::WALL_CLOCK` (the default).
     pub(super) idle_clock_ns: AtomicU64,
@@ -246,6 +251,7 @@ impl PoolCore {
             idle: Mutex::new(super::release::IdleWindows::new()),
             idle_clock_ns: AtomicU64::new(super::release::WALL_CLOCK),
             idle_step_end: AtomicU64::new(u64::MAX),
+            idle_current: AtomicU64::new(0),
             growths: AtomicU64::new(0),
             size_limit: AtomicU64::new(u64::MAX),
         }

@@ -338,7 +338,7 @@ impl MemPool {
 
     /// hipmem's own pool behind this handle; InvalidValue ("only hipmem's
     /// own pools `what`") for the driver's pools and imported ones.
-    fn own(&self, what: &str) -> Result<&PoolCore> {
+    pub(super) fn own(&self, what: &str) -> Result<&PoolCore> {
         match &self.pool {
             PoolRef::Hipmem(c) => Ok(c),
             PoolRef::Driver(_) | PoolRef::Imported(_) => {

@@ -167,15 +167,18 @@ impl PoolCore {
         fresh.started = self.idle_now_for(ms);
         let mut w = lock(&self.idle);
         *w = fresh;
+        self.idle_current.store(w.current, Ordering::Relaxed);
         self.idle_window_ms.store(ms, Ordering::Relaxed);
         self.step_started(&w, ms);
     }
 
     /// Notes when the idle windows' step that started at `w.started` ends
     /// (`u64::MAX` where the window `ms` is 0: off), under the idle lock.
+    /// (Released: a request that reads this end reads the step's
+    /// [`PoolCore::idle_current`], stored before it.)
     fn step_started(&self, w: &IdleWindows, ms: u64) {
         let end = if ms == 0 { u64::MAX } else { w.started.saturating_add(step_ns(ms)).min(u64::MAX - 1) };
-        self.idle_step_end.store(end, Ordering::Relaxed);
+        self.idle_step_end.store(end, Ordering::Release);
     }
 
     /// Whether idle release is on and its current step has ended: the next
@@ -277,9 +280,20 @@ impl PoolCore {
             return;
         }
         let need = self.used_current_seen_by(slot).saturating_add(want);
+        // Before the step's end, a request that needs no more than the step
+        // has needed changes nothing below: no lock. (The end is read
+        // first: a step that began after it was read has a need stored
+        // before its end, see `step_started`. With a stale end, the request
+        // counts as made before the step that is ending ended, which needed
+        // at least as much.)
+        let end = self.idle_step_end.load(Ordering::Acquire);
+        if need <= self.idle_current.load(Ordering::Relaxed) && self.idle_now_for(ms) < end {
+            return;
+        }
         let (keep, reserved, peak) = {
             let mut w = lock(&self.idle);
             w.current = w.current.max(need);
+            self.idle_current.store(w.current, Ordering::Relaxed);
             // (The window read above: one step length for the clock and the count.)
             let now = self.idle_now_for(ms);
             let step = step_ns(ms);
@@ -288,6 +302,7 @@ impl PoolCore {
                 return;
             }
             let (window, two_windows) = w.end_step(steps, need, now);
+            self.idle_current.store(w.current, Ordering::Relaxed);
             self.step_started(&w, ms);
             let steps = u32::try_from(steps).unwrap_or(u32::MAX);
             // Only where the pool has not grown for `needed` steps: a
@@ -735,6 +750,59 @@ mod tests {
             pool.destroy().unwrap();
         }
         assert_eq!(table(&rt).hipmem_pools_of(0).len(), before);
+    }
+
+    /// The need mirrored for the check without a lock
+    /// (`PoolCore::idle_current`) is the windows' own at every point: a
+    /// request that needs more raises both, one that needs less before the
+    /// step's end leaves both, and a step's end starts both again at the
+    /// request's need.
+    #[test]
+    fn the_need_checked_without_a_lock_is_the_windows_own() {
+        use crate::backend::BackendChoice;
+        use crate::backend::host::HostConfig;
+        use crate::pool::core::lock;
+        use crate::runtime::Runtime;
+        use std::sync::atomic::Ordering;
+        use std::time::Duration;
+        const MIB: u64 = 1 << 20;
+        let config = HostConfig { devices: 1, memory_per_device: 1 << 30, ..HostConfig::default() };
+        let rt = Runtime::builder().backend(BackendChoice::Host).host_config(config).build().unwrap();
+        let dev = rt.device(0).unwrap();
+        let s = dev.create_stream().unwrap();
+        let pool = dev.create_mem_pool(0, 0).unwrap();
+        pool.set_idle_release(Some(Duration::from_millis(100))).unwrap();
+        pool.set_idle_clock(Some(Duration::ZERO)).unwrap();
+        let core = pool.own("be looked at").unwrap();
+        let seen = || (core.idle_current.load(Ordering::Relaxed), lock(&core.idle).current);
+        let (mirror, current) = seen();
+        assert_eq!((mirror, current), (0, 0));
+        // The first request needs its size.
+        let a = pool.alloc_raw(8 * MIB, &s).unwrap();
+        let (mirror, first) = seen();
+        assert_eq!(mirror, first);
+        assert!(first >= 8 * MIB, "{first}");
+        // Freed, then a smaller one (another size: the slow path): no change.
+        rt.free_async(a, &s).unwrap();
+        let b = pool.alloc_raw(MIB, &s).unwrap();
+        assert_eq!(seen(), (first, first), "a request that needs less changes nothing");
+        // One that needs more raises both.
+        let c = pool.alloc_raw(16 * MIB, &s).unwrap();
+        let (mirror, more) = seen();
+        assert_eq!(mirror, more);
+        assert!(more > first, "{more} after {first}");
+        // A step later (a quarter window), a small request starts the new
+        // step at its own need.
+        rt.free_async(c, &s).unwrap();
+        pool.set_idle_clock(Some(Duration::from_millis(30))).unwrap();
+        let d = pool.alloc_raw(2 * MIB, &s).unwrap();
+        let (mirror, next) = seen();
+        assert_eq!(mirror, next);
+        assert!(next < more, "the new step needs {next}, the last one {more}");
+        for p in [b, d] {
+            rt.free_async(p, &s).unwrap();
+        }
+        s.synchronize().unwrap();
     }
 
     /// What the last window and the last two windows needed, step by step:

@@ -228,8 +228,18 @@ impl PoolCore {
     /// For each stream whose pending frees loans were taken from, the tag
     /// below which its frees are known complete (read before the heap is
     /// locked).
-    fn completed_clocks(&self, vr: &VirtualRange) -> Vec<(u64, u64)> {
-        vr.busy_streams().into_iter().filter_map(|s| Some((s, self.clock_of(s)?.completed_tag()))).collect()
+    fn completed_clocks(&self, vr: &VirtualRange) -> CompletedClocks {
+        let mut out = CompletedClocks::default();
+        if vr.busy.is_empty() {
+            return out;
+        }
+        let slots = lock(&self.slots);
+        for stream in vr.busy_streams() {
+            if let Some(slot) = slots.get(&stream) {
+                out.push((stream, slot.clock.completed_tag()));
+            }
+        }
+        out
     }
 
     /// How much of a growth of `want` bytes on `stream` lending could cover
@@ -538,5 +548,34 @@ impl PoolCore {
             }
             Backing::Virtual(_) => None,
         }
+    }
+}
+
+/// Each busy stream and the tag below which its frees are known complete
+/// ([`PoolCore::completed_clocks`]), in the order of the streams: the first
+/// few in place, the rest (rare: one stream lends to itself in a
+/// framework's step) on the heap. Read on every slow allocation while the
+/// pool lends.
+#[derive(Default)]
+pub(super) struct CompletedClocks {
+    first: [(u64, u64); 4],
+    len: usize,
+    rest: Vec<(u64, u64)>,
+}
+
+impl CompletedClocks {
+    pub(super) fn push(&mut self, entry: (u64, u64)) {
+        match self.first.get_mut(self.len) {
+            Some(e) => {
+                *e = entry;
+                self.len += 1;
+            }
+            None => self.rest.push(entry),
+        }
+    }
+
+    /// The entries, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &(u64, u64)> {
+        self.first[..self.len].iter().chain(&self.rest)
     }
 }

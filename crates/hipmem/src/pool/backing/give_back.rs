@@ -553,9 +553,8 @@ impl PoolCore {
 
 /// Each busy stream and the tag below which its frees are known complete
 /// ([`PoolCore::completed_clocks`]), in the order of the streams: the first
-/// few in place, the rest (rare: one stream lends to itself in a
-/// framework's step) on the heap. Read on every slow allocation while the
-/// pool lends.
+/// four in place, any more on the heap (rare: in a framework's step one or
+/// two streams lend). Read on every slow allocation while the pool lends.
 #[derive(Default)]
 pub(super) struct CompletedClocks {
     first: [(u64, u64); 4],
@@ -564,6 +563,7 @@ pub(super) struct CompletedClocks {
 }
 
 impl CompletedClocks {
+    /// Adds an entry after the others.
     pub(super) fn push(&mut self, entry: (u64, u64)) {
         match self.first.get_mut(self.len) {
             Some(e) => {

@@ -228,18 +228,15 @@ impl PoolCore {
     /// For each stream whose pending frees loans were taken from, the tag
     /// below which its frees are known complete (read before the heap is
     /// locked).
-    fn completed_clocks(&self, vr: &VirtualRange) -> CompletedClocks {
-        let mut out = CompletedClocks::default();
+    fn completed_clocks(&self, vr: &VirtualRange) -> Vec<(u64, u64)> {
         if vr.busy.is_empty() {
-            return out;
+            return Vec::new();
         }
         let slots = lock(&self.slots);
-        for stream in vr.busy_streams() {
-            if let Some(slot) = slots.get(&stream) {
-                out.push((stream, slot.clock.completed_tag()));
-            }
-        }
-        out
+        vr.busy_streams()
+            .into_iter()
+            .filter_map(|s| Some((s, slots.get(&s)?.clock.completed_tag())))
+            .collect()
     }
 
     /// How much of a growth of `want` bytes on `stream` lending could cover
@@ -548,34 +545,5 @@ impl PoolCore {
             }
             Backing::Virtual(_) => None,
         }
-    }
-}
-
-/// Each busy stream and the tag below which its frees are known complete
-/// ([`PoolCore::completed_clocks`]), in the order of the streams: the first
-/// four in place, any more on the heap (rare: in a framework's step one or
-/// two streams lend). Read on every slow allocation while the pool lends.
-#[derive(Default)]
-pub(super) struct CompletedClocks {
-    first: [(u64, u64); 4],
-    len: usize,
-    rest: Vec<(u64, u64)>,
-}
-
-impl CompletedClocks {
-    /// Adds an entry after the others.
-    pub(super) fn push(&mut self, entry: (u64, u64)) {
-        match self.first.get_mut(self.len) {
-            Some(e) => {
-                *e = entry;
-                self.len += 1;
-            }
-            None => self.rest.push(entry),
-        }
-    }
-
-    /// The entries, in order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &(u64, u64)> {
-        self.first[..self.len].iter().chain(&self.rest)
     }
 }

@@ -226,11 +226,7 @@ impl VirtualRange {
     /// they were: free for their stream at once, for the others once they
     /// are known complete (`completed`: each such stream's clock, as
     /// [`Heap::promote`] takes it, from [`VirtualRange::busy_streams`]).
-    pub(super) fn send_free_loans_home(
-        &mut self,
-        heap: &mut Heap,
-        completed: &super::give_back::CompletedClocks,
-    ) {
+    pub(super) fn send_free_loans_home(&mut self, heap: &mut Heap, completed: &[(u64, u64)]) {
         // (The slow path calls this on every allocation: each loan's look
         // is a search of the heap. Skipped where nothing went global free
         // since a look that left no free loan away.)
@@ -252,28 +248,24 @@ impl VirtualRange {
             // without the skip.)
             self.loans_looked = (!stuck).then_some(looked);
         }
-        for &(stream, below) in completed.iter() {
+        for &(stream, below) in completed {
             heap.promote(stream, below);
         }
     }
 
-    /// The streams whose pending frees loans were taken from
-    /// ([`VirtualRange::busy`]), each once, in increasing order (no
-    /// allocation: the slow path asks on every allocation while the pool
-    /// lends, and there are a few at most).
-    pub(super) fn busy_streams(&self) -> impl Iterator<Item = u64> + '_ {
-        let stream_of = |o: &Owner| match *o {
-            Owner::Stream { stream, .. } => Some(stream),
-            Owner::Global => None,
-        };
-        let mut last: Option<u64> = None;
-        std::iter::from_fn(move || {
-            // The least stream above the last one given.
-            let next =
-                self.busy.values().filter_map(stream_of).filter(|&s| last.is_none_or(|l| s > l)).min()?;
-            last = Some(next);
-            Some(next)
-        })
+    /// The streams whose pending frees loans were taken from ([`VirtualRange::busy`]).
+    pub(super) fn busy_streams(&self) -> Vec<u64> {
+        let mut streams: Vec<u64> = self
+            .busy
+            .values()
+            .filter_map(|o| match *o {
+                Owner::Stream { stream, .. } => Some(stream),
+                Owner::Global => None,
+            })
+            .collect();
+        streams.sort_unstable();
+        streams.dedup();
+        streams
     }
 
     /// Whether every unit of the group at `base` (`len` bytes) is global
@@ -444,12 +436,11 @@ mod tests {
     }
 
     /// The busy streams come once each, in increasing order, global
-    /// owners left out; and the completed clocks keep every entry in
-    /// order, past the ones held in place.
+    /// owners left out.
     #[test]
     fn busy_streams_come_once_each_in_order() {
         let mut vr = VirtualRange::new(1 << 40, 1024 * G, G);
-        assert_eq!(vr.busy_streams().count(), 0);
+        assert!(vr.busy_streams().is_empty());
         for (at, owner) in [
             (5, Owner::Stream { stream: 9, tag: 1 }),
             (1, Owner::Global),
@@ -459,12 +450,7 @@ mod tests {
         ] {
             vr.busy.insert(at * G, owner);
         }
-        assert_eq!(vr.busy_streams().collect::<Vec<_>>(), vec![2, 4, 9]);
-        let mut c = super::super::give_back::CompletedClocks::default();
-        for k in 0..7u64 {
-            c.push((k, 10 * k));
-        }
-        assert_eq!(c.iter().copied().collect::<Vec<_>>(), (0..7u64).map(|k| (k, 10 * k)).collect::<Vec<_>>());
+        assert_eq!(vr.busy_streams(), vec![2, 4, 9]);
     }
 
     #[test]
@@ -472,7 +458,7 @@ mod tests {
         let (home, at) = (1u64 << 40, (1u64 << 40) + 512 * G);
         let (mut heap, mut vr) = one_loan(home, at);
         // In use: it stays, and the look is remembered.
-        vr.send_free_loans_home(&mut heap, &Default::default());
+        vr.send_free_loans_home(&mut heap, &[]);
         assert!(vr.loans_looked.is_some());
         assert!(heap.is_shadowed_part(home + 2 * G, 2 * G), "still lent");
         // Nothing turned global free (a block taken elsewhere): no new look
@@ -480,12 +466,12 @@ mod tests {
         assert!(heap.take_range(home, G).is_some());
         let looked = vr.loans_looked;
         assert_eq!(looked.map(|l| l.0), Some(heap.global_frees_indexed()));
-        vr.send_free_loans_home(&mut heap, &Default::default());
+        vr.send_free_loans_home(&mut heap, &[]);
         assert_eq!(vr.loans_looked, looked);
         // The loan's block is freed: the next look sends it home.
         assert!(heap.release_block(at, Owner::Global));
         assert_ne!(vr.loans_looked.map(|l| l.0), Some(heap.global_frees_indexed()));
-        vr.send_free_loans_home(&mut heap, &Default::default());
+        vr.send_free_loans_home(&mut heap, &[]);
         assert!(heap.is_shadowed_part(at, 2 * G), "its addresses are shadowed");
         assert!(heap.is_global_free(home + 2 * G, 2 * G), "its units are free at home again");
         heap.check_invariants().unwrap();
@@ -499,7 +485,7 @@ mod tests {
         // free, but it cannot go home, so the next look is not skipped.
         assert!(heap.unshadow_part_as(home + 2 * G, 2 * G, Owner::Global));
         assert!(heap.release_block(at, Owner::Global));
-        vr.send_free_loans_home(&mut heap, &Default::default());
+        vr.send_free_loans_home(&mut heap, &[]);
         assert_eq!(vr.loans_looked, None);
         assert!(heap.is_global_free(at, 2 * G), "still where it was lent");
     }
